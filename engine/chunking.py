@@ -1,0 +1,141 @@
+"""Cut a page's body into windows measured in the embedder's own tokens.
+
+Cuts fall on heading boundaries first (a new section always starts a new chunk), then on
+paragraph boundaries, then on sentence boundaries, and only as a last resort inside a sentence.
+Windows that had to be cut inside a paragraph overlap the next one by `overlap` tokens; a cut at
+a paragraph or heading is clean and needs no overlap. Chunk text is the body's own characters
+between the chunk's offsets, verbatim.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+_BLOCK_SPLIT = re.compile(r"\n[ \t]*\n+")
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
+_SENTENCE = re.compile(r"(?<=[.!?;:])\s+(?=\S)|\n(?=\S)")
+
+HEADING, PARAGRAPH, SENTENCE = 3, 2, 1
+
+
+@dataclass(frozen=True)
+class Chunk:
+    ordinal: int
+    text: str
+    char_start: int
+    char_end: int
+    section_path: list[str] = field(default_factory=list)
+    n_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class _Block:
+    start: int
+    end: int
+    heading_level: int  # 0 for a paragraph
+    heading: str
+
+
+def _blocks(body: str) -> list[_Block]:
+    out: list[_Block] = []
+    pos = 0
+    for m in list(_BLOCK_SPLIT.finditer(body)) + [None]:
+        end = m.start() if m else len(body)
+        seg = body[pos:end]
+        stripped = seg.strip()
+        if stripped:
+            lead = len(seg) - len(seg.lstrip())
+            start = pos + lead
+            h = _HEADING.match(stripped) if "\n" not in stripped else None
+            out.append(_Block(start, start + len(stripped), len(h.group(1)) if h else 0, h.group(2) if h else ""))
+        if m:
+            pos = m.end()
+    return out
+
+
+def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -> list[Chunk]:
+    """Chunks of `body`, each at most `max_tokens` tokens of `tokenizer` (no special tokens)."""
+    if not body.strip():
+        return []
+    if max_tokens < 8:
+        raise ValueError("max_tokens must be at least 8")
+    overlap = max(0, min(overlap, max_tokens // 2))
+    enc = tokenizer(body, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+    offsets = [(s, e) for s, e in enc["offset_mapping"] if e > s]
+    n = len(offsets)
+    if n == 0:
+        return [Chunk(0, body.strip(), body.index(body.strip()), body.index(body.strip()) + len(body.strip()), [], 0)]
+    tok_starts = [s for s, _ in offsets]
+
+    def tok_at(char: int) -> int:
+        return bisect.bisect_left(tok_starts, char)
+
+    blocks = _blocks(body)
+    strength: dict[int, int] = {}
+    heading_only_upto: set[int] = set()
+    headings: list[tuple[int, int, str]] = []  # (char start, level, text)
+    for b in blocks:
+        t = tok_at(b.start)
+        if b.heading_level:
+            headings.append((b.start, b.heading_level, b.heading))
+        if 0 < t < n:
+            strength[t] = max(strength.get(t, 0), HEADING if b.heading_level else PARAGRAPH)
+        if not b.heading_level:
+            for m in _SENTENCE.finditer(body, b.start, b.end):
+                ts = tok_at(m.end())
+                if 0 < ts < n and ts not in strength:
+                    strength[ts] = SENTENCE
+    heading_starts = sorted(t for t, s in strength.items() if s == HEADING)
+    # Token ranges covered by heading lines, to avoid emitting a chunk that is only headings.
+    heading_tokens = set()
+    for b in blocks:
+        if b.heading_level:
+            heading_tokens.update(range(tok_at(b.start), tok_at(b.end)))
+    sentence_starts = sorted(t for t, s in strength.items() if s >= SENTENCE)
+
+    def section_at(char: int) -> list[str]:
+        trail: list[tuple[int, str]] = []
+        for start, level, text in headings:
+            if start > char:
+                break
+            while trail and trail[-1][0] >= level:
+                trail.pop()
+            trail.append((level, text))
+        return [t for _, t in trail]
+
+    chunks: list[Chunk] = []
+    s = 0
+    while s < n:
+        limit = min(s + max_tokens, n)
+        e = None
+        i = bisect.bisect_right(heading_starts, s)
+        while i < len(heading_starts) and heading_starts[i] < limit:
+            b = heading_starts[i]
+            if any(t not in heading_tokens for t in range(s, b)):
+                e = b
+                break
+            i += 1
+        if e is None:
+            if limit == n:
+                e = n
+            else:
+                best, best_strength = None, 0
+                for t in range(limit, s + max_tokens // 2, -1):
+                    st = strength.get(t, 0)
+                    if st > best_strength:
+                        best, best_strength = t, st
+                        if st >= PARAGRAPH:
+                            break
+                e = best if best is not None else limit
+        cs, ce = offsets[s][0], offsets[e - 1][1]
+        chunks.append(Chunk(len(chunks), body[cs:ce], cs, ce, section_at(cs), e - s))
+        if e >= n:
+            break
+        if strength.get(e, 0) >= PARAGRAPH:
+            s = e
+        else:
+            lo = max(e - overlap, s + 1)
+            j = bisect.bisect_left(sentence_starts, lo)
+            s = sentence_starts[j] if j < len(sentence_starts) and sentence_starts[j] < e else lo
+    return chunks

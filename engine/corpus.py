@@ -1,0 +1,193 @@
+"""The corpus: the store plus every index built from it, kept in step.
+
+The store (DuckDB) is the source of truth. Each index records the store generation it has
+applied; `open_corpus` compares them and repairs a lagging index from the store (replaying the
+pages changed since, or rebuilding when that history is gone), so a crash anywhere in an ingest
+leaves nothing half-indexed once the corpus is opened again.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexes.dense import DenseIndex
+from indexes.sparse import SparseIndex
+from indexes.store import CorpusStore
+from models.embedder import Embedder, EmbedderPool
+from models.registry import ModelRegistry
+
+from .settings import Settings
+
+log = logging.getLogger("refindery.corpus")
+
+STORE_FILE = "refindery.duckdb"
+SPARSE_DIR = "sparse"
+DENSE_DIR = "dense"
+
+
+@dataclass
+class RepairReport:
+    index: str
+    action: str  # "none" | "replayed" | "rebuilt" | "synced"
+    from_generation: int
+    to_generation: int
+    detail: str = ""
+
+
+class Corpus:
+    def __init__(self, settings: Settings, pool: EmbedderPool | None = None):
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir)
+        self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
+                                         settings.search.query_cache_size)
+        self.store = CorpusStore(self.data_dir / STORE_FILE)
+        self.sparse = SparseIndex(self.data_dir / SPARSE_DIR, settings.index.sparse_writer_heap)
+        self._dense: dict[str, DenseIndex] = {}
+        self.write_lock = threading.RLock()
+        self.repairs: list[RepairReport] = []
+        self.store.ensure_workspace(settings.default_workspace)
+
+    # Models and dense indexes ------------------------------------------------------------------
+    def embedder(self, name: str | None = None) -> Embedder:
+        return self.pool.get(name or self.settings.models.active)
+
+    @property
+    def embedder_names(self) -> list[str]:
+        return self.settings.embedder_names
+
+    def dense(self, model: str) -> DenseIndex:
+        if model not in self._dense:
+            spec = self.registry.spec(model)
+            dim = spec.dim or self.embedder(model).dim
+            ix = self.settings.index
+            self._dense[model] = DenseIndex(self.data_dir / DENSE_DIR / f"{model}.faiss", dim, ix.dense_kind,
+                                            ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
+        return self._dense[model]
+
+    def dense_models_on_disk(self) -> list[str]:
+        d = self.data_dir / DENSE_DIR
+        return sorted(p.stem for p in d.glob("*.faiss")) if d.is_dir() else []
+
+    # Consistency ---------------------------------------------------------------------------------
+    def sync(self, models: list[str] | None = None) -> list[RepairReport]:
+        """Bring every index up to the store's generation; return what was done."""
+        with self.write_lock:
+            reports = [self._sync_sparse()]
+            for m in models if models is not None else self.embedder_names:
+                reports.append(self._sync_dense(m))
+            done = [r for r in reports if r.action != "none"]
+            for r in done:
+                log.warning("repaired %s: %s from generation %d to %d %s", r.index, r.action,
+                            r.from_generation, r.to_generation, r.detail)
+            self.repairs.extend(done)
+            return reports
+
+    def _sync_sparse(self) -> RepairReport:
+        g_store = self.store.generation()
+        g = self.sparse.generation
+        pruned = self.store.pruned_upto()
+        n_chunks = self.store.counts()["chunks"]
+        if g == g_store and self.sparse.count() == n_chunks:
+            return RepairReport("sparse", "none", g, g_store)
+        if g_store == 0 and n_chunks == 0 and self.sparse.count() == 0:
+            self.sparse.mark(0)  # a new, empty data dir: nothing to repair
+            return RepairReport("sparse", "none", g, g_store)
+        if 0 <= g <= g_store and g >= pruned:
+            pages = self.store.changed_pages_since(g)
+            docs = [d for batch in self.store.index_docs(pages) for d in batch]
+            self.sparse.replace_pages(pages, docs, g_store)
+            if self.sparse.count() == self.store.counts()["chunks"]:
+                return RepairReport("sparse", "replayed", g, g_store, f"{len(pages)} pages")
+        self.sparse.rebuild(self.store.index_docs(), g_store)
+        return RepairReport("sparse", "rebuilt", g, g_store)
+
+    def _sync_dense(self, model: str) -> RepairReport:
+        dense = self.dense(model)
+        g_store = self.store.generation()
+        g = dense.generation
+        n_store = self.store.counts()["embeddings"].get(model, 0)
+        if g == g_store and dense.count() == n_store:
+            return RepairReport(f"dense:{model}", "none", g, g_store)
+        if n_store == 0 and dense.count() == 0:
+            dense.save(g_store)  # nothing stored, nothing indexed: only the marker was behind
+            return RepairReport(f"dense:{model}", "none", g, g_store)
+        store_ids, _ = self.store.embedding_ids(model)
+        have = dense.ids()
+        extra = np.setdiff1d(have, store_ids, assume_unique=False)
+        missing = np.setdiff1d(store_ids, have, assume_unique=False)
+        if len(np.unique(have)) != len(have) or (len(extra) and not dense.supports_remove):
+            dense.reset()
+            ids, vecs = self.store.embeddings_for(model)
+            dense.add(ids, vecs)
+            dense.save(g_store)
+            return RepairReport(f"dense:{model}", "rebuilt", g, g_store)
+        dense.remove(extra)
+        if len(missing):
+            ids, vecs = self.store.embeddings_for(model, missing.tolist())
+            dense.add(ids, vecs)
+        dense.save(g_store)
+        return RepairReport(f"dense:{model}", "synced", g, g_store, f"-{len(extra)} +{len(missing)}")
+
+    def consistency(self) -> dict:
+        """Counts in the store and in every index, and whether they agree."""
+        counts = self.store.counts()
+        out = {"store_generation": self.store.generation(), "chunks": counts["chunks"],
+               "sparse": {"count": self.sparse.count(), "generation": self.sparse.generation}, "dense": {}}
+        ok = out["sparse"]["count"] == counts["chunks"] and out["sparse"]["generation"] == out["store_generation"]
+        for m in sorted(set(self.embedder_names) | set(self._dense)):
+            d = self.dense(m)
+            n = counts["embeddings"].get(m, 0)
+            out["dense"][m] = {"count": d.count(), "embeddings": n, "generation": d.generation,
+                               "unsaved_changes": d.dirty}
+            ok = ok and d.count() == n and (d.generation == out["store_generation"] or d.dirty)
+        out["consistent"] = ok
+        return out
+
+    def flush(self) -> None:
+        """Persist dense indexes that changed since their last save."""
+        with self.write_lock:
+            g = self.store.generation()
+            for d in self._dense.values():
+                if d.dirty:
+                    d.save(g)
+            low = min([self.sparse.generation] + [d.generation for d in self._dense.values()])
+            if low > self.store.pruned_upto():
+                self.store.prune_changes(low)
+
+    def reindex(self) -> list[RepairReport]:
+        """Rebuild every index from the store (embedding what a configured model lacks first)."""
+        from .ingest import embed_missing
+
+        with self.write_lock:
+            for m in self.embedder_names:
+                embed_missing(self, m)
+            g = self.store.generation()
+            self.sparse.rebuild(self.store.index_docs(), g)
+            reports = [RepairReport("sparse", "rebuilt", g, g)]
+            for m in self.embedder_names:
+                d = self.dense(m)
+                d.reset()
+                ids, vecs = self.store.embeddings_for(m)
+                d.add(ids, vecs)
+                d.save(g)
+                reports.append(RepairReport(f"dense:{m}", "rebuilt", g, g))
+            return reports
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.store.close()
+
+
+def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bool = True) -> Corpus:
+    corpus = Corpus(settings, pool)
+    if repair:
+        corpus.sync()
+    return corpus

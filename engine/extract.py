@@ -1,0 +1,86 @@
+"""HTML to text with trafilatura, keeping headings as Markdown "#" lines so chunks know their section."""
+from __future__ import annotations
+
+import re
+from xml.etree import ElementTree as ET
+
+_PILCROW = re.compile(r"[¶\u00b6]\s*$")
+_WS = re.compile(r"[ \t\r\f\v]+")
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+_SITE_SEP = re.compile(r"\s+(?:—|\||–)\s+")
+
+
+class ExtractionFailed(ValueError):
+    pass
+
+
+def _title_tag(html: str) -> str | None:
+    """The document's own <title>, less a trailing site name ("json — … — Python 3.11 docs")."""
+    import html as htmllib
+
+    m = _TITLE.search(html[:200_000])
+    if not m:
+        return None
+    t = " ".join(htmllib.unescape(m.group(1)).split())
+    parts = _SITE_SEP.split(t)
+    if len(parts) >= 3 or (len(parts) == 2 and re.search(r"documentation|\bdocs\b|\bwiki\b", parts[-1], re.I)):
+        t = " — ".join(parts[:-1])
+    return t or None
+
+
+def html_to_text(html: str) -> tuple[str, str | None]:
+    """Return (body_text, title) extracted from an HTML document.
+
+    body_text has one block per paragraph separated by blank lines; headings are written as
+    Markdown headings ("## Section") so the chunker can keep each chunk's heading trail.
+    """
+    import trafilatura
+
+    xml = trafilatura.extract(
+        html,
+        output_format="xml",
+        include_formatting=True,
+        include_tables=True,
+        include_comments=False,
+        include_links=False,
+        favor_recall=True,
+        with_metadata=True,
+    )
+    if not xml:
+        raise ExtractionFailed("no main text could be extracted from the HTML")
+    root = ET.fromstring(xml)
+    title = _title_tag(html) or root.get("title") or None
+    main = root.find("main")
+    blocks: list[str] = []
+    for el in (main if main is not None else root):
+        text = "".join(el.itertext())
+        if el.tag == "head":
+            level = int((el.get("rend") or "h2").lstrip("h") or 2) if (el.get("rend") or "").startswith("h") else 2
+            line = _PILCROW.sub("", _WS.sub(" ", text).strip())
+            if line:
+                blocks.append("#" * max(1, min(level, 6)) + " " + line)
+        elif el.tag == "code":
+            code = text.strip("\n")
+            if code.strip():
+                blocks.append(code)
+        elif el.tag in ("list", "table"):
+            rows = []
+            for item in el.iter("item" if el.tag == "list" else "row"):
+                cell = _WS.sub(" ", " | ".join(t.strip() for t in item.itertext() if t.strip()))
+                if cell:
+                    rows.append(("- " if el.tag == "list" else "") + cell)
+            if rows:
+                blocks.append("\n".join(rows))
+        else:
+            para = _PILCROW.sub("", "\n".join(_WS.sub(" ", ln).strip() for ln in text.splitlines()).strip())
+            para = re.sub(r"\n(?!\n)", " ", para)
+            if para:
+                blocks.append(para)
+    body = "\n\n".join(blocks).strip()
+    if not body:
+        raise ExtractionFailed("the HTML has no text")
+    if title:
+        title = _PILCROW.sub("", title).strip()
+    return body, title

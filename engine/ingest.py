@@ -1,0 +1,345 @@
+"""Ingestion: records -> pages -> chunks -> vectors -> one store transaction -> indexes.
+
+Idempotent by normalised URL: an unchanged page only moves `last_seen` forward (a re-visit);
+a changed page keeps the chunks whose text survived (and their vectors) and replaces the rest
+in every index; a malformed record is reported with its line number and skipped.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+from pydantic import ValidationError
+
+from indexes.store import ChunkRow, EntityRow, ExistingPage, PageRow, PageWrite, Touch
+
+from .chunking import chunk_text
+from .corpus import Corpus
+from .extract import ExtractionFailed, html_to_text
+from .records import EntityInput, PageInput, RecordError, describe_validation_error
+from .urls import InvalidURL, domain_of, normalize_url, page_id_for
+
+log = logging.getLogger("refindery.ingest")
+
+# Test-only fault injection: kill this process at a named point (see tests/test_crash.py).
+_CRASH_ENV = "REFINDERY_TEST_CRASH_AT"
+
+
+def _maybe_crash(point: str, batch_no: int) -> None:
+    import os
+    import signal
+
+    want = os.environ.get(_CRASH_ENV)
+    if want and want == f"{point}:{batch_no}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class PageOutcome:
+    index: int  # line number (JSONL/folder) or position (API batch)
+    page_id: str | None
+    url: str | None
+    status: str  # created | updated | unchanged | revisited | error
+    error: str | None = None
+    chunks: int = 0
+
+
+@dataclass
+class IngestReport:
+    outcomes: list[PageOutcome] = field(default_factory=list)
+    errors: list[RecordError] = field(default_factory=list)
+    chunks_embedded: int = 0
+    seconds: float = 0.0
+    generation: int = 0
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "created": self.count("created"), "updated": self.count("updated"),
+            "revisited": self.count("revisited"), "unchanged": self.count("unchanged"),
+            "errors": len(self.errors), "chunks_embedded": self.chunks_embedded,
+            "seconds": round(self.seconds, 3), "generation": self.generation,
+        }
+
+
+@dataclass
+class _Prepared:
+    index: int
+    source: str
+    page: PageInput
+    page_id: str
+    url_norm: str
+    body: str
+    title: str | None
+    content_hash: str
+    entities: list[EntityRow]
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^\w]+", "-", text.strip().lower()).strip("-")
+    return s[:80] or hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def entity_rows(workspace: str, items: list[str | EntityInput]) -> list[EntityRow]:
+    out: dict[str, EntityRow] = {}
+    for it in items:
+        ent = EntityInput(canonical=it) if isinstance(it, str) else it
+        if not ent.canonical.strip():
+            continue
+        eid = f"{workspace}:{ent.id or _slug(ent.canonical)}"
+        row = out.setdefault(eid, EntityRow(eid, workspace, ent.canonical.strip(), []))
+        row.aliases = sorted(set(row.aliases) | {a.strip() for a in ent.aliases if a.strip()})
+    return list(out.values())
+
+
+def chunk_id_for(page_id: str, text: str, occurrence: int) -> int:
+    """Stable id of a chunk: the same text on the same page keeps its id (and its vectors)."""
+    h = hashlib.blake2b(f"{page_id}\x00{occurrence}\x00{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") & ((1 << 63) - 1)
+
+
+def _content_hash(title: str | None, body: str, p: PageInput, entities: list[EntityRow]) -> str:
+    h = hashlib.sha256()
+    for part in (title or "", body, p.published.isoformat() if p.published else "", p.scope or "",
+                 str(p.cluster_id) if p.cluster_id is not None else "",
+                 "|".join(sorted(f"{e.entity_id}={','.join(e.aliases)}" for e in entities))):
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace: str) -> _Prepared:
+    page = raw if isinstance(raw, PageInput) else PageInput.model_validate(raw)
+    url_norm = normalize_url(page.url)
+    title = page.title.strip() if page.title else None
+    if page.body_text is not None and page.body_text.strip():
+        body = page.body_text
+    elif page.html:
+        body, html_title = html_to_text(page.html)
+        title = title or html_title
+    else:
+        body = title or ""
+    ents = entity_rows(workspace, page.entities)
+    return _Prepared(index, source, page, page_id_for(workspace, url_norm), url_norm, body, title,
+                     _content_hash(title, body, page, ents), ents)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Ingester:
+    def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None):
+        self.corpus = corpus
+        self.settings = corpus.settings
+        self.workspace = workspace or self.settings.default_workspace
+        show = self.settings.ingest.progress if progress is None else progress
+        self.progress = show and sys.stderr.isatty()
+        self.embedder = corpus.embedder()
+        self.max_tokens = min(self.settings.chunking.max_tokens, self.embedder.max_content_tokens)
+        self._batch_no = 0
+
+    # Public ------------------------------------------------------------------------------------
+    def ingest(self, records: Iterable[tuple[int, str, dict[str, Any] | PageInput | RecordError]],
+               total: int | None = None) -> IngestReport:
+        report = IngestReport()
+        t0 = time.perf_counter()
+        self.corpus.store.ensure_workspace(self.workspace)
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=total, unit="page", desc="ingest", file=sys.stderr)
+        try:
+            for group in self._groups(records, report):
+                self._process(group, report)
+                if bar is not None:
+                    bar.update(len(group))
+        finally:
+            if bar is not None:
+                bar.close()
+            self.corpus.flush()
+        report.seconds = time.perf_counter() - t0
+        report.generation = self.corpus.store.generation()
+        report.outcomes.sort(key=lambda o: o.index)
+        return report
+
+    # Grouping ----------------------------------------------------------------------------------
+    def _groups(self, records, report: IngestReport) -> Iterator[list[_Prepared]]:
+        budget_tokens = self.settings.ingest.batch_chunks * self.max_tokens
+        group: list[_Prepared] = []
+        est = 0
+        for index, source, raw in records:
+            if isinstance(raw, RecordError):
+                report.errors.append(raw)
+                report.outcomes.append(PageOutcome(index, None, None, "error", raw.error))
+                continue
+            try:
+                prep = prepare(index, source, raw, self.workspace)
+            except ValidationError as exc:
+                self._fail(report, index, source, raw, describe_validation_error(exc))
+                continue
+            except (InvalidURL, ExtractionFailed, ValueError) as exc:
+                self._fail(report, index, source, raw, str(exc))
+                continue
+            group.append(prep)
+            est += len(prep.body) // 4 + 1
+            if est >= budget_tokens or len(group) >= 2000:
+                yield group
+                group, est = [], 0
+        if group:
+            yield group
+
+    @staticmethod
+    def _fail(report: IngestReport, index: int, source: str, raw: Any, msg: str) -> None:
+        url = raw.get("url") if isinstance(raw, dict) else getattr(raw, "url", None)
+        report.errors.append(RecordError(line=index, source=source, error=msg))
+        report.outcomes.append(PageOutcome(index, None, url if isinstance(url, str) else None, "error", msg))
+        log.warning("%s:%d: skipped: %s", source, index, msg)
+
+    # One batch ---------------------------------------------------------------------------------
+    def _process(self, group: list[_Prepared], report: IngestReport) -> None:
+        corpus = self.corpus
+        self._batch_no += 1
+        # Several visits of one URL in a batch: the newest visit's content wins.
+        by_page: dict[str, list[_Prepared]] = defaultdict(list)
+        for p in group:
+            by_page[p.page_id].append(p)
+        with corpus.write_lock:
+            existing = corpus.store.existing_pages(by_page)
+            writes: list[PageWrite] = []
+            touches: list[Touch] = []
+            new_texts: dict[int, str] = {}
+            for pid, visits in by_page.items():
+                visits.sort(key=lambda p: (p.page.seen_at or datetime.min, p.index))
+                seen = [p.page.seen_at or _now() for p in visits]
+                newest = visits[-1]
+                old = existing.get(pid)
+                status, write, touch = self._classify(newest, visits, seen, old)
+                n_chunks = 0
+                if write is not None:
+                    writes.append(write)
+                    n_chunks = len(write.chunks)
+                    for c in write.chunks:
+                        if old is None or c.chunk_id not in old.chunk_ids:
+                            new_texts[c.chunk_id] = c.text
+                for p in visits:
+                    report.outcomes.append(PageOutcome(p.index, pid, p.page.url, status, chunks=n_chunks))
+                if touch is not None:
+                    touches.append(touch)
+            if not writes and not touches:
+                return
+            ids = list(new_texts)
+            texts = [new_texts[i] for i in ids]
+            for model in corpus.embedder_names:
+                vecs = corpus.embedder(model).encode_documents(texts) if texts else np.zeros((0, 1), np.float32)
+                by_id = {cid: vecs[i] for i, cid in enumerate(ids)}
+                for w in writes:
+                    w.vectors[model] = {c.chunk_id: by_id[c.chunk_id] for c in w.chunks if c.chunk_id in by_id}
+            report.chunks_embedded += len(ids)
+            _maybe_crash("before_store", self._batch_no)
+            gen = corpus.store.apply(writes, touches)
+            _maybe_crash("after_store", self._batch_no)
+            self._apply_to_indexes(writes, touches, existing, gen)
+            _maybe_crash("after_indexes", self._batch_no)
+
+    def _classify(self, newest: _Prepared, visits: list[_Prepared], seen: list[datetime],
+                  old: ExistingPage | None) -> tuple[str, PageWrite | None, Touch | None]:
+        first, last = min(seen), max(seen)
+        if old is None:
+            return "created", self._page_write(newest, first, last, len(visits)), None
+        if newest.content_hash == old.content_hash or last < old.last_seen:
+            # Same content (or content older than what is stored): a re-visit at most.
+            later = [s for s in seen if s > old.last_seen]
+            if not later:
+                return "unchanged", None, None
+            return "revisited", None, Touch(old.page_id, max(later), len(later))
+        later = sum(1 for s in seen if s > old.last_seen)
+        write = self._page_write(newest, old.first_seen, max(last, old.last_seen), old.visit_count + later)
+        return "updated", write, None
+
+    def _page_write(self, p: _Prepared, first: datetime, last: datetime, visits: int) -> PageWrite:
+        chunks = chunk_text(p.body, self.embedder.tokenizer, self.max_tokens, self.settings.chunking.overlap_tokens)
+        seen_text: dict[str, int] = defaultdict(int)
+        rows = []
+        for c in chunks:
+            occ = seen_text[c.text]
+            seen_text[c.text] += 1
+            rows.append(ChunkRow(chunk_id_for(p.page_id, c.text, occ), p.page_id, c.ordinal, c.text,
+                                 c.char_start, c.char_end, c.section_path, c.n_tokens))
+        page = PageRow(
+            page_id=p.page_id, workspace_id=self.workspace, url=p.page.url.strip(), url_norm=p.url_norm,
+            domain=domain_of(p.page.url), title=p.title, body_text=p.body, content_hash=p.content_hash,
+            first_seen=first, last_seen=last, published=p.page.published, visit_count=visits,
+            cluster_id=p.page.cluster_id, scope=p.page.scope,
+        )
+        return PageWrite(page=page, chunks=rows, entities=p.entities)
+
+    def _apply_to_indexes(self, writes: list[PageWrite], touches: list[Touch],
+                          existing: dict[str, ExistingPage], gen: int) -> None:
+        corpus = self.corpus
+        pages = [w.page.page_id for w in writes] + [t.page_id for t in touches]
+        docs = [d for batch in corpus.store.index_docs(pages) for d in batch]
+        corpus.sparse.replace_pages(pages, docs, gen)
+        _maybe_crash("after_sparse", self._batch_no)
+        gone = [cid for w in writes if w.page.page_id in existing
+                for cid in existing[w.page.page_id].chunk_ids - {c.chunk_id for c in w.chunks}]
+        for model in corpus.embedder_names:
+            dense = corpus.dense(model)
+            fresh = [(cid, v) for w in writes for cid, v in w.vectors.get(model, {}).items()]
+            if gone and not dense.supports_remove:
+                dense.reset()
+                ids, vecs = corpus.store.embeddings_for(model)
+                dense.add(ids, vecs)
+                continue
+            dense.remove(gone)
+            if fresh:
+                dense.add(np.array([f[0] for f in fresh], dtype=np.int64), np.vstack([f[1] for f in fresh]))
+
+
+def delete_page(corpus: Corpus, page_id: str) -> bool:
+    """Remove a page from the store and every index. False if it does not exist."""
+    with corpus.write_lock:
+        old = corpus.store.existing_pages([page_id]).get(page_id)
+        if old is None:
+            return False
+        gen = corpus.store.apply([], [], [page_id])
+        corpus.sparse.replace_pages([page_id], [], gen)
+        for model in corpus.embedder_names:
+            dense = corpus.dense(model)
+            if dense.supports_remove:
+                dense.remove(sorted(old.chunk_ids))
+            else:
+                dense.reset()
+                ids, vecs = corpus.store.embeddings_for(model)
+                dense.add(ids, vecs)
+        return True
+
+
+def embed_missing(corpus: Corpus, model: str, batch: int = 2048) -> int:
+    """Embed every chunk that has no vector of `model` yet (adding a model embeds only this)."""
+    emb = corpus.embedder(model)
+    dense = corpus.dense(model)
+    done = 0
+    with corpus.write_lock:
+        present = set(dense.ids().tolist())
+        while True:
+            rows = corpus.store.chunks_missing_embeddings(model, limit=batch)
+            if not rows:
+                break
+            ids = [r[0] for r in rows]
+            vecs = emb.encode_documents([r[1] for r in rows])
+            corpus.store.add_embeddings(model, ids, vecs)
+            fresh = [i for i, cid in enumerate(ids) if cid not in present]
+            dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
+            done += len(ids)
+    return done

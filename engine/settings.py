@@ -1,0 +1,141 @@
+"""One settings model, layered: configs/default.toml < user file < REFINDERY_* environment."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "default.toml"
+
+
+class ModelsSettings(BaseModel):
+    registry: str = "models.toml"
+    active: str = "all-minilm-l6-v2"
+    also_embed: list[str] = Field(default_factory=list)
+    device: str = "auto"
+    batch_size: int = Field(64, ge=1)
+    cache_dir: str = ""
+
+
+class ChunkingSettings(BaseModel):
+    max_tokens: int = Field(256, ge=16)
+    overlap_tokens: int = Field(32, ge=0)
+
+
+class IngestSettings(BaseModel):
+    batch_chunks: int = Field(512, ge=1)
+    progress: bool = True
+
+
+class IndexSettings(BaseModel):
+    dense_kind: Literal["flat", "hnsw"] = "flat"
+    hnsw_m: int = Field(32, ge=4)
+    hnsw_ef_construction: int = Field(200, ge=8)
+    hnsw_ef_search: int = Field(128, ge=8)
+    sparse_writer_heap: int = Field(128_000_000, ge=15_000_000)
+
+
+class SearchSettings(BaseModel):
+    k: int = Field(10, ge=1)
+    offset: int = Field(0, ge=0)
+    dense_top_n: int = Field(100, ge=1)
+    sparse_top_n: int = Field(100, ge=1)
+    rrf_k: float = Field(60, ge=0)
+    dense_weight: float = Field(1.0, ge=0)
+    sparse_weight: float = Field(1.0, ge=0)
+    rollup: Literal["max", "sum", "mean_top2"] = "max"
+    recency_half_life_days: float = Field(0.0, ge=0)
+    rerank: bool = False
+    rerank_n: int = Field(50, ge=1)
+    query_cache_size: int = Field(256, ge=0)
+    snippets_per_page: int = Field(2, ge=1)
+
+
+class ServerSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+
+
+# The user config file for the settings being built; set by load_settings().
+_user_config: Path | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="REFINDERY_",
+        env_nested_delimiter="__",
+        extra="ignore",
+    )
+
+    data_dir: Path = Path("./data")
+    default_workspace: str = "default"
+    models: ModelsSettings = Field(default_factory=ModelsSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, v: Path) -> Path:
+        return v.expanduser().resolve()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Earlier sources win; nested tables are merged key by key.
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if _user_config is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=_user_config))
+        sources.append(TomlConfigSettingsSource(settings_cls, toml_file=DEFAULT_CONFIG))
+        return tuple(sources)
+
+    # Derived locations -------------------------------------------------------------------
+    @property
+    def registry_path(self) -> Path:
+        p = Path(self.models.registry).expanduser()
+        return p if p.is_absolute() else (CONFIG_DIR / p)
+
+    @property
+    def models_cache_dir(self) -> Path:
+        return Path(self.models.cache_dir).expanduser() if self.models.cache_dir else self.data_dir / "models"
+
+    @property
+    def embedder_names(self) -> list[str]:
+        names = [self.models.active]
+        names += [n for n in self.models.also_embed if n not in names]
+        return names
+
+
+class ConfigFileError(ValueError):
+    """The user config file named by --config or REFINDERY_CONFIG does not exist."""
+
+
+def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Build settings: default.toml < `config` (or $REFINDERY_CONFIG) < environment < overrides."""
+    global _user_config
+    path = config if config is not None else os.environ.get("REFINDERY_CONFIG") or None
+    user = Path(path).expanduser().resolve() if path else None
+    if user is not None and not user.is_file():
+        raise ConfigFileError(f"config file not found: {user}")
+    _user_config = user
+    try:
+        return Settings(**overrides)
+    finally:
+        _user_config = None

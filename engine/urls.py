@@ -1,0 +1,73 @@
+"""URL normalisation and the stable page id derived from it."""
+from __future__ import annotations
+
+import hashlib
+import re
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+_TRACKING = re.compile(r"^(utm_[a-z]+|fbclid|gclid|mc_cid|mc_eid|ref_src)$", re.I)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_BARE_DOMAIN = re.compile(r"^(?:www\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}\.?$", re.I)
+
+
+class InvalidURL(ValueError):
+    pass
+
+
+def normalize_url(url: str) -> str:
+    """Canonical form used for identity: scheme-less, lower-case host without "www.", no default
+    port, no fragment, no tracking parameters, sorted query, no trailing slash (except the root).
+
+    http://www.Example.com:80/a/b/?utm_source=x&b=2&a=1#top  ->  example.com/a/b?a=1&b=2
+    """
+    raw = (url or "").strip()
+    if not raw:
+        raise InvalidURL("empty URL")
+    if "://" not in raw:
+        m = re.match(r"^([a-z][a-z0-9+.-]*):(?!\d)", raw, re.I)
+        if m and "." not in m.group(1):
+            raise InvalidURL(f"unsupported URL scheme {m.group(1)!r}")
+        raw = "http://" + raw
+    parts = urlsplit(raw)
+    if parts.scheme.lower() not in ("http", "https", "file"):
+        raise InvalidURL(f"unsupported URL scheme {parts.scheme!r}")
+    host = (parts.hostname or "").lower().rstrip(".")
+    if not host and parts.scheme.lower() != "file":
+        raise InvalidURL(f"URL has no host: {url!r}")
+    if host.startswith("www."):
+        host = host[4:]
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidURL(f"bad port in URL {url!r}") from exc
+    if port and port != _DEFAULT_PORTS.get(parts.scheme.lower()):
+        host = f"{host}:{port}"
+    path = quote(unquote(parts.path or "/"), safe="/:@!$&'()*+,;=-._~%")
+    path = re.sub(r"/{2,}", "/", path)
+    if path != "/" and path.endswith("/"):
+        path = path.rstrip("/")
+    if path.endswith("/index.html"):
+        path = path[: -len("index.html")].rstrip("/") or "/"
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _TRACKING.match(k)]
+    q = urlencode(sorted(query))
+    out = host + (path if path != "/" else "")
+    return out + ("?" + q if q else "")
+
+
+def domain_of(url: str) -> str:
+    """Registered host of a URL, lower case, without "www." and port."""
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    host = (urlsplit(raw).hostname or "").lower().rstrip(".")
+    return host[4:] if host.startswith("www.") else host
+
+
+def is_bare_domain(text: str) -> bool:
+    return bool(_BARE_DOMAIN.match(text.strip()))
+
+
+def page_id_for(workspace: str, url_norm: str) -> str:
+    """Stable id: the same normalised URL in the same workspace always gets the same id."""
+    digest = hashlib.sha1(f"{workspace}\x00{url_norm}".encode()).hexdigest()
+    return "pg_" + digest[:20]

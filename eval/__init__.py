@@ -1,0 +1,1 @@
+"""Offline evaluation: test collections, metrics, replay of logged queries, reports."""

@@ -1,0 +1,1 @@
+"""Everything that stores searchable state: corpus store (DuckDB), sparse (tantivy), dense (FAISS)."""

@@ -1,0 +1,204 @@
+"""BM25 over chunks with tantivy (English stemming), with the page's filter fields on each chunk.
+
+Fields: chunk_id (u64, stored, fast), page_id / workspace / domain / scope / entities (raw
+strings, fast), title + section + body (en_stem text), first_seen / last_seen / published (dates,
+fast), cluster_id (i64, fast). Filters are wrapped in a zero-score query so they never change BM25.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import tantivy
+
+from .generation import read_marker, write_marker
+from .store import IndexDoc
+
+_QUERY_SYNTAX = re.compile(r"[^\w\s]+", re.UNICODE)
+SEARCH_FIELDS = ["title", "section", "body"]
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SparseFilter:
+    """Restrictions pushed into the BM25 query (all optional; all must hold)."""
+    workspace: str | None = None
+    domains: tuple[str, ...] = ()
+    after: datetime | None = None
+    before: datetime | None = None
+    cluster_ids: tuple[int, ...] = ()
+    entities: tuple[str, ...] = ()
+    scopes: tuple[str, ...] | None = None
+    page_ids: tuple[str, ...] | None = None
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_unsigned_field("chunk_id", stored=True, indexed=True, fast=True)
+    for f in ("page_id", "workspace", "domain", "scope", "entities"):
+        sb.add_text_field(f, stored=False, tokenizer_name="raw", fast=True)
+    for f in SEARCH_FIELDS:
+        sb.add_text_field(f, stored=False, tokenizer_name="en_stem")
+    for f in ("first_seen", "last_seen", "published"):
+        sb.add_date_field(f, stored=False, indexed=True, fast=True)
+    sb.add_integer_field("cluster_id", stored=False, indexed=True, fast=True)
+    return sb.build()
+
+
+def _utc(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+
+
+def plain_query(text: str) -> str:
+    """A user's words as a bag of terms: query syntax (quotes, colons, +/-) is not ours to parse."""
+    words = _QUERY_SYNTAX.sub(" ", text).split()
+    return " ".join(w.lower() for w in words)
+
+
+class SparseIndex:
+    def __init__(self, path: Path | str, writer_heap: int = 128_000_000):
+        self.path = Path(path)
+        self.marker_path = self.path.parent / (self.path.name + ".json")
+        self.writer_heap = writer_heap
+        self._lock = threading.RLock()
+        self.schema = _schema()
+        self.index = self._open()
+
+    def _open(self) -> tantivy.Index:
+        self.path.mkdir(parents=True, exist_ok=True)
+        marker = read_marker(self.marker_path) or {}
+        if marker.get("format") not in (None, FORMAT_VERSION):
+            shutil.rmtree(self.path)
+            self.path.mkdir(parents=True)
+        try:
+            return tantivy.Index(self.schema, path=str(self.path), reuse=True)
+        except ValueError:
+            # Unreadable or from another schema: start empty; the caller rebuilds from the store.
+            shutil.rmtree(self.path)
+            self.path.mkdir(parents=True)
+            write_marker(self.marker_path, {"generation": -1, "format": FORMAT_VERSION})
+            return tantivy.Index(self.schema, path=str(self.path), reuse=False)
+
+    # Generation marker --------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        m = read_marker(self.marker_path)
+        return int(m["generation"]) if m and "generation" in m else -1
+
+    def mark(self, generation: int) -> None:
+        write_marker(self.marker_path, {"generation": generation, "format": FORMAT_VERSION})
+
+    # Writes -------------------------------------------------------------------------------------
+    def _doc(self, d: IndexDoc) -> tantivy.Document:
+        doc = tantivy.Document()
+        doc.add_unsigned("chunk_id", int(d.chunk_id))
+        doc.add_text("page_id", d.page_id)
+        doc.add_text("workspace", d.workspace_id)
+        doc.add_text("domain", d.domain or "")
+        if d.scope:
+            doc.add_text("scope", d.scope)
+        for e in d.entities:
+            doc.add_text("entities", e)
+        doc.add_text("title", d.title or "")
+        doc.add_text("section", d.section or "")
+        doc.add_text("body", d.text)
+        doc.add_date("first_seen", _utc(d.first_seen))
+        doc.add_date("last_seen", _utc(d.last_seen))
+        if d.published is not None:
+            doc.add_date("published", _utc(d.published))
+        if d.cluster_id is not None:
+            doc.add_integer("cluster_id", int(d.cluster_id))
+        return doc
+
+    def replace_pages(self, page_ids: Iterable[str], docs: Iterable[IndexDoc], generation: int) -> None:
+        """Drop every chunk of `page_ids`, add `docs`, commit, then record `generation`.
+        Idempotent, so replaying it after a crash is always safe."""
+        with self._lock:
+            writer = self.index.writer(self.writer_heap, 1)
+            try:
+                for pid in page_ids:
+                    writer.delete_documents_by_term("page_id", pid)
+                for d in docs:
+                    writer.add_document(self._doc(d))
+                writer.commit()
+                writer.wait_merging_threads()
+            except BaseException:
+                writer.rollback()
+                raise
+            self.index.reload()
+            self.mark(generation)
+
+    def rebuild(self, batches: Iterable[list[IndexDoc]], generation: int) -> None:
+        with self._lock:
+            writer = self.index.writer(self.writer_heap, 1)
+            writer.delete_all_documents()
+            for batch in batches:
+                for d in batch:
+                    writer.add_document(self._doc(d))
+            writer.commit()
+            writer.wait_merging_threads()
+            self.index.reload()
+            self.mark(generation)
+
+    # Reads --------------------------------------------------------------------------------------
+    def count(self) -> int:
+        self.index.reload()
+        return self.index.searcher().num_docs
+
+    def ids(self) -> list[int]:
+        """Every chunk id in the index, sorted (for consistency checks, not a hot path)."""
+        self.index.reload()
+        searcher = self.index.searcher()
+        n = searcher.num_docs
+        if n == 0:
+            return []
+        hits = searcher.search(tantivy.Query.all_query(), n).hits
+        return sorted(int(searcher.doc(addr)["chunk_id"][0]) for _, addr in hits)
+
+    def _filter_queries(self, f: SparseFilter) -> list[tantivy.Query]:
+        s = self.schema
+        out: list[tantivy.Query] = []
+        if f.workspace:
+            out.append(tantivy.Query.term_query(s, "workspace", f.workspace))
+        if f.domains:
+            out.append(tantivy.Query.term_set_query(s, "domain", list(f.domains)))
+        if f.after or f.before:
+            # after is inclusive, before exclusive: [after, before)
+            lo = _utc(f.after) if f.after else None
+            hi = _utc(f.before) if f.before else None
+            out.append(tantivy.Query.range_query(s, "last_seen", tantivy.FieldType.Date, lo, hi,
+                                                 include_lower=True, include_upper=hi is None))
+        if f.cluster_ids:
+            out.append(tantivy.Query.term_set_query(s, "cluster_id", [int(c) for c in f.cluster_ids]))
+        if f.entities:
+            out.append(tantivy.Query.term_set_query(s, "entities", list(f.entities)))
+        if f.scopes is not None:
+            out.append(tantivy.Query.term_set_query(s, "scope", list(f.scopes)) if f.scopes
+                       else tantivy.Query.empty_query())
+        if f.page_ids is not None:
+            out.append(tantivy.Query.term_set_query(s, "page_id", list(f.page_ids)) if f.page_ids
+                       else tantivy.Query.empty_query())
+        return out
+
+    def search(self, text: str, top_n: int, flt: SparseFilter | None = None) -> list[tuple[int, float]]:
+        """[(chunk_id, bm25)] best first; ties broken by chunk id."""
+        terms = plain_query(text)
+        if not terms:
+            return []
+        query, _errors = self.index.parse_query_lenient(terms, SEARCH_FIELDS)
+        filters = self._filter_queries(flt) if flt else []
+        if filters:
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, query)]
+                + [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in filters]
+            )
+        searcher = self.index.searcher()
+        hits = searcher.search(query, top_n).hits
+        out = [(int(searcher.doc(addr)["chunk_id"][0]), float(score)) for score, addr in hits]
+        out.sort(key=lambda t: (-t[1], t[0]))
+        return out

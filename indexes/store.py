@@ -1,0 +1,531 @@
+"""The corpus store in DuckDB: the source of truth every index is built from.
+
+Tables (one row kind each):
+  meta(key, value)                 schema version and the store generation
+  workspaces(workspace_id, ...)
+  pages(page_id, workspace_id, url, url_norm, domain, title, body_text, content_hash,
+        first_seen, last_seen, published, visit_count, cluster_id, scope, updated_generation)
+  chunks(chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens)
+  entities(entity_id, workspace_id, canonical, aliases)
+  page_entities(page_id, entity_id)
+  embeddings(model, chunk_id, vector)        one vector per (model, chunk)
+  changes(generation, page_id, op)           which pages each generation touched; indexes replay
+                                             it to catch up after a crash
+
+Every write is one transaction that also bumps the generation, so a reader (or an index
+catching up) sees either all of a batch or none of it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+
+_DDL = [
+    "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    """CREATE TABLE IF NOT EXISTS workspaces (
+        workspace_id VARCHAR PRIMARY KEY, name VARCHAR, created_at TIMESTAMP)""",
+    """CREATE TABLE IF NOT EXISTS pages (
+        page_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, url VARCHAR NOT NULL,
+        url_norm VARCHAR NOT NULL, domain VARCHAR, title VARCHAR, body_text VARCHAR,
+        content_hash VARCHAR NOT NULL, first_seen TIMESTAMP NOT NULL, last_seen TIMESTAMP NOT NULL,
+        published TIMESTAMP, visit_count INTEGER NOT NULL DEFAULT 1, cluster_id BIGINT,
+        scope VARCHAR, updated_generation BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS chunks (
+        chunk_id BIGINT PRIMARY KEY, page_id VARCHAR NOT NULL, ordinal INTEGER NOT NULL,
+        text VARCHAR NOT NULL, char_start INTEGER NOT NULL, char_end INTEGER NOT NULL,
+        section_path VARCHAR[], n_tokens INTEGER)""",
+    "CREATE INDEX IF NOT EXISTS chunks_page ON chunks(page_id)",
+    """CREATE TABLE IF NOT EXISTS entities (
+        entity_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, canonical VARCHAR NOT NULL,
+        aliases VARCHAR[])""",
+    "CREATE TABLE IF NOT EXISTS page_entities (page_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS embeddings (
+        model VARCHAR NOT NULL, chunk_id BIGINT NOT NULL, vector FLOAT[] NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS changes (generation BIGINT NOT NULL, page_id VARCHAR NOT NULL, op VARCHAR NOT NULL)",
+]
+
+
+@dataclass
+class PageRow:
+    page_id: str
+    workspace_id: str
+    url: str
+    url_norm: str
+    domain: str
+    title: str | None
+    body_text: str
+    content_hash: str
+    first_seen: datetime
+    last_seen: datetime
+    published: datetime | None = None
+    visit_count: int = 1
+    cluster_id: int | None = None
+    scope: str | None = None
+
+
+@dataclass
+class ChunkRow:
+    chunk_id: int
+    page_id: str
+    ordinal: int
+    text: str
+    char_start: int
+    char_end: int
+    section_path: list[str]
+    n_tokens: int
+
+
+@dataclass
+class EntityRow:
+    entity_id: str
+    workspace_id: str
+    canonical: str
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PageWrite:
+    """Everything one changed or new page writes: the page row, its full chunk list (chunks it
+    keeps are updated in place, so their vectors stay), the vectors of its new chunks, its entities."""
+    page: PageRow
+    chunks: list[ChunkRow]
+    vectors: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)  # model -> chunk_id -> vec
+    entities: list[EntityRow] = field(default_factory=list)
+
+
+@dataclass
+class Touch:
+    """A re-visit of an unchanged page: only last_seen (and the visit count) move."""
+    page_id: str
+    last_seen: datetime
+    visits: int = 1
+
+
+@dataclass
+class ExistingPage:
+    page_id: str
+    content_hash: str
+    first_seen: datetime
+    last_seen: datetime
+    visit_count: int
+    chunk_ids: set[int]
+
+
+@dataclass
+class IndexDoc:
+    """What an index needs to know about one chunk: its text and the page's filter fields."""
+    chunk_id: int
+    page_id: str
+    workspace_id: str
+    text: str
+    title: str
+    section: str
+    domain: str
+    first_seen: datetime
+    last_seen: datetime
+    published: datetime | None
+    cluster_id: int | None
+    scope: str | None
+    entities: list[str]
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class CorpusStore:
+    """DuckDB-backed corpus store. One writer at a time (a lock); readers use their own cursors."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(str(self.path))
+        except duckdb.IOException as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        with self._write_lock:
+            for stmt in _DDL:
+                self._con.execute(stmt)
+            if self._meta("schema_version") is None:
+                self._con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('generation', '0')",
+                                  [SCHEMA_VERSION])
+
+    # Plumbing ----------------------------------------------------------------------------------
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for the calling thread (DuckDB connections are not shared across threads)."""
+        cur = getattr(self._local, "cur", None)
+        if cur is None:
+            cur = self._con.cursor()
+            self._local.cur = cur
+        return cur
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._con.close()
+
+    def _meta(self, key: str) -> str | None:
+        row = self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
+
+    def generation(self) -> int:
+        row = self.cursor().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0])
+
+    def _bump(self, con: duckdb.DuckDBPyConnection) -> int:
+        gen = int(con.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]) + 1
+        con.execute("UPDATE meta SET value = ? WHERE key = 'generation'", [str(gen)])
+        return gen
+
+    # Workspaces --------------------------------------------------------------------------------
+    def ensure_workspace(self, workspace_id: str, name: str | None = None) -> None:
+        with self._write_lock:
+            self._con.execute(
+                "INSERT INTO workspaces VALUES (?, ?, now()) ON CONFLICT DO NOTHING",
+                [workspace_id, name or workspace_id],
+            )
+
+    def workspaces(self) -> list[str]:
+        return [r[0] for r in self.cursor().execute("SELECT workspace_id FROM workspaces ORDER BY 1").fetchall()]
+
+    # Reads -------------------------------------------------------------------------------------
+    def existing_pages(self, page_ids: Iterable[str]) -> dict[str, ExistingPage]:
+        ids = list(set(page_ids))
+        if not ids:
+            return {}
+        cur = self.cursor()
+        rows = cur.execute(
+            """SELECT p.page_id, p.content_hash, p.first_seen, p.last_seen, p.visit_count,
+                      list(c.chunk_id) FILTER (WHERE c.chunk_id IS NOT NULL)
+               FROM pages p LEFT JOIN chunks c USING (page_id)
+               WHERE p.page_id IN (SELECT unnest(?::VARCHAR[]))
+               GROUP BY ALL""",
+            [ids],
+        ).fetchall()
+        return {r[0]: ExistingPage(r[0], r[1], r[2], r[3], r[4], set(r[5] or [])) for r in rows}
+
+    def page(self, page_id: str) -> dict | None:
+        cur = self.cursor()
+        res = cur.execute("SELECT * FROM pages WHERE page_id = ?", [page_id])
+        row = res.fetchone()
+        if row is None:
+            return None
+        out = dict(zip([d[0] for d in res.description], row))
+        out["entities"] = [
+            {"entity_id": r[0], "canonical": r[1], "aliases": list(r[2] or [])}
+            for r in cur.execute(
+                """SELECT e.entity_id, e.canonical, e.aliases FROM page_entities pe
+                   JOIN entities e USING (entity_id) WHERE pe.page_id = ? ORDER BY e.canonical""",
+                [page_id],
+            ).fetchall()
+        ]
+        return out
+
+    def pages_by_id(self, page_ids: list[str]) -> dict[str, dict]:
+        if not page_ids:
+            return {}
+        cur = self.cursor()
+        res = cur.execute(
+            """SELECT page_id, workspace_id, url, domain, title, first_seen, last_seen, published,
+                      visit_count, cluster_id, scope
+               FROM pages WHERE page_id IN (SELECT unnest(?::VARCHAR[]))""",
+            [page_ids],
+        )
+        cols = [d[0] for d in res.description]
+        pages = {r[0]: dict(zip(cols, r)) for r in res.fetchall()}
+        for pid, ents in cur.execute(
+            """SELECT pe.page_id, list(e.canonical ORDER BY e.canonical) FROM page_entities pe
+               JOIN entities e USING (entity_id)
+               WHERE pe.page_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1""",
+            [page_ids],
+        ).fetchall():
+            if pid in pages:
+                pages[pid]["entities"] = list(ents)
+        for p in pages.values():
+            p.setdefault("entities", [])
+        return pages
+
+    def chunks_by_id(self, chunk_ids: list[int]) -> dict[int, dict]:
+        if not chunk_ids:
+            return {}
+        res = self.cursor().execute(
+            """SELECT chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens
+               FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))""",
+            [chunk_ids],
+        )
+        cols = [d[0] for d in res.description]
+        return {r[0]: dict(zip(cols, r)) for r in res.fetchall()}
+
+    def page_chunks(self, page_id: str) -> list[dict]:
+        res = self.cursor().execute(
+            """SELECT chunk_id, ordinal, text, char_start, char_end, section_path, n_tokens
+               FROM chunks WHERE page_id = ? ORDER BY ordinal""",
+            [page_id],
+        )
+        cols = [d[0] for d in res.description]
+        return [dict(zip(cols, r)) for r in res.fetchall()]
+
+    def index_docs(self, page_ids: list[str] | None = None, batch: int = 5000) -> Iterator[list[IndexDoc]]:
+        """Chunks with their page's filter fields, for (re)building indexes; all pages if None."""
+        cur = self._con.cursor()
+        where = "" if page_ids is None else "WHERE c.page_id IN (SELECT unnest(?::VARCHAR[]))"
+        params = [] if page_ids is None else [list(page_ids)]
+        res = cur.execute(
+            f"""SELECT c.chunk_id, c.page_id, p.workspace_id, c.text, coalesce(p.title, ''),
+                       array_to_string(coalesce(c.section_path, []), ' > '), p.domain,
+                       p.first_seen, p.last_seen, p.published, p.cluster_id, p.scope,
+                       coalesce(pe.ents, [])
+                FROM chunks c JOIN pages p USING (page_id)
+                LEFT JOIN (SELECT page_id, list(entity_id ORDER BY entity_id) AS ents
+                           FROM page_entities GROUP BY 1) pe USING (page_id)
+                {where} ORDER BY c.chunk_id""",
+            params,
+        )
+        while True:
+            rows = res.fetchmany(batch)
+            if not rows:
+                break
+            yield [IndexDoc(*r[:12], list(r[12])) for r in rows]
+        cur.close()
+
+    def embeddings_for(self, model: str, chunk_ids: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int64[n], vectors float32[n, d]) of `model`, for the given chunks or all of them."""
+        cur = self._con.cursor()
+        try:
+            if chunk_ids is None:
+                tbl = cur.sql(
+                    """SELECT e.chunk_id, e.vector FROM embeddings e JOIN chunks c USING (chunk_id)
+                       WHERE e.model = $1 ORDER BY e.chunk_id""", params=[model]).to_arrow_table()
+            else:
+                tbl = cur.sql(
+                    """SELECT chunk_id, vector FROM embeddings
+                       WHERE model = $1 AND chunk_id IN (SELECT unnest($2::BIGINT[])) ORDER BY chunk_id""",
+                    params=[model, [int(c) for c in chunk_ids]]).to_arrow_table()
+        finally:
+            cur.close()
+        return _arrow_to_matrix(tbl)
+
+    def chunks_missing_embeddings(self, model: str, limit: int | None = None) -> list[tuple[int, str]]:
+        sql = """SELECT c.chunk_id, c.text FROM chunks c
+                 ANTI JOIN (SELECT chunk_id FROM embeddings WHERE model = ?) e USING (chunk_id)
+                 ORDER BY c.chunk_id"""
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self.cursor().execute(sql, [model]).fetchall()
+
+    def changed_pages_since(self, generation: int) -> list[str]:
+        rows = self.cursor().execute(
+            "SELECT DISTINCT page_id FROM changes WHERE generation > ? ORDER BY 1", [generation]
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def oldest_change_generation(self) -> int | None:
+        row = self.cursor().execute("SELECT min(generation) FROM changes").fetchone()
+        return row[0]
+
+    def counts(self) -> dict:
+        cur = self.cursor()
+        pages, chunks = cur.execute("SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM chunks)").fetchone()
+        per_model = dict(cur.execute(
+            """SELECT model, count(*) FROM embeddings e JOIN chunks c USING (chunk_id) GROUP BY 1 ORDER BY 1"""
+        ).fetchall())
+        entities = cur.execute("SELECT count(*) FROM entities").fetchone()[0]
+        per_ws = dict(cur.execute("SELECT workspace_id, count(*) FROM pages GROUP BY 1 ORDER BY 1").fetchall())
+        return {"pages": pages, "chunks": chunks, "entities": entities, "embeddings": per_model,
+                "pages_per_workspace": per_ws}
+
+    # Writes ------------------------------------------------------------------------------------
+    def apply(self, writes: list[PageWrite], touches: list[Touch], deletes: list[str] = ()) -> int:
+        """Write a batch in one transaction; return the new generation."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                gen = self._bump(con)
+                changes: list[tuple[int, str, str]] = []
+                for t in touches:
+                    con.execute(
+                        """UPDATE pages SET last_seen = greatest(last_seen, ?),
+                           visit_count = visit_count + ?, updated_generation = ? WHERE page_id = ?""",
+                        [t.last_seen, t.visits, gen, t.page_id],
+                    )
+                    changes.append((gen, t.page_id, "touch"))
+                for pid in deletes:
+                    self._delete_page(con, pid)
+                    changes.append((gen, pid, "delete"))
+                self._write_pages(con, writes, gen)
+                changes += [(gen, w.page.page_id, "upsert") for w in writes]
+                if changes:
+                    con.executemany("INSERT INTO changes VALUES (?, ?, ?)", changes)
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            return gen
+
+    def _delete_page(self, con, page_id: str) -> None:
+        con.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE page_id = ?)",
+                    [page_id])
+        con.execute("DELETE FROM chunks WHERE page_id = ?", [page_id])
+        con.execute("DELETE FROM page_entities WHERE page_id = ?", [page_id])
+        con.execute("DELETE FROM pages WHERE page_id = ?", [page_id])
+
+    def _write_pages(self, con, writes: list[PageWrite], gen: int) -> None:
+        if not writes:
+            return
+        ids = [w.page.page_id for w in writes]
+        existing = {r[0] for r in con.execute(
+            "SELECT page_id FROM pages WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids]).fetchall()}
+        old_chunks = {r[0] for r in con.execute(
+            "SELECT chunk_id FROM chunks WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids]).fetchall()}
+        new_chunks = {c.chunk_id for w in writes for c in w.chunks}
+        gone = sorted(old_chunks - new_chunks)
+        kept = old_chunks & new_chunks
+        if gone:
+            con.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [gone])
+            con.execute("DELETE FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [gone])
+        for w in writes:
+            p = w.page
+            vals = [p.workspace_id, p.url, p.url_norm, p.domain, p.title, p.body_text, p.content_hash,
+                    p.first_seen, p.last_seen, p.published, p.visit_count, p.cluster_id, p.scope, gen]
+            if p.page_id in existing:
+                con.execute(
+                    """UPDATE pages SET workspace_id=?, url=?, url_norm=?, domain=?, title=?, body_text=?,
+                       content_hash=?, first_seen=?, last_seen=?, published=?, visit_count=?,
+                       cluster_id=?, scope=?, updated_generation=? WHERE page_id = ?""",
+                    vals + [p.page_id],
+                )
+            else:
+                con.execute("INSERT INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [p.page_id] + vals)
+        # Chunks that survive a change keep their id (and vectors); only place and section move.
+        upd = [(c.ordinal, c.char_start, c.char_end, c.section_path, c.n_tokens, c.chunk_id)
+               for w in writes for c in w.chunks if c.chunk_id in kept]
+        if upd:
+            con.executemany(
+                "UPDATE chunks SET ordinal=?, char_start=?, char_end=?, section_path=?, n_tokens=? WHERE chunk_id=?",
+                upd)
+        fresh = [c for w in writes for c in w.chunks if c.chunk_id not in kept]
+        if fresh:
+            tbl = pa.table({
+                "chunk_id": pa.array([c.chunk_id for c in fresh], pa.int64()),
+                "page_id": pa.array([c.page_id for c in fresh], pa.string()),
+                "ordinal": pa.array([c.ordinal for c in fresh], pa.int32()),
+                "text": pa.array([c.text for c in fresh], pa.string()),
+                "char_start": pa.array([c.char_start for c in fresh], pa.int32()),
+                "char_end": pa.array([c.char_end for c in fresh], pa.int32()),
+                "section_path": pa.array([c.section_path for c in fresh], pa.list_(pa.string())),
+                "n_tokens": pa.array([c.n_tokens for c in fresh], pa.int32()),
+            })
+            con.register("_fresh_chunks", tbl)
+            con.execute("INSERT INTO chunks SELECT * FROM _fresh_chunks")
+            con.unregister("_fresh_chunks")
+        self._insert_vectors(con, _merge_vectors(writes))
+        con.execute("DELETE FROM page_entities WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
+        links = []
+        for w in writes:
+            for e in w.entities:
+                con.execute(
+                    """INSERT INTO entities VALUES (?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
+                       SET aliases = list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))""",
+                    [e.entity_id, e.workspace_id, e.canonical, sorted(set(e.aliases))],
+                )
+                links.append((w.page.page_id, e.entity_id))
+        if links:
+            con.executemany("INSERT INTO page_entities VALUES (?, ?)", sorted(set(links)))
+
+    def _insert_vectors(self, con, vectors: dict[str, tuple[list[int], list[np.ndarray]]]) -> None:
+        for model, (ids, vecs) in vectors.items():
+            if not ids:
+                continue
+            mat = np.ascontiguousarray(np.vstack(vecs), dtype=np.float32)
+            tbl = pa.table({
+                "model": pa.array([model] * len(ids), pa.string()),
+                "chunk_id": pa.array(ids, pa.int64()),
+                "vector": pa.ListArray.from_arrays(
+                    pa.array(np.arange(0, mat.size + 1, mat.shape[1], dtype=np.int32)), pa.array(mat.ravel())),
+            })
+            con.register("_fresh_vectors", tbl)
+            con.execute("INSERT INTO embeddings SELECT * FROM _fresh_vectors")
+            con.unregister("_fresh_vectors")
+
+    def add_embeddings(self, model: str, ids: list[int], vectors: np.ndarray) -> int:
+        """Store vectors of an embedder for existing chunks (adding a model embeds only what it
+        lacks). Text is unchanged, so the generation does not move; the model's dense index
+        notices the new vectors by count and catches up by difference. Returns how many landed."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                # A chunk may have been deleted meanwhile; keep only live ones.
+                live = {r[0] for r in con.execute(
+                    "SELECT chunk_id FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
+                    [list(ids)]).fetchall()}
+                keep = [i for i, cid in enumerate(ids) if cid in live]
+                self._insert_vectors(con, {model: ([ids[i] for i in keep], [vectors[i] for i in keep])})
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            return len(keep)
+
+    def prune_changes(self, upto_generation: int) -> None:
+        """Forget change rows every index has already applied; an index older than this point
+        can no longer replay and is rebuilt instead."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                con.execute("DELETE FROM changes WHERE generation <= ?", [upto_generation])
+                con.execute("INSERT INTO meta VALUES ('pruned_upto', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                            [str(upto_generation)])
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+
+    def pruned_upto(self) -> int:
+        row = self.cursor().execute("SELECT value FROM meta WHERE key = 'pruned_upto'").fetchone()
+        return int(row[0]) if row else 0
+
+    def embedding_ids(self, model: str) -> tuple[np.ndarray, int]:
+        """Sorted chunk ids that have a vector of `model`, and how many."""
+        rows = self.cursor().execute(
+            """SELECT e.chunk_id FROM embeddings e JOIN chunks c USING (chunk_id)
+               WHERE e.model = ? ORDER BY 1""", [model]).fetchnumpy()
+        ids = rows["chunk_id"].astype(np.int64) if len(rows["chunk_id"]) else np.zeros(0, dtype=np.int64)
+        return ids, len(ids)
+
+    def checkpoint(self) -> None:
+        with self._write_lock:
+            self._con.execute("CHECKPOINT")
+
+
+def _merge_vectors(writes: list[PageWrite]) -> dict[str, tuple[list[int], list[np.ndarray]]]:
+    out: dict[str, tuple[list[int], list[np.ndarray]]] = {}
+    for w in writes:
+        for model, by_id in w.vectors.items():
+            ids, vecs = out.setdefault(model, ([], []))
+            for cid, v in by_id.items():
+                ids.append(cid)
+                vecs.append(v)
+    return out
+
+
+def _arrow_to_matrix(tbl: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    ids = tbl.column("chunk_id").to_numpy().astype(np.int64)
+    if len(ids) == 0:
+        return ids, np.zeros((0, 0), dtype=np.float32)
+    col = tbl.column("vector").combine_chunks()
+    flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return ids, np.ascontiguousarray(flat.reshape(len(ids), -1))

@@ -1,0 +1,116 @@
+"""Sentence embedders loaded from local folders, with the tokenizer exposed for chunking."""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from threading import Lock
+
+import numpy as np
+
+from .device import resolve_device
+from .registry import ModelRegistry, ModelSpec
+
+# Loading by hub name would try the network; everything here is resolved to a path first.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class Embedder:
+    """One embedding model: `encode_documents`, `encode_query`, and its tokenizer for chunking."""
+
+    def __init__(self, spec: ModelSpec, path: Path, device: str = "auto", batch_size: int = 64,
+                 query_cache_size: int = 256):
+        from sentence_transformers import SentenceTransformer
+
+        self.spec = spec
+        self.name = spec.name
+        self.path = Path(path)
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+        self.model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+        if spec.max_seq_length:
+            self.model.max_seq_length = spec.max_seq_length
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
+        if spec.dim and spec.dim != self.dim:
+            raise ValueError(f"model {spec.name!r}: registry says dim {spec.dim}, weights give {self.dim}")
+        self.max_seq_length = int(self.model.max_seq_length)
+        self.tokenizer = self.model.tokenizer
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = query_cache_size
+        self._lock = Lock()
+
+    @property
+    def max_content_tokens(self) -> int:
+        """Tokens of text that fit in one forward pass (the window minus [CLS] and [SEP])."""
+        return self.max_seq_length - self.tokenizer.num_special_tokens_to_add(pair=False)
+
+    def encode_documents(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        prefixed = [self.spec.document_prefix + t for t in texts] if self.spec.document_prefix else texts
+        vecs = self.model.encode(
+            prefixed,
+            batch_size=self.batch_size,
+            normalize_embeddings=self.spec.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=show_progress,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vec = self.model.encode(
+            [self.spec.query_prefix + text],
+            batch_size=1,
+            normalize_embeddings=self.spec.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )[0].astype(np.float32)
+        if self._cache_size:
+            with self._lock:
+                self._cache[text] = vec
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return vec
+
+
+# One instance per (weights, device) in a process: a CLI command, the server and the tests
+# never load the same model twice.
+_PROCESS_CACHE: dict[tuple[str, str], Embedder] = {}
+_PROCESS_LOCK = Lock()
+
+
+class EmbedderPool:
+    """Loads each embedder once, on first use, and keeps it."""
+
+    def __init__(self, registry: ModelRegistry, device: str = "auto", batch_size: int = 64,
+                 query_cache_size: int = 256):
+        self.registry = registry
+        self.device = device
+        self.batch_size = batch_size
+        self.query_cache_size = query_cache_size
+        self._loaded: dict[str, Embedder] = {}
+        self._lock = Lock()
+
+    def get(self, name: str) -> Embedder:
+        with self._lock:
+            if name not in self._loaded:
+                spec = self.registry.spec(name)
+                path = self.registry.resolve(name)
+                key = (str(path.resolve()), resolve_device(self.device))
+                with _PROCESS_LOCK:
+                    emb = _PROCESS_CACHE.get(key)
+                    if emb is None or emb.spec != spec:
+                        emb = Embedder(spec, path, self.device, self.batch_size, self.query_cache_size)
+                        _PROCESS_CACHE[key] = emb
+                self._loaded[name] = emb
+            return self._loaded[name]
+
+    def loaded(self) -> dict[str, Embedder]:
+        return dict(self._loaded)

@@ -1,0 +1,1 @@
+"""The faces of the engine, kept thin: FastAPI app and routes, CLI."""

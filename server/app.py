@@ -1,0 +1,129 @@
+"""FastAPI app: each route parses, calls one engine function, and shapes the reply."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from engine.corpus import Corpus, open_corpus
+from engine.ingest import Ingester, delete_page
+from engine.records import PageInput
+from engine.search import SearchRequest, SearchResponse, SearchService
+from engine.settings import Settings, load_settings
+from models.registry import ModelNotFound
+
+from .errors import ApiError, install_error_handlers, not_found
+
+log = logging.getLogger("refindery.server")
+
+FLUSH_EVERY_S = 30.0
+
+
+class PagesUpsert(BaseModel):
+    pages: list[dict[str, Any]] = Field(min_length=1, max_length=1000,
+                                        description="Page records: {url, title?, body_text | html, seen_at?, "
+                                                    "published?, entities?, scope?}")
+    workspace: str | None = Field(default=None, max_length=200)
+
+
+class UpsertItem(BaseModel):
+    index: int
+    page_id: str | None
+    url: str | None
+    status: str
+    error: str | None = None
+
+
+class UpsertResponse(BaseModel):
+    errors: bool
+    items: list[UpsertItem]
+    summary: dict[str, Any]
+
+
+def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -> FastAPI:
+    owns_corpus = corpus is None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        nonlocal corpus
+        if corpus is None:
+            corpus = await run_in_threadpool(open_corpus, settings or load_settings())
+        app.state.corpus = corpus
+        app.state.search = SearchService(corpus)
+
+        async def flusher():
+            while True:
+                await asyncio.sleep(FLUSH_EVERY_S)
+                await run_in_threadpool(corpus.flush)
+
+        task = asyncio.create_task(flusher())
+        try:
+            yield
+        finally:
+            task.cancel()
+            if owns_corpus:
+                await run_in_threadpool(corpus.close)
+            else:
+                await run_in_threadpool(corpus.flush)
+
+    app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan,
+                  description="Hybrid retrieval: refind search, relation search, evidence search.")
+    install_error_handlers(app)
+
+    def get_corpus(request: Request) -> Corpus:
+        return request.app.state.corpus
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/status", tags=["ops"])
+    def status(c: Corpus = Depends(get_corpus)) -> dict:
+        return status_of(c)
+
+    @app.post("/v1/pages", response_model=UpsertResponse, tags=["pages"])
+    def upsert_pages(body: PagesUpsert, c: Corpus = Depends(get_corpus)) -> UpsertResponse:
+        ws = body.workspace or c.settings.default_workspace
+        report = Ingester(c, ws, progress=False).ingest((i, "request", rec) for i, rec in enumerate(body.pages))
+        items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
+                 for o in report.outcomes]
+        return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())
+
+    @app.get("/v1/pages/{page_id}", tags=["pages"])
+    def get_page(page_id: str, c: Corpus = Depends(get_corpus)) -> dict:
+        page = c.store.page(page_id)
+        if page is None:
+            raise not_found("page", page_id)
+        page["chunks"] = c.store.page_chunks(page_id)
+        return page
+
+    @app.delete("/v1/pages/{page_id}", tags=["pages"])
+    def remove_page(page_id: str, c: Corpus = Depends(get_corpus)) -> dict:
+        if not delete_page(c, page_id):
+            raise not_found("page", page_id)
+        return {"page_id": page_id, "deleted": True}
+
+    @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
+    def search(req: SearchRequest, request: Request) -> SearchResponse:
+        try:
+            return request.app.state.search.search(req)
+        except ModelNotFound as exc:
+            raise ApiError(503, "model_unavailable", str(exc), model=exc.name, install=exc.install) from exc
+
+    return app
+
+
+def status_of(c: Corpus) -> dict:
+    counts = c.store.counts()
+    return {
+        "data_dir": str(c.data_dir),
+        "active_model": c.settings.models.active,
+        "counts": counts,
+        "generations": c.consistency(),
+        "repairs_at_open": [r.__dict__ for r in c.repairs],
+    }

@@ -1,0 +1,200 @@
+"""`refindery` command line: ingest, serve, search, reindex, models, status."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from engine.settings import ConfigFileError, Settings, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config)
+
+
+def _print(obj, as_json: bool = True) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def cmd_ingest(args) -> int:
+    from engine.corpus import open_corpus
+    from engine.ingest import Ingester
+    from engine.records import read_source
+
+    settings = _settings(args)
+    corpus = open_corpus(settings)
+    try:
+        ingester = Ingester(corpus, args.workspace, progress=not args.no_progress)
+        try:
+            records = read_source(args.path, args.base_url)
+            report = ingester.ingest(records)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for e in report.errors:
+            print(f"{e.source}:{e.line}: skipped: {e.error}", file=sys.stderr)
+        summary = report.summary()
+        summary["chunks_per_second"] = round(report.chunks_embedded / report.seconds, 1) if report.seconds else None
+        _print(summary)
+        return 1 if report.errors and not report.outcomes else 0
+    finally:
+        corpus.close()
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    settings = _settings(args)
+    host = args.host or settings.server.host
+    port = args.port or settings.server.port
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    return 0
+
+
+def cmd_search(args) -> int:
+    from engine.corpus import open_corpus
+    from engine.search import SearchRequest, SearchService
+
+    corpus = open_corpus(_settings(args))
+    try:
+        resp = SearchService(corpus).search(SearchRequest(query=args.query, k=args.k, offset=args.offset,
+                                                          workspace=args.workspace))
+        if args.json:
+            print(resp.model_dump_json(indent=2))
+            return 0
+        print(f"{resp.total} pages ranked; showing {len(resp.results)} ({resp.timings_ms['total']:.0f} ms)")
+        for hit in resp.results:
+            print(f"{hit.rank:>3}. {hit.title or '(untitled)'}\n     {hit.url}   score={hit.score:.4f}")
+            if hit.snippets:
+                snip = " ".join(hit.snippets[0].text.split())
+                print(f"     {snip[:160]}{'…' if len(snip) > 160 else ''}")
+        return 0
+    finally:
+        corpus.close()
+
+
+def cmd_reindex(args) -> int:
+    from engine.corpus import open_corpus
+
+    corpus = open_corpus(_settings(args), repair=False)
+    try:
+        reports = corpus.reindex()
+        _print({"rebuilt": [r.__dict__ for r in reports], "consistency": corpus.consistency()})
+        return 0
+    finally:
+        corpus.close()
+
+
+def cmd_models(args) -> int:
+    from engine.corpus import Corpus
+    from engine.ingest import embed_missing
+    from models.device import resolve_device
+    from models.registry import ModelNotFound
+
+    settings = _settings(args)
+    corpus = Corpus(settings)
+    try:
+        if args.embed:
+            corpus.sync([])
+            n = embed_missing(corpus, args.embed)
+            corpus.sync([args.embed])
+            corpus.flush()
+            _print({"model": args.embed, "embedded": n})
+            return 0
+        counts = corpus.store.counts()["embeddings"]
+        rows = []
+        for name in corpus.registry.names():
+            spec = corpus.registry.spec(name)
+            row = {"name": name, "kind": spec.kind, "active": name == settings.models.active,
+                   "dim": spec.dim, "max_seq_length": spec.max_seq_length,
+                   "device": resolve_device(settings.models.device), "chunks_embedded": counts.get(name, 0)}
+            try:
+                row["path"] = str(corpus.registry.resolve(name)) if spec.source != "split-zip" or \
+                    corpus.registry.is_available(name) else None
+                row["installed"] = row["path"] is not None
+            except ModelNotFound as exc:
+                row["path"], row["installed"], row["install"] = None, False, exc.install
+            rows.append(row)
+        _print(rows)
+        return 0
+    finally:
+        corpus.store.close()
+
+
+def cmd_status(args) -> int:
+    from engine.corpus import open_corpus
+
+    from .app import status_of
+
+    corpus = open_corpus(_settings(args))
+    try:
+        _print(status_of(corpus))
+        return 0
+    finally:
+        corpus.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="refindery", description="Refindery: a hybrid retrieval engine.")
+    p.add_argument("--config", help="user config file (TOML) layered over configs/default.toml "
+                                    "(also $REFINDERY_CONFIG)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("ingest", help="ingest a JSONL file (.jsonl or .jsonl.gz), a folder, or - for stdin")
+    s.add_argument("path")
+    s.add_argument("--workspace", default=None)
+    s.add_argument("--base-url", default=None, help="for a folder: URL prefix for its files (default file://)")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("serve", help="serve the HTTP API")
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=None)
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("search", help="search from the command line")
+    s.add_argument("query")
+    s.add_argument("-k", type=int, default=None)
+    s.add_argument("--offset", type=int, default=None)
+    s.add_argument("--workspace", default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_search)
+
+    s = sub.add_parser("reindex", help="rebuild every index from the store")
+    s.set_defaults(func=cmd_reindex)
+
+    s = sub.add_parser("models", help="list models (path, device, dimension, chunks embedded)")
+    s.add_argument("--embed", metavar="NAME", help="embed every chunk that lacks a vector of NAME")
+    s.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("status", help="counts and index generations")
+    s.set_defaults(func=cmd_status)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ConfigFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a clear one-line error for known failures
+        from indexes.store import StoreError
+        from models.registry import ModelNotFound
+
+        if isinstance(exc, (ModelNotFound, StoreError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Shared fixtures: one embedder load per session, one ingested demo fixture per session.
+
+Everything is real: DuckDB files, tantivy and FAISS indexes on disk, the bundled
+all-MiniLM-L6-v2 weights. Tests that change data get their own data dir (and share the model).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "demo" / "pages.jsonl.gz"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    """No REFINDERY_* from the caller's shell leaks into a test."""
+    for key in list(os.environ):
+        if key.startswith("REFINDERY_"):
+            monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture(scope="session")
+def pool():
+    from engine.settings import load_settings
+    from models.embedder import EmbedderPool
+    from models.registry import ModelRegistry
+
+    s = load_settings()
+    p = EmbedderPool(ModelRegistry(s.registry_path, s.models_cache_dir), "cpu", s.models.batch_size)
+    p.get(s.models.active)
+    return p
+
+
+@pytest.fixture
+def make_corpus(pool, tmp_path):
+    """Open a corpus on a fresh (or given) data dir, sharing the session's model."""
+    from engine.corpus import open_corpus
+    from engine.settings import load_settings
+
+    opened = []
+
+    def _make(data_dir: Path | None = None, **overrides):
+        s = load_settings(data_dir=str(data_dir or tmp_path / "data"), **overrides)
+        c = open_corpus(s, pool)
+        opened.append(c)
+        return c
+
+    yield _make
+    for c in opened:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+def demo_records(n_pages: int) -> list[dict]:
+    """The first n distinct pages of the bundled demo corpus (each page once)."""
+    out, seen = [], set()
+    with gzip.open(DEMO, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec["url"] not in seen:
+                seen.add(rec["url"])
+                out.append(rec)
+            if len(out) >= n_pages:
+                break
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_subset() -> list[dict]:
+    return demo_records(24)
+
+
+@pytest.fixture(scope="session")
+def shared_corpus(pool, demo_subset, tmp_path_factory):
+    """One ingested corpus for read-only tests (24 demo pages)."""
+    from engine.corpus import open_corpus
+    from engine.ingest import Ingester
+    from engine.settings import load_settings
+
+    s = load_settings(data_dir=str(tmp_path_factory.mktemp("shared") / "data"))
+    c = open_corpus(s, pool)
+    Ingester(c, progress=False).ingest((i, "demo", r) for i, r in enumerate(demo_subset, start=1))
+    yield c
+    c.close()
+
+
+def page(url: str, body: str, seen_at: str = "2026-06-01T10:00:00Z", **kw) -> dict:
+    return {"url": url, "body_text": body, "seen_at": seen_at, **kw}
+
+
+def ingest(corpus, records, workspace=None):
+    from engine.ingest import Ingester
+
+    return Ingester(corpus, workspace, progress=False).ingest((i, "test", r) for i, r in enumerate(records, start=1))
+
+
+def index_ids(corpus) -> dict:
+    """Chunk ids in the store, in tantivy, and in each FAISS index."""
+    store = sorted(r[0] for r in corpus.store.cursor().execute("SELECT chunk_id FROM chunks").fetchall())
+    out = {"store": store, "sparse": corpus.sparse.ids()}
+    for m in corpus.embedder_names:
+        out[f"dense:{m}"] = sorted(int(i) for i in corpus.dense(m).ids())
+        out[f"vectors:{m}"] = sorted(int(i) for i in corpus.store.embedding_ids(m)[0])
+    return out

@@ -1,0 +1,95 @@
+"""The HTTP face over a real corpus (TestClient runs the real app and lifespan)."""
+from __future__ import annotations
+
+import pytest
+from conftest import page
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+
+
+@pytest.fixture
+def client(make_corpus):
+    corpus = make_corpus()
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_client(shared_corpus):
+    with TestClient(create_app(shared_corpus.settings, shared_corpus)) as c:
+        yield c
+
+
+def test_health_and_status(shared_client, demo_subset):
+    assert shared_client.get("/healthz").json() == {"status": "ok"}
+    st = shared_client.get("/v1/status").json()
+    assert st["counts"]["pages"] == len(demo_subset)
+    assert st["generations"]["consistent"] is True
+    assert st["generations"]["sparse"]["count"] == st["counts"]["chunks"]
+
+
+def test_search_finds_a_page_by_what_it_says(shared_client, shared_corpus):
+    # Take a real page of the fixture and search for words from the middle of one of its chunks.
+    pid, title = shared_corpus.store.cursor().execute(
+        "SELECT page_id, title FROM pages ORDER BY page_id LIMIT 1").fetchone()
+    chunk = shared_corpus.store.page_chunks(pid)[0]["text"]
+    words = " ".join(chunk.split()[5:20])
+    r = shared_client.post("/v1/search", json={"query": words, "k": 5})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["results"][0]["page_id"] == pid
+    assert body["results"][0]["snippets"] and body["results"][0]["title"] == title
+    assert set(body["timings_ms"]) >= {"embed", "dense", "sparse", "fusion", "rollup", "hydrate", "total"}
+    # Paging is a slice of the same ranking.
+    full = shared_client.post("/v1/search", json={"query": words, "k": 6}).json()["results"]
+    second = shared_client.post("/v1/search", json={"query": words, "k": 3, "offset": 3}).json()["results"]
+    assert [h["page_id"] for h in second] == [h["page_id"] for h in full[3:6]]
+    assert [h["rank"] for h in second] == [4, 5, 6]
+
+
+@pytest.mark.parametrize("body", [{}, {"query": ""}, {"query": "x", "k": 0}, {"query": "x", "k": "many"},
+                                  {"query": "x", "offset": -1}, {"query": "x", "bogus": 1}])
+def test_malformed_search_is_422_with_a_type(shared_client, body):
+    r = shared_client.post("/v1/search", json=body)
+    assert r.status_code == 422
+    assert r.json()["detail"]["type"] == "validation_error"
+
+
+def test_unknown_page_is_404_with_a_type(shared_client):
+    for r in (shared_client.get("/v1/pages/pg_nope"), shared_client.delete("/v1/pages/pg_nope")):
+        assert r.status_code == 404
+        assert r.json()["detail"]["type"] == "page_not_found"
+    assert shared_client.get("/v1/nothing-here").json()["detail"]["type"] == "not_found"
+
+
+def test_upsert_reports_each_item_and_keeps_the_good_ones(client):
+    r = client.post("/v1/pages", json={"pages": [
+        page("https://example.org/ok", "Albatrosses cross oceans without flapping."),
+        {"url": "https://example.org/empty"},
+        {"body_text": "no url"},
+        page("https://example.org/ok2", "Petrels patter on the water."),
+    ]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["errors"] is True
+    statuses = [(i["index"], i["status"]) for i in body["items"]]
+    assert statuses == [(0, "created"), (1, "error"), (2, "error"), (3, "created")]
+    pid = body["items"][0]["page_id"]
+
+    got = client.get(f"/v1/pages/{pid}").json()
+    assert got["url"] == "https://example.org/ok" and got["chunks"][0]["text"].startswith("Albatrosses")
+
+    again = client.post("/v1/pages", json={"pages": [page("https://example.org/ok", "Albatrosses cross oceans without flapping.")]})
+    assert again.json()["items"][0]["status"] == "unchanged"
+
+    assert client.delete(f"/v1/pages/{pid}").json() == {"page_id": pid, "deleted": True}
+    assert client.get(f"/v1/pages/{pid}").status_code == 404
+    hits = client.post("/v1/search", json={"query": "albatrosses oceans"}).json()["results"]
+    assert pid not in [h["page_id"] for h in hits]
+
+
+@pytest.mark.parametrize("body", [{}, {"pages": []}, {"pages": "x"}, [1, 2]])
+def test_malformed_upsert_is_422(client, body):
+    r = client.post("/v1/pages", json=body)
+    assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error"
