@@ -151,7 +151,9 @@ class Ingester:
 
     # Public ------------------------------------------------------------------------------------
     def ingest(self, records: Iterable[tuple[int, str, dict[str, Any] | PageInput | RecordError]],
-               total: int | None = None) -> IngestReport:
+               total: int | None = None, flush: bool = True) -> IngestReport:
+        """Ingest records; `flush=False` leaves saving the FAISS files to the caller (the server
+        saves them periodically instead of once per request; a crash before that is repaired)."""
         report = IngestReport()
         t0 = time.perf_counter()
         self.corpus.store.ensure_workspace(self.workspace)
@@ -167,7 +169,8 @@ class Ingester:
         finally:
             if bar is not None:
                 bar.close()
-            self.corpus.flush()
+            if flush:
+                self.corpus.flush()
         report.seconds = time.perf_counter() - t0
         report.generation = self.corpus.store.generation()
         report.outcomes.sort(key=lambda o: o.index)

@@ -55,6 +55,10 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
             corpus = await run_in_threadpool(open_corpus, settings or load_settings())
         app.state.corpus = corpus
         app.state.search = SearchService(corpus)
+        try:  # load the active model now, so the first query is not the one that waits for it
+            await run_in_threadpool(corpus.embedder)
+        except ModelNotFound as exc:
+            log.warning("search will answer 503 until the model is installed: %s", exc)
 
         async def flusher():
             while True:
@@ -89,7 +93,8 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     @app.post("/v1/pages", response_model=UpsertResponse, tags=["pages"])
     def upsert_pages(body: PagesUpsert, c: Corpus = Depends(get_corpus)) -> UpsertResponse:
         ws = body.workspace or c.settings.default_workspace
-        report = Ingester(c, ws, progress=False).ingest((i, "request", rec) for i, rec in enumerate(body.pages))
+        report = Ingester(c, ws, progress=False).ingest(((i, "request", rec) for i, rec in enumerate(body.pages)),
+                                                        flush=False)
         items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
                  for o in report.outcomes]
         return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())

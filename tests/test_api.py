@@ -93,3 +93,12 @@ def test_upsert_reports_each_item_and_keeps_the_good_ones(client):
 def test_malformed_upsert_is_422(client, body):
     r = client.post("/v1/pages", json=body)
     assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error"
+
+
+def test_upserts_are_saved_when_the_server_stops(make_corpus):
+    corpus = make_corpus()
+    with TestClient(create_app(corpus.settings, corpus)) as client:
+        client.post("/v1/pages", json={"pages": [page("https://example.org/s", "Skuas chase other birds.")]})
+        assert corpus.dense(corpus.settings.models.active).dirty  # not saved per request
+    dense = corpus.dense(corpus.settings.models.active)
+    assert not dense.dirty and dense.generation == corpus.store.generation()
