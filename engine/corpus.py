@@ -134,6 +134,16 @@ class Corpus:
         dense.save(g_store)
         return RepairReport(f"dense:{model}", "synced", g, g_store, f"-{len(extra)} +{len(missing)}")
 
+    def sync_pages(self, generation: int) -> None:
+        """After a store write that changed pages' filter fields only (clusters, entity links):
+        re-index those pages in tantivy. Vectors are unchanged."""
+        with self.write_lock:
+            pages = self.store.changed_pages_since(self.sparse.generation)
+            docs = [d for batch in self.store.index_docs(pages) for d in batch]
+            self.sparse.replace_pages(pages, docs, generation)
+            for d in self._dense.values():
+                d.dirty = d.dirty or d.generation != generation
+
     def consistency(self) -> dict:
         """Counts in the store and in every index, and whether they agree."""
         counts = self.store.counts()

@@ -63,10 +63,15 @@ class IngestReport:
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
 
+    def pages(self, status: str) -> int:
+        """Distinct pages with this outcome (a file may visit one page several times)."""
+        return len({o.page_id for o in self.outcomes if o.status == status and o.page_id})
+
     def summary(self) -> dict[str, Any]:
         return {
-            "created": self.count("created"), "updated": self.count("updated"),
-            "revisited": self.count("revisited"), "unchanged": self.count("unchanged"),
+            "records": len(self.outcomes),
+            "created": self.pages("created"), "updated": self.pages("updated"),
+            "revisited": self.pages("revisited"), "unchanged": self.pages("unchanged"),
             "errors": len(self.errors), "chunks_embedded": self.chunks_embedded,
             "seconds": round(self.seconds, 3), "generation": self.generation,
         }

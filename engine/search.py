@@ -1,33 +1,82 @@
-"""SearchService.search: embed, dense + sparse arms in parallel, RRF, rollup, hydrate, slice.
+"""SearchService.search — the refind pipeline of seed 001, stage by stage:
 
-This is the core of the refind pipeline (seed 001). Stages that later work adds (rerank,
-filters, recency decay, pinning, explain) slot in between fusion and the final slice.
+    embed query ─▶ dense top-N ┐
+    bm25 ───────▶ sparse top-N ┴▶ RRF ▶ rerank (optional) ▶ rollup ▶ hydrate · decay · pin ▶ slice
+
+Filters are pushed into both arms (tantivy filter clauses; a FAISS IDSelector), never applied
+after the fact. Paging is the very last step, so pages never move between offsets.
 """
 from __future__ import annotations
 
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
-from typing import Literal
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from indexes.sparse import SparseFilter
+from models.registry import ModelNotFound
+from models.reranker import RerankerUnavailable, load_reranker
 
 from .corpus import Corpus
-from .fusion import rrf
+from .errors import EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
+from .fusion import Fused, rrf
+from .pinning import pin_intent
+from .recency import age_days, decay_factor
 from .rollup import rollup
-from indexes.sparse import SparseFilter
+
+
+def _listify(v):
+    if v is None or isinstance(v, list):
+        return v
+    return [v]
+
+
+class SearchFilters(BaseModel):
+    """Restrictions pushed into both arms. Several values of one field: any of them; several
+    fields: all of them."""
+    model_config = ConfigDict(extra="forbid")
+    domain: list[str] | None = Field(default=None, max_length=100, description="Domain(s), e.g. sqlite.org.")
+    after: datetime | None = Field(default=None, description="last_seen at or after (inclusive).")
+    before: datetime | None = Field(default=None, description="last_seen before (exclusive).")
+    cluster_id: list[int] | None = Field(default=None, max_length=100)
+    entity: list[str] | None = Field(default=None, max_length=100,
+                                     description="Entity id, canonical form or alias (case-insensitive).")
+
+    _lists = field_validator("domain", "cluster_id", "entity", mode="before")(_listify)
+
+    @field_validator("after", "before")
+    @classmethod
+    def _utc(cls, v):
+        return v.astimezone(timezone.utc).replace(tzinfo=None) if v is not None and v.tzinfo else v
+
+    def is_empty(self) -> bool:
+        return not (self.domain or self.after or self.before or self.cluster_id is not None or self.entity)
 
 
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, max_length=2000, description="What you remember of the page.")
-    k: int | None = Field(default=None, ge=1, le=200, description="Pages to return (default from settings).")
-    offset: int | None = Field(default=None, ge=0, le=10_000, description="Pages to skip, applied last.")
+    query: str = Field(min_length=1, max_length=2000, description="What you remember of the page, or its URL.")
+    k: int | None = Field(default=None, ge=1, le=200, description="Pages to return.")
+    offset: int | None = Field(default=None, ge=0, le=10_000, description="Pages to skip; applied last.")
     workspace: str | None = Field(default=None, max_length=200)
-    rollup: Literal["max", "sum", "mean_top2"] | None = None
-    rrf_k: float | None = Field(default=None, ge=0)
     dense_top_n: int | None = Field(default=None, ge=1, le=5000)
     sparse_top_n: int | None = Field(default=None, ge=1, le=5000)
+    rrf_k: float | None = Field(default=None, ge=0, le=10_000)
+    dense_weight: float | None = Field(default=None, ge=0, le=100, description="0 turns the dense arm off.")
+    sparse_weight: float | None = Field(default=None, ge=0, le=100, description="0 turns the sparse arm off.")
+    rerank: bool | None = None
+    rerank_n: int | None = Field(default=None, ge=1, le=1000)
+    rollup: Literal["max", "sum", "mean_top2"] | None = None
+    recency_half_life_days: float | None = Field(default=None, ge=0, le=100_000)
+    pin: bool | None = Field(default=None, description="Pin a page whose URL is the query, or a bare domain's pages.")
+    explain: bool = False
+    suggestions: bool | None = None
+    filters: SearchFilters | None = None
 
 
 class Snippet(BaseModel):
@@ -36,6 +85,29 @@ class Snippet(BaseModel):
     section_path: list[str]
     char_start: int
     char_end: int
+    score: float
+
+
+class ArmHit(BaseModel):
+    rank: int
+    score: float
+
+
+class ChunkExplain(BaseModel):
+    chunk_id: int
+    dense: ArmHit | None
+    sparse: ArmHit | None
+    rrf: dict[str, float] = Field(description="Each arm's weight / (rrf_k + rank), and their total.")
+    rerank: float | None
+    score: float = Field(description="The chunk's score entering the rollup (RRF total, or rerank score).")
+
+
+class PageExplain(BaseModel):
+    chunks: list[ChunkExplain]
+    rollup: dict[str, Any]
+    decay: dict[str, float] | None
+    pinned: str | None
+    score: float
 
 
 class PageHit(BaseModel):
@@ -44,22 +116,76 @@ class PageHit(BaseModel):
     url: str
     title: str | None
     domain: str | None
+    score: float
     first_seen: datetime
     last_seen: datetime
     published: datetime | None
-    score: float
+    cluster_id: int | None
     entities: list[str]
+    pinned: str | None = Field(default=None, description='"url" or "domain" when the page was pinned.')
     snippets: list[Snippet]
+    explain: PageExplain | None = None
+
+
+class SimilarPage(BaseModel):
+    page_id: str
+    url: str
+    title: str | None
+    score: float
+
+
+class Suggestions(BaseModel):
+    source_page_id: str
+    mediation: str
+    pages: list[SimilarPage]
 
 
 class SearchResponse(BaseModel):
+    query_id: str
     query: str
     model: str
     k: int
     offset: int
-    total: int = Field(description="Pages the pipeline ranked before the final slice.")
-    results: list[PageHit]
+    total: int = Field(description="Pages in the ranked candidate set before the final slice.")
+    depth: dict[str, int] = Field(description="Chunks asked of each arm (grown from *_top_n when the "
+                                              "candidates rolled up to too few pages).")
+    pages: list[PageHit]
     timings_ms: dict[str, float]
+    suggestions: Suggestions | None = None
+
+
+@dataclass
+class Params:
+    k: int
+    offset: int
+    workspace: str
+    dense_top_n: int
+    sparse_top_n: int
+    rrf_k: float
+    dense_weight: float
+    sparse_weight: float
+    rerank: bool
+    rerank_n: int
+    rollup: str
+    half_life: float
+    pin: bool
+    explain: bool
+    suggestions: bool
+
+
+@dataclass
+class Restriction:
+    """What the filters leave: a tantivy filter and, for FAISS, the allowed chunk ids (None = all)."""
+    sparse: SparseFilter
+    dense_ids: np.ndarray | None
+    page_ids: set[str] | None
+
+
+@dataclass
+class ArmResults:
+    dense: list[tuple[int, float]] = field(default_factory=list)
+    sparse: list[tuple[int, float]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class SearchService:
@@ -67,63 +193,240 @@ class SearchService:
         self.corpus = corpus
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm")
 
-    def search(self, req: SearchRequest, model: str | None = None) -> SearchResponse:
+    # Parameters and filters ----------------------------------------------------------------------
+    def params(self, req: SearchRequest) -> Params:
         s = self.corpus.settings.search
-        model = model or self.corpus.settings.models.active
-        workspace = req.workspace or self.corpus.settings.default_workspace
-        k = req.k or s.k
-        offset = req.offset if req.offset is not None else s.offset
-        timings: dict[str, float] = {}
+
+        def pick(v, d):
+            return d if v is None else v
+
+        return Params(
+            k=pick(req.k, s.k), offset=pick(req.offset, s.offset),
+            workspace=req.workspace or self.corpus.settings.default_workspace,
+            dense_top_n=pick(req.dense_top_n, s.dense_top_n), sparse_top_n=pick(req.sparse_top_n, s.sparse_top_n),
+            rrf_k=pick(req.rrf_k, s.rrf_k), dense_weight=pick(req.dense_weight, s.dense_weight),
+            sparse_weight=pick(req.sparse_weight, s.sparse_weight), rerank=pick(req.rerank, s.rerank),
+            rerank_n=pick(req.rerank_n, s.rerank_n), rollup=pick(req.rollup, s.rollup),
+            half_life=pick(req.recency_half_life_days, s.recency_half_life_days), pin=pick(req.pin, s.pin),
+            explain=req.explain, suggestions=pick(req.suggestions, s.suggestions),
+        )
+
+    def restriction(self, workspace: str, filters: SearchFilters | None) -> Restriction:
+        store = self.corpus.store
+        f = filters or SearchFilters()
+        entity_ids: list[str] = []
+        for ref in f.entity or []:
+            eid = store.resolve_entity(workspace, ref)
+            if eid is None:
+                raise EntityNotFound(f"no entity {ref!r} in workspace {workspace!r}", ref=ref)
+            entity_ids.append(eid)
+        domains = tuple(d.strip().lower().removeprefix("www.") for d in (f.domain or []))
+        sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
+                              cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids))
+        if f.is_empty():
+            if store.workspace_count() <= 1:
+                return Restriction(sparse, None, None)
+            pages = store.filtered_pages(workspace)
+        else:
+            pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids)
+            cap = self.corpus.settings.search.filter_pushdown_cap
+            if len(pages) > cap:
+                raise FilterTooBroad(
+                    f"the filter matches {len(pages)} pages, more than the push-down cap of {cap}; narrow it",
+                    matched_pages=len(pages), cap=cap)
+        return Restriction(sparse, store.chunk_ids_of_pages(pages), set(pages))
+
+    # The arms ---------------------------------------------------------------------------------
+    def run_sparse(self, query: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float]:
+        t = time.perf_counter()
+        hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse)
+        return hits, (time.perf_counter() - t) * 1000
+
+    def run_dense(self, query: str, model: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float, float]:
+        t = time.perf_counter()
+        try:
+            vec = self.corpus.embedder(model).encode_query(query)
+        except ModelNotFound as exc:
+            raise ModelUnavailable(str(exc), model=exc.name, install=exc.install) from exc
+        t2 = time.perf_counter()
+        hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids)
+        return hits, (t2 - t) * 1000, (time.perf_counter() - t2) * 1000
+
+    def arms(self, query: str, model: str, p: Params, r: Restriction,
+             sparse: list[tuple[int, float]] | None = None) -> ArmResults:
+        """Both arms concurrently; an arm whose weight is 0 is not run. A precomputed sparse
+        list (compare shares one across embedders) is used as given."""
+        out = ArmResults()
+        fd = self._pool.submit(self.run_dense, query, model, p, r) if p.dense_weight > 0 else None
+        fs = None
+        if sparse is not None:
+            out.sparse = sparse
+        elif p.sparse_weight > 0:
+            fs = self._pool.submit(self.run_sparse, query, p, r)
+        if fd is not None:
+            out.dense, out.timings["embed"], out.timings["dense"] = fd.result()
+        if fs is not None:
+            out.sparse, out.timings["sparse"] = fs.result()
+        return out
+
+    # The pipeline -------------------------------------------------------------------------------
+    def search(self, req: SearchRequest, model: str | None = None, now: datetime | None = None,
+               sparse: list[tuple[int, float]] | None = None) -> SearchResponse:
+        corpus = self.corpus
+        model = model or corpus.settings.models.active
+        now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+        p = self.params(req)
         t0 = time.perf_counter()
-
-        def dense_arm():
-            ta = time.perf_counter()
-            vec = self.corpus.embedder(model).encode_query(req.query)
-            tb = time.perf_counter()
-            hits = self.corpus.dense(model).search(vec, req.dense_top_n or s.dense_top_n)
-            return hits, (tb - ta) * 1000, (time.perf_counter() - tb) * 1000
-
-        def sparse_arm():
-            ta = time.perf_counter()
-            hits = self.corpus.sparse.search(req.query, req.sparse_top_n or s.sparse_top_n,
-                                             SparseFilter(workspace=workspace))
-            return hits, (time.perf_counter() - ta) * 1000
-
-        fd = self._pool.submit(dense_arm)
-        fs = self._pool.submit(sparse_arm)
-        dense_hits, timings["embed"], timings["dense"] = fd.result()
-        sparse_hits, timings["sparse"] = fs.result()
+        timings: dict[str, float] = {}
 
         tf = time.perf_counter()
-        chunk_meta = self.corpus.store.chunks_by_id(sorted({c for c, _ in dense_hits} | {c for c, _ in sparse_hits}))
-        pages_meta = self.corpus.store.pages_by_id(sorted({m["page_id"] for m in chunk_meta.values()}))
-        # The dense arm is not yet filtered inside FAISS by workspace; drop other workspaces here.
-        in_ws = {pid for pid, p in pages_meta.items() if p["workspace_id"] == workspace}
-        dense_hits = [(c, sc) for c, sc in dense_hits if c in chunk_meta and chunk_meta[c]["page_id"] in in_ws]
-        fused = rrf({"dense": dense_hits, "sparse": sparse_hits},
-                    {"dense": s.dense_weight, "sparse": s.sparse_weight},
-                    req.rrf_k if req.rrf_k is not None else s.rrf_k)
-        timings["fusion"] = (time.perf_counter() - tf) * 1000
+        restriction = self.restriction(p.workspace, req.filters)
+        timings["filters"] = (time.perf_counter() - tf) * 1000
+
+        # Candidate generation. Arms return chunks; when those roll up to fewer than
+        # min_candidate_pages pages and an arm was cut off at its depth, the depth doubles (up to
+        # max_top_n). The rule never looks at k or offset, so every page of a query is a slice of
+        # one and the same ranking.
+        settings = corpus.settings.search
+        depth = Params(**{**p.__dict__})
+        fused: list[Fused] = []
+        chunk_meta: dict[int, dict] = {}
+        timings["fusion"] = 0.0
+        while True:
+            arms = self.arms(req.query, model, depth, restriction, sparse)
+            for key, v in arms.timings.items():
+                timings[key] = timings.get(key, 0.0) + v
+            tf = time.perf_counter()
+            arm_lists = {}
+            if p.dense_weight > 0:
+                arm_lists["dense"] = arms.dense
+            if p.sparse_weight > 0:
+                arm_lists["sparse"] = arms.sparse
+            fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
+            timings["fusion"] += (time.perf_counter() - tf) * 1000
+            chunk_meta = corpus.store.chunks_by_id([f.chunk_id for f in fused])
+            n_pages = len({m["page_id"] for m in chunk_meta.values()})
+            cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
+                       (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
+            if n_pages >= settings.min_candidate_pages or not cut_off or \
+                    max(depth.dense_top_n, depth.sparse_top_n) >= settings.max_top_n:
+                break
+            depth.dense_top_n = min(depth.dense_top_n * 2, settings.max_top_n)
+            depth.sparse_top_n = min(depth.sparse_top_n * 2, settings.max_top_n)
+
+        chunk_scores: dict[int, float] = {f.chunk_id: f.score for f in fused}
+        rerank_scores: dict[int, float] = {}
+        if p.rerank:
+            tr = time.perf_counter()
+            top = [f for f in fused if f.chunk_id in chunk_meta][: p.rerank_n]
+            try:
+                rr = load_reranker(corpus.registry, corpus.settings.models.reranker,
+                                   corpus.settings.models.device)
+            except RerankerUnavailable as exc:
+                raise RerankerNotConfigured(str(exc)) from exc
+            scores = rr.score(req.query, [chunk_meta[f.chunk_id]["text"] for f in top])
+            rerank_scores = {f.chunk_id: float(s) for f, s in zip(top, scores)}
+            # With rerank on, the ranked candidate set is the reranked chunks.
+            chunk_scores = dict(rerank_scores)
+            timings["rerank"] = (time.perf_counter() - tr) * 1000
 
         tr = time.perf_counter()
-        pages = rollup(((f.chunk_id, f.score) for f in fused),
-                       lambda c: chunk_meta[c]["page_id"] if c in chunk_meta else None,
-                       req.rollup or s.rollup)
+        ranked = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
+        pages = rollup(ranked, lambda c: chunk_meta[c]["page_id"] if c in chunk_meta else None, p.rollup)
         timings["rollup"] = (time.perf_counter() - tr) * 1000
 
         th = time.perf_counter()
-        window = pages[offset: offset + k]
-        results = []
-        for i, (pid, score, cids) in enumerate(window):
-            p = pages_meta[pid]
-            snippets = [Snippet(chunk_id=c, text=chunk_meta[c]["text"], section_path=list(chunk_meta[c]["section_path"] or []),
-                                char_start=chunk_meta[c]["char_start"], char_end=chunk_meta[c]["char_end"])
-                        for c in cids[: s.snippets_per_page]]
-            results.append(PageHit(rank=offset + i + 1, page_id=pid, url=p["url"], title=p["title"],
-                                   domain=p["domain"], first_seen=p["first_seen"], last_seen=p["last_seen"],
-                                   published=p["published"], score=score, entities=p["entities"],
-                                   snippets=snippets))
+        intent = pin_intent(req.query) if p.pin else None
+        pinned_ids = self._pins(intent, p.workspace, restriction) if intent else []
+        page_ids = [pid for pid, _, _ in pages]
+        meta = corpus.store.pages_by_id(sorted(set(page_ids) | {pid for pid, _ in pinned_ids}))
         timings["hydrate"] = (time.perf_counter() - th) * 1000
+
+        td = time.perf_counter()
+        scored = []  # (page_id, final score, rollup value, factor, chunk ids)
+        for pid, value, cids in pages:
+            if pid not in meta:
+                continue
+            factor = decay_factor(meta[pid]["last_seen"], now, p.half_life)
+            scored.append((pid, value * factor, value, factor, cids))
+        scored.sort(key=lambda t: (-t[1], t[0]))
+        timings["decay"] = (time.perf_counter() - td) * 1000
+
+        pin_kind = dict(pinned_ids)
+        by_id = {t[0]: t for t in scored}
+        order = [pid for pid, _ in pinned_ids if pid in meta] + [t[0] for t in scored if t[0] not in pin_kind]
+        total = len(order)
+        window = order[p.offset: p.offset + p.k]
+
+        fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in fused}
+        hits = []
+        snippets_n = corpus.settings.search.snippets_per_page
+        for i, pid in enumerate(window):
+            m = meta[pid]
+            entry = by_id.get(pid)
+            score = entry[1] if entry else 0.0
+            cids = entry[4] if entry else []
+            snippets = [Snippet(chunk_id=c, text=chunk_meta[c]["text"],
+                                section_path=list(chunk_meta[c]["section_path"] or []),
+                                char_start=chunk_meta[c]["char_start"], char_end=chunk_meta[c]["char_end"],
+                                score=chunk_scores[c]) for c in cids[:snippets_n]]
+            explain = None
+            if p.explain:
+                explain = self._explain(cids, fused_by_id, rerank_scores, chunk_scores, p, entry, m, now,
+                                        pin_kind.get(pid))
+            hits.append(PageHit(
+                rank=p.offset + i + 1, page_id=pid, url=m["url"], title=m["title"], domain=m["domain"],
+                score=score, first_seen=m["first_seen"], last_seen=m["last_seen"], published=m["published"],
+                cluster_id=m["cluster_id"], entities=m["entities"], pinned=pin_kind.get(pid),
+                snippets=snippets, explain=explain))
+
+        suggestions = None
+        if p.suggestions and order:
+            from .similar import similar_pages
+
+            ts = time.perf_counter()
+            sims = similar_pages(corpus, order[0], "vector", 5, model)
+            suggestions = Suggestions(source_page_id=order[0], mediation="vector",
+                                      pages=[SimilarPage(**s) for s in sims])
+            timings["suggestions"] = (time.perf_counter() - ts) * 1000
         timings["total"] = (time.perf_counter() - t0) * 1000
-        return SearchResponse(query=req.query, model=model, k=k, offset=offset, total=len(pages),
-                              results=results, timings_ms={k_: round(v, 3) for k_, v in timings.items()})
+        return SearchResponse(query_id=uuid.uuid4().hex, query=req.query, model=model, k=p.k, offset=p.offset,
+                              total=total, pages=hits, suggestions=suggestions,
+                              depth={"dense": depth.dense_top_n if p.dense_weight > 0 else 0,
+                                     "sparse": depth.sparse_top_n if p.sparse_weight > 0 else 0},
+                              timings_ms={k_: round(v, 3) for k_, v in timings.items()})
+
+    def _pins(self, intent, workspace: str, r: Restriction) -> list[tuple[str, str]]:
+        store = self.corpus.store
+        allowed = r.page_ids
+        found = [(pid, "url") for pid in store.pages_with_url(workspace, intent.value)] if intent.kind == "url" else []
+        if not found:
+            domain = intent.value if intent.kind == "domain" else (
+                intent.value.split("/", 1)[0] if "/" not in intent.value.split("?", 1)[0] else None)
+            if domain:
+                limit = self.corpus.settings.search.pin_domain_max
+                found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit)]
+        return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
+
+    @staticmethod
+    def _explain(cids, fused_by_id, rerank_scores, chunk_scores, p: Params, entry, m, now, pinned) -> PageExplain:
+        chunks = []
+        for c in cids:
+            f = fused_by_id.get(c)
+            contrib = {}
+            if f is not None:
+                for arm, rank in f.ranks.items():
+                    w = p.dense_weight if arm == "dense" else p.sparse_weight
+                    contrib[arm] = w / (p.rrf_k + rank)
+                contrib["total"] = f.score
+            chunks.append(ChunkExplain(
+                chunk_id=c,
+                dense=ArmHit(rank=f.ranks["dense"], score=f.arm_scores["dense"]) if f and "dense" in f.ranks else None,
+                sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
+                rrf=contrib, rerank=rerank_scores.get(c), score=chunk_scores[c]))
+        decay = None
+        if p.half_life > 0:
+            decay = {"half_life_days": p.half_life, "age_days": age_days(m["last_seen"], now),
+                     "factor": entry[3] if entry else 1.0}
+        return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry[2] if entry else 0.0},
+                           decay=decay, pinned=pinned, score=entry[1] if entry else 0.0)

@@ -23,6 +23,7 @@ class ModelsSettings(BaseModel):
     also_embed: list[str] = Field(default_factory=list)
     device: str = "auto"
     batch_size: int = Field(64, ge=1)
+    reranker: str = ""
     cache_dir: str = ""
 
 
@@ -49,6 +50,8 @@ class SearchSettings(BaseModel):
     offset: int = Field(0, ge=0)
     dense_top_n: int = Field(100, ge=1)
     sparse_top_n: int = Field(100, ge=1)
+    min_candidate_pages: int = Field(50, ge=1)
+    max_top_n: int = Field(1600, ge=1)
     rrf_k: float = Field(60, ge=0)
     dense_weight: float = Field(1.0, ge=0)
     sparse_weight: float = Field(1.0, ge=0)
@@ -56,6 +59,10 @@ class SearchSettings(BaseModel):
     recency_half_life_days: float = Field(0.0, ge=0)
     rerank: bool = False
     rerank_n: int = Field(50, ge=1)
+    pin: bool = True
+    pin_domain_max: int = Field(50, ge=1)
+    filter_pushdown_cap: int = Field(100_000, ge=1)
+    suggestions: bool = False
     query_cache_size: int = Field(256, ge=0)
     snippets_per_page: int = Field(2, ge=1)
 

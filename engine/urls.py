@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
-_TRACKING = re.compile(r"^(utm_[a-z]+|fbclid|gclid|mc_cid|mc_eid|ref_src)$", re.I)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _BARE_DOMAIN = re.compile(r"^(?:www\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}\.?$", re.I)
 
@@ -15,10 +14,11 @@ class InvalidURL(ValueError):
 
 
 def normalize_url(url: str) -> str:
-    """Canonical form used for identity: scheme-less, lower-case host without "www.", no default
-    port, no fragment, no tracking parameters, sorted query, no trailing slash (except the root).
+    """Canonical form used for identity. It ignores the scheme (http/https), the host's case, a
+    "www." prefix, default ports, a trailing slash and the #fragment; it keeps the path's case
+    and the query string as given.
 
-    http://www.Example.com:80/a/b/?utm_source=x&b=2&a=1#top  ->  example.com/a/b?a=1&b=2
+    http://www.Example.com:80/a/b/?b=2&a=1#top  ->  example.com/a/b?b=2&a=1
     """
     raw = (url or "").strip()
     if not raw:
@@ -46,10 +46,7 @@ def normalize_url(url: str) -> str:
     path = re.sub(r"/{2,}", "/", path)
     if path != "/" and path.endswith("/"):
         path = path.rstrip("/")
-    if path.endswith("/index.html"):
-        path = path[: -len("index.html")].rstrip("/") or "/"
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _TRACKING.match(k)]
-    q = urlencode(sorted(query))
+    q = parts.query
     out = host + (path if path != "/" else "")
     return out + ("?" + q if q else "")
 

@@ -51,6 +51,9 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS embeddings (
         model VARCHAR NOT NULL, chunk_id BIGINT NOT NULL, vector FLOAT[] NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS changes (generation BIGINT NOT NULL, page_id VARCHAR NOT NULL, op VARCHAR NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS clusters (
+        cluster_id BIGINT PRIMARY KEY, workspace_id VARCHAR NOT NULL, model VARCHAR, size INTEGER,
+        created_at TIMESTAMP NOT NULL, tombstoned_at TIMESTAMP)""",
 ]
 
 
@@ -297,6 +300,147 @@ class CorpusStore:
                 break
             yield [IndexDoc(*r[:12], list(r[12])) for r in rows]
         cur.close()
+
+    # Filters, entities, pins -----------------------------------------------------------------------
+    def resolve_entity(self, workspace: str, ref: str) -> str | None:
+        """An entity id from its id, canonical form or an alias (case-insensitive)."""
+        row = self.cursor().execute(
+            """SELECT entity_id FROM entities WHERE workspace_id = ? AND (
+                   entity_id = ? OR lower(canonical) = lower(?)
+                   OR list_contains(list_transform(coalesce(aliases, []), lambda a: lower(a)), lower(?)))
+               ORDER BY (entity_id = ?) DESC, (lower(canonical) = lower(?)) DESC, entity_id LIMIT 1""",
+            [workspace, ref, ref, ref, ref, ref]).fetchone()
+        return row[0] if row else None
+
+    def filtered_pages(self, workspace: str, domains=(), after=None, before=None, cluster_ids=(),
+                       entity_ids=(), scopes=None) -> list[str]:
+        """Page ids of a workspace that pass every given restriction."""
+        where, params = ["p.workspace_id = ?"], [workspace]
+        if domains:
+            where.append("p.domain IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(domains))
+        if after is not None:
+            where.append("p.last_seen >= ?")
+            params.append(after)
+        if before is not None:
+            where.append("p.last_seen < ?")
+            params.append(before)
+        if cluster_ids:
+            where.append("p.cluster_id IN (SELECT unnest(?::BIGINT[]))")
+            params.append([int(c) for c in cluster_ids])
+        if entity_ids:
+            where.append("p.page_id IN (SELECT page_id FROM page_entities WHERE entity_id IN (SELECT unnest(?::VARCHAR[])))")
+            params.append(list(entity_ids))
+        if scopes is not None:
+            where.append("p.scope IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(scopes))
+        rows = self.cursor().execute(f"SELECT p.page_id FROM pages p WHERE {' AND '.join(where)} ORDER BY 1",
+                                     params).fetchall()
+        return [r[0] for r in rows]
+
+    def chunk_ids_of_pages(self, page_ids: list[str]) -> np.ndarray:
+        if not page_ids:
+            return np.zeros(0, dtype=np.int64)
+        res = self.cursor().execute(
+            "SELECT chunk_id FROM chunks WHERE page_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1",
+            [list(page_ids)]).fetchnumpy()
+        return res["chunk_id"].astype(np.int64)
+
+    def workspace_count(self) -> int:
+        return self.cursor().execute("SELECT count(DISTINCT workspace_id) FROM pages").fetchone()[0]
+
+    def pages_with_url(self, workspace: str, url_norm: str) -> list[str]:
+        return [r[0] for r in self.cursor().execute(
+            "SELECT page_id FROM pages WHERE workspace_id = ? AND url_norm = ? ORDER BY page_id",
+            [workspace, url_norm]).fetchall()]
+
+    def pages_of_domain(self, workspace: str, domain: str, limit: int) -> list[str]:
+        """A domain's pages, most recently seen first (ties by page id)."""
+        return [r[0] for r in self.cursor().execute(
+            """SELECT page_id FROM pages WHERE workspace_id = ? AND domain = ?
+               ORDER BY last_seen DESC, page_id LIMIT ?""", [workspace, domain, limit]).fetchall()]
+
+    def page_entity_sets(self, workspace: str) -> dict[str, set[str]]:
+        rows = self.cursor().execute(
+            """SELECT pe.page_id, list(pe.entity_id) FROM page_entities pe JOIN pages p USING (page_id)
+               WHERE p.workspace_id = ? GROUP BY 1""", [workspace]).fetchall()
+        return {pid: set(ents) for pid, ents in rows}
+
+    # Clusters and entity edits -------------------------------------------------------------------
+    def next_cluster_id(self) -> int:
+        return int(self.cursor().execute("SELECT coalesce(max(cluster_id), 0) + 1 FROM clusters").fetchone()[0])
+
+    def replace_clusters(self, workspace: str, model: str, assignment: dict[str, int], sizes: dict[int, int]) -> int:
+        """Tombstone the workspace's clusters, record new ones and assign every page; one
+        transaction, one generation (the sparse index re-indexes the pages' cluster field)."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                gen = self._bump(con)
+                con.execute("UPDATE clusters SET tombstoned_at = now() WHERE workspace_id = ? AND tombstoned_at IS NULL",
+                            [workspace])
+                con.executemany("INSERT INTO clusters VALUES (?, ?, ?, ?, now(), NULL)",
+                                [(cid, workspace, model, n) for cid, n in sorted(sizes.items())])
+                con.execute("UPDATE pages SET cluster_id = NULL, updated_generation = ? WHERE workspace_id = ?",
+                            [gen, workspace])
+                tbl = pa.table({"page_id": pa.array(list(assignment), pa.string()),
+                                "cluster_id": pa.array(list(assignment.values()), pa.int64())})
+                con.register("_assign", tbl)
+                con.execute("UPDATE pages SET cluster_id = a.cluster_id FROM _assign a WHERE pages.page_id = a.page_id")
+                con.unregister("_assign")
+                con.execute("INSERT INTO changes SELECT ?, page_id, 'cluster' FROM pages WHERE workspace_id = ?",
+                            [gen, workspace])
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            return gen
+
+    def clusters(self, workspace: str, include_tombstoned: bool = False) -> list[dict]:
+        res = self.cursor().execute(
+            f"""SELECT cluster_id, model, size, created_at, tombstoned_at FROM clusters WHERE workspace_id = ?
+                {'' if include_tombstoned else 'AND tombstoned_at IS NULL'} ORDER BY cluster_id""", [workspace])
+        cols = [d[0] for d in res.description]
+        return [dict(zip(cols, r)) for r in res.fetchall()]
+
+    def upsert_entity(self, entity: EntityRow, link_pages: list[str], replace_aliases: bool = False) -> int:
+        """Create or edit an entity and link pages to it; returns the new generation."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                gen = self._bump(con)
+                aliases = sorted(set(entity.aliases))
+                if replace_aliases:
+                    con.execute("""INSERT INTO entities VALUES (?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
+                                   SET canonical = excluded.canonical, aliases = excluded.aliases""",
+                                [entity.entity_id, entity.workspace_id, entity.canonical, aliases])
+                else:
+                    con.execute("""INSERT INTO entities VALUES (?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
+                                   SET canonical = excluded.canonical,
+                                   aliases = list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))""",
+                                [entity.entity_id, entity.workspace_id, entity.canonical, aliases])
+                if link_pages:
+                    con.execute("""INSERT INTO page_entities SELECT unnest(?::VARCHAR[]), ?
+                                   EXCEPT SELECT page_id, entity_id FROM page_entities""",
+                                [link_pages, entity.entity_id])
+                    con.executemany("INSERT INTO changes VALUES (?, ?, 'entity')", [(gen, p) for p in link_pages])
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            return gen
+
+    def entity(self, entity_id: str) -> dict | None:
+        row = self.cursor().execute(
+            """SELECT e.entity_id, e.workspace_id, e.canonical, e.aliases,
+                      (SELECT count(*) FROM page_entities pe WHERE pe.entity_id = e.entity_id)
+               FROM entities e WHERE entity_id = ?""", [entity_id]).fetchone()
+        if row is None:
+            return None
+        return {"entity_id": row[0], "workspace": row[1], "canonical": row[2], "aliases": list(row[3] or []),
+                "pages": row[4]}
 
     def embeddings_for(self, model: str, chunk_ids: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64[n], vectors float32[n, d]) of `model`, for the given chunks or all of them."""

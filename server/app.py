@@ -6,11 +6,16 @@ import contextlib
 import logging
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from typing import Literal
+
+from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from engine.clusters import refit_clusters
 from engine.corpus import Corpus, open_corpus
+from engine.entities import EntityUpsert, upsert_entity
+from engine.similar import similar_pages
 from engine.ingest import Ingester, delete_page
 from engine.records import PageInput
 from engine.search import SearchRequest, SearchResponse, SearchService
@@ -113,12 +118,35 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
             raise not_found("page", page_id)
         return {"page_id": page_id, "deleted": True}
 
+    @app.get("/v1/pages/{page_id}/similar", tags=["pages"])
+    def similar(page_id: str, mediation: Literal["vector", "cluster", "entity"] = "vector",
+                k: int = Query(10, ge=1, le=200), c: Corpus = Depends(get_corpus)) -> dict:
+        """Pages related to this one: `vector` (page-vector cosine), `cluster` (co-members of its
+        cluster by cosine), or `entity` (shared entities, IDF-weighted Jaccard)."""
+        return {"page_id": page_id, "mediation": mediation, "pages": similar_pages(c, page_id, mediation, k)}
+
+    @app.post("/v1/entities", tags=["entities"])
+    def entities(body: EntityUpsert, c: Corpus = Depends(get_corpus)) -> dict:
+        """Create or edit an entity (canonical form, aliases) and link pages to it."""
+        return upsert_entity(c, body)
+
+    @app.get("/v1/clusters", tags=["clusters"])
+    def clusters(workspace: str | None = None, include_tombstoned: bool = False,
+                 c: Corpus = Depends(get_corpus)) -> dict:
+        ws = workspace or c.settings.default_workspace
+        return {"workspace": ws, "clusters": c.store.clusters(ws, include_tombstoned)}
+
+    @app.post("/v1/clusters/refit", tags=["clusters"])
+    def clusters_refit(workspace: str | None = None, k: int | None = Query(None, ge=2, le=10_000),
+                       c: Corpus = Depends(get_corpus)) -> dict:
+        """k-means over page vectors; new cluster ids every time, the old ones tombstoned."""
+        return refit_clusters(c, workspace, k)
+
     @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
     def search(req: SearchRequest, request: Request) -> SearchResponse:
-        try:
-            return request.app.state.search.search(req)
-        except ModelNotFound as exc:
-            raise ApiError(503, "model_unavailable", str(exc), model=exc.name, install=exc.install) from exc
+        """Hybrid search over pages: BM25 and dense arms fused by RRF, optional rerank, rollup to
+        pages, recency decay, pinning of exact URL/domain matches, then the slice [offset:offset+k]."""
+        return request.app.state.search.search(req)
 
     return app
 

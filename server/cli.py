@@ -66,8 +66,8 @@ def cmd_search(args) -> int:
         if args.json:
             print(resp.model_dump_json(indent=2))
             return 0
-        print(f"{resp.total} pages ranked; showing {len(resp.results)} ({resp.timings_ms['total']:.0f} ms)")
-        for hit in resp.results:
+        print(f"{resp.total} pages ranked; showing {len(resp.pages)} ({resp.timings_ms['total']:.0f} ms)")
+        for hit in resp.pages:
             print(f"{hit.rank:>3}. {hit.title or '(untitled)'}\n     {hit.url}   score={hit.score:.4f}")
             if hit.snippets:
                 snip = " ".join(hit.snippets[0].text.split())
@@ -125,6 +125,22 @@ def cmd_models(args) -> int:
         corpus.store.close()
 
 
+def cmd_clusters(args) -> int:
+    from engine.clusters import refit_clusters
+    from engine.corpus import open_corpus
+
+    corpus = open_corpus(_settings(args))
+    try:
+        ws = args.workspace or corpus.settings.default_workspace
+        if args.action == "refit":
+            _print(refit_clusters(corpus, ws, args.k))
+        else:
+            _print(corpus.store.clusters(ws, include_tombstoned=True))
+        return 0
+    finally:
+        corpus.close()
+
+
 def cmd_status(args) -> int:
     from engine.corpus import open_corpus
 
@@ -172,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--embed", metavar="NAME", help="embed every chunk that lacks a vector of NAME")
     s.set_defaults(func=cmd_models)
 
+    s = sub.add_parser("clusters", help="k-means clusters of pages: refit (new ids, old ones tombstoned) or list")
+    s.add_argument("action", choices=["refit", "list"])
+    s.add_argument("--k", type=int, default=None, help="number of clusters (default sqrt(pages / 2))")
+    s.add_argument("--workspace", default=None)
+    s.set_defaults(func=cmd_clusters)
+
     s = sub.add_parser("status", help="counts and index generations")
     s.set_defaults(func=cmd_status)
     return p
@@ -190,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         from indexes.store import StoreError
         from models.registry import ModelNotFound
 
-        if isinstance(exc, (ModelNotFound, StoreError)):
+        from engine.errors import EngineError
+
+        if isinstance(exc, (ModelNotFound, StoreError, EngineError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -20,6 +20,12 @@ def not_found(kind: str, ref: str) -> ApiError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    from engine.errors import EngineError
+
+    @app.exception_handler(EngineError)
+    async def _engine_error(_: Request, exc: EngineError):
+        return JSONResponse({"detail": exc.body()}, status_code=exc.status)
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
         return JSONResponse({"detail": exc.body}, status_code=exc.status)

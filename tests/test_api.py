@@ -38,12 +38,12 @@ def test_search_finds_a_page_by_what_it_says(shared_client, shared_corpus):
     r = shared_client.post("/v1/search", json={"query": words, "k": 5})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["results"][0]["page_id"] == pid
-    assert body["results"][0]["snippets"] and body["results"][0]["title"] == title
+    assert body["pages"][0]["page_id"] == pid
+    assert body["pages"][0]["snippets"] and body["pages"][0]["title"] == title
     assert set(body["timings_ms"]) >= {"embed", "dense", "sparse", "fusion", "rollup", "hydrate", "total"}
     # Paging is a slice of the same ranking.
-    full = shared_client.post("/v1/search", json={"query": words, "k": 6}).json()["results"]
-    second = shared_client.post("/v1/search", json={"query": words, "k": 3, "offset": 3}).json()["results"]
+    full = shared_client.post("/v1/search", json={"query": words, "k": 6}).json()["pages"]
+    second = shared_client.post("/v1/search", json={"query": words, "k": 3, "offset": 3}).json()["pages"]
     assert [h["page_id"] for h in second] == [h["page_id"] for h in full[3:6]]
     assert [h["rank"] for h in second] == [4, 5, 6]
 
@@ -85,7 +85,7 @@ def test_upsert_reports_each_item_and_keeps_the_good_ones(client):
 
     assert client.delete(f"/v1/pages/{pid}").json() == {"page_id": pid, "deleted": True}
     assert client.get(f"/v1/pages/{pid}").status_code == 404
-    hits = client.post("/v1/search", json={"query": "albatrosses oceans"}).json()["results"]
+    hits = client.post("/v1/search", json={"query": "albatrosses oceans"}).json()["pages"]
     assert pid not in [h["page_id"] for h in hits]
 
 

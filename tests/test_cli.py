@@ -27,7 +27,7 @@ def test_ingest_status_models_search_reindex(capsys, tmp_path, monkeypatch, pool
     code, out, err = run(capsys, "ingest", str(src), "--no-progress")
     assert code == 0
     summary = json.loads(out)
-    assert summary["created"] == 2 and summary["errors"] == 1
+    assert summary["created"] == 2 and summary["errors"] == 1 and summary["records"] == 3
     assert f"{src}:3: skipped" in err
 
     code, out, _ = run(capsys, "status")
@@ -41,7 +41,7 @@ def test_ingest_status_models_search_reindex(capsys, tmp_path, monkeypatch, pool
     assert mini["device"] == "cpu" and mini["path"]
 
     code, out, _ = run(capsys, "search", "birds that hunt in the dark", "--json")
-    assert json.loads(out)["results"][0]["url"] == "https://example.org/owls"
+    assert json.loads(out)["pages"][0]["url"] == "https://example.org/owls"
 
     code, out, _ = run(capsys, "reindex")
     assert json.loads(out)["consistency"]["consistent"]
@@ -60,7 +60,7 @@ def test_folder_ingest_and_clear_errors(capsys, tmp_path, monkeypatch, pool):
     code, out, _ = run(capsys, "ingest", str(docs), "--base-url", "https://notes.example", "--no-progress")
     assert code == 0 and json.loads(out)["created"] == 3
     code, out, _ = run(capsys, "search", "comets", "--json")
-    top = json.loads(out)["results"][0]
+    top = json.loads(out)["pages"][0]
     assert top["url"] == "https://notes.example/a.md" and top["title"] == "Alpha"
 
     assert run(capsys, "ingest", str(tmp_path / "missing.jsonl"))[0] == 2

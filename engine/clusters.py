@@ -1,0 +1,39 @@
+"""Clusters of pages: k-means (FAISS) over page vectors. Every refit issues new cluster ids and
+tombstones the old ones, so a stale cluster id filters to nothing instead of to other pages."""
+from __future__ import annotations
+
+import math
+
+import faiss
+import numpy as np
+
+from .corpus import Corpus
+from .errors import InvalidRequest
+from .similar import page_vectors
+
+
+def refit_clusters(corpus: Corpus, workspace: str | None = None, k: int | None = None,
+                   model: str | None = None, seed: int = 1234) -> dict:
+    workspace = workspace or corpus.settings.default_workspace
+    model = model or corpus.settings.models.active
+    with corpus.write_lock:
+        pv = page_vectors(corpus, model, workspace)
+        n = len(pv.page_ids)
+        if n < 2:
+            raise InvalidRequest(f"workspace {workspace!r} has {n} page(s); clustering needs at least 2")
+        k = k or max(2, round(math.sqrt(n / 2)))
+        if not 2 <= k <= n:
+            raise InvalidRequest(f"k must be between 2 and the number of pages ({n})")
+        km = faiss.Kmeans(pv.matrix.shape[1], k, niter=25, seed=seed, spherical=True, verbose=False,
+                          min_points_per_centroid=1)
+        km.train(np.ascontiguousarray(pv.matrix))
+        _, labels = km.index.search(np.ascontiguousarray(pv.matrix), 1)
+        base = corpus.store.next_cluster_id()
+        assignment = {pid: base + int(labels[i, 0]) for i, pid in enumerate(pv.page_ids)}
+        sizes: dict[int, int] = {}
+        for cid in assignment.values():
+            sizes[cid] = sizes.get(cid, 0) + 1
+        gen = corpus.store.replace_clusters(workspace, model, assignment, sizes)
+        corpus.sync_pages(gen)
+        return {"workspace": workspace, "model": model, "k": k, "clusters": len(sizes),
+                "cluster_ids": sorted(sizes), "sizes": sizes, "generation": gen}

@@ -1,0 +1,192 @@
+"""The search pipeline end to end: real app, real indexes, real model."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from conftest import ingest, page
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+
+
+@pytest.fixture(scope="module")
+def client(shared_corpus):
+    with TestClient(create_app(shared_corpus.settings, shared_corpus)) as c:
+        yield c
+
+
+def search(client, **body):
+    r = client.post("/v1/search", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_paging_is_a_stable_slice(client):
+    q = "how are rows selected and sorted"
+    whole = search(client, query=q, k=15)
+    parts = [search(client, query=q, k=5, offset=o) for o in (0, 5, 10)]
+    ids = [p["page_id"] for part in parts for p in part["pages"]]
+    assert len(ids) == len(set(ids)) == 15
+    assert ids == [p["page_id"] for p in whole["pages"]]
+    assert all(part["total"] == whole["total"] for part in parts)
+    assert whole["query_id"] and whole["query_id"] != parts[0]["query_id"]
+
+
+def test_explain_adds_up_to_the_final_score(client):
+    res = search(client, query="transactions and locking", k=8, explain=True, recency_half_life_days=45, rollup="sum")
+    assert res["pages"]
+    for p in res["pages"]:
+        ex = p["explain"]
+        for c in ex["chunks"]:
+            arms = {k: v for k, v in c["rrf"].items() if k != "total"}
+            assert sum(arms.values()) == pytest.approx(c["rrf"]["total"]) == pytest.approx(c["score"])
+            for arm, hit in (("dense", c["dense"]), ("sparse", c["sparse"])):
+                if hit:
+                    assert arms[arm] == pytest.approx(1 / (60 + hit["rank"]))
+        assert ex["rollup"]["how"] == "sum"
+        assert ex["rollup"]["value"] == pytest.approx(sum(c["score"] for c in ex["chunks"]))
+        assert ex["decay"]["factor"] == pytest.approx(0.5 ** (ex["decay"]["age_days"] / 45), rel=1e-4)
+        assert p["score"] == pytest.approx(ex["rollup"]["value"] * ex["decay"]["factor"]) == pytest.approx(ex["score"])
+    scores = [p["score"] for p in res["pages"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_single_arm_searches(client):
+    dense = search(client, query="serialize python objects to text", dense_weight=1, sparse_weight=0, explain=True)
+    sparse = search(client, query="serialize python objects to text", dense_weight=0, explain=True)
+    assert "sparse" not in dense["timings_ms"] and "embed" in dense["timings_ms"]
+    assert "dense" not in sparse["timings_ms"] and "embed" not in sparse["timings_ms"]
+    for p in dense["pages"]:
+        assert all(c["sparse"] is None and c["dense"] for c in p["explain"]["chunks"])
+    for p in sparse["pages"]:
+        assert all(c["dense"] is None and c["sparse"] for c in p["explain"]["chunks"])
+
+
+def test_filters_are_pushed_down_not_applied_after(client, shared_corpus):
+    q = "python module for parsing command line arguments"
+    narrow = dict(dense_top_n=5, sparse_top_n=5)
+    unfiltered = search(client, query=q, k=10, explain=True, **narrow)
+    assert all(p["domain"] != "sqlite.org" for p in unfiltered["pages"])  # a post-filter would starve
+    n_sqlite = shared_corpus.store.cursor().execute(
+        "SELECT count(*) FROM pages WHERE domain = 'sqlite.org'").fetchone()[0]
+    assert n_sqlite >= 3
+    filtered = search(client, query=q, k=3, filters={"domain": "www.sqlite.org"}, **narrow)
+    assert len(filtered["pages"]) == 3 and {p["domain"] for p in filtered["pages"]} == {"sqlite.org"}
+    # The arms went deeper than 5 chunks because 5 chunks rolled up to too few pages.
+    assert filtered["depth"]["dense"] > 5 and filtered["depth"]["sparse"] > 5
+
+
+def test_date_and_entity_filters(client, shared_corpus):
+    seen = sorted(r[0] for r in shared_corpus.store.cursor().execute("SELECT last_seen FROM pages").fetchall())
+    cut = seen[len(seen) // 2]
+    res = search(client, query="functions", k=20, filters={"after": cut.isoformat()})
+    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]) >= cut for p in res["pages"])
+    res = search(client, query="functions", k=20, filters={"before": cut.isoformat()})
+    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]) < cut for p in res["pages"])
+    # An alias, in another case, resolves to the canonical entity.
+    res = search(client, query="create a table", k=20, filters={"entity": "POSTGRES"})
+    assert res["pages"] and all(p["entities"] == ["PostgreSQL"] for p in res["pages"])
+    r = client.post("/v1/search", json={"query": "x", "filters": {"entity": "No Such Thing"}})
+    assert r.status_code == 404 and r.json()["detail"]["type"] == "entity_not_found"
+    r = client.post("/v1/search", json={"query": "x", "filters": {"colour": "red"}})
+    assert r.status_code == 422
+
+
+def test_url_and_domain_pinning(client, shared_corpus):
+    url, pid = shared_corpus.store.cursor().execute(
+        "SELECT url, page_id FROM pages WHERE domain = 'docs.python.org' ORDER BY page_id LIMIT 1").fetchone()
+    messy = url.replace("https://", "http://www.").replace("docs.python.org", "DOCS.python.org") + "#top"
+    res = search(client, query=messy, k=3)
+    assert res["pages"][0]["page_id"] == pid and res["pages"][0]["pinned"] == "url"
+    assert all(p.get("pinned") is None for p in res["pages"][1:])
+    assert search(client, query=messy, k=3, pin=False)["pages"][0].get("pinned") is None
+
+    res = search(client, query="sqlite.org", k=20)
+    pinned = [p for p in res["pages"] if p.get("pinned") == "domain"]
+    assert pinned and res["pages"][: len(pinned)] == pinned
+    assert {p["domain"] for p in pinned} == {"sqlite.org"}
+    seen = [p["last_seen"] for p in pinned]
+    assert seen == sorted(seen, reverse=True)
+
+
+def test_similar_pages_and_suggestions(client, shared_corpus):
+    pid = shared_corpus.store.cursor().execute("SELECT min(page_id) FROM pages").fetchone()[0]
+    sim = client.get(f"/v1/pages/{pid}/similar", params={"k": 5}).json()
+    assert len(sim["pages"]) == 5 and pid not in [p["page_id"] for p in sim["pages"]]
+    scores = [p["score"] for p in sim["pages"]]
+    assert scores == sorted(scores, reverse=True) and scores[0] <= 1.0001
+    ent = client.get(f"/v1/pages/{pid}/similar", params={"mediation": "entity", "k": 50}).json()["pages"]
+    mine = shared_corpus.store.page(pid)["entities"][0]["canonical"]
+    assert ent and all(shared_corpus.store.page(p["page_id"])["entities"][0]["canonical"] == mine for p in ent)
+    assert client.get("/v1/pages/pg_nope/similar").json()["detail"]["type"] == "page_not_found"
+    assert client.get(f"/v1/pages/{pid}/similar", params={"mediation": "magic"}).status_code == 422
+    res = search(client, query="sqlite virtual tables", suggestions=True, k=2)
+    assert res["suggestions"]["source_page_id"] == res["pages"][0]["page_id"]
+    assert len(res["suggestions"]["pages"]) == 5
+
+
+def test_clusters_refit_tombstones_old_ids(make_corpus):
+    corpus = make_corpus()
+    ingest(corpus, [page(f"https://birds.example/{i}", f"Seabird note {i}: gulls and terns at the coast.")
+                    for i in range(4)] +
+           [page(f"https://stars.example/{i}", f"Astronomy note {i}: galaxies, nebulae and telescopes.")
+            for i in range(4)])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        first = c.post("/v1/clusters/refit", params={"k": 2}).json()
+        assert first["clusters"] == 2
+        old = first["cluster_ids"][0]
+        hits = search(c, query="note", k=20, filters={"cluster_id": old})["pages"]
+        assert hits and all(h["cluster_id"] == old for h in hits)
+        same = {h["page_id"] for h in hits}
+        assert len({h["domain"] for h in hits}) == 1  # k-means separates birds from stars
+        cl_sim = c.get(f"/v1/pages/{hits[0]['page_id']}/similar", params={"mediation": "cluster"}).json()["pages"]
+        assert {p["page_id"] for p in cl_sim} == same - {hits[0]["page_id"]}
+
+        second = c.post("/v1/clusters/refit", params={"k": 2}).json()
+        assert set(second["cluster_ids"]).isdisjoint(first["cluster_ids"])
+        gone = search(c, query="note", k=20, filters={"cluster_id": old})
+        assert gone["pages"] == [] and gone["total"] == 0  # tombstoned: empty, not an error
+        assert search(c, query="note", filters={"cluster_id": 987654})["pages"] == []
+        listed = c.get("/v1/clusters", params={"include_tombstoned": True}).json()["clusters"]
+        assert sum(1 for cl in listed if cl["tombstoned_at"]) == 2
+    assert corpus.consistency()["consistent"]
+
+
+def test_filter_over_the_pushdown_cap_is_422(make_corpus):
+    corpus = make_corpus(search={"filter_pushdown_cap": 2})
+    ingest(corpus, [page(f"https://cap.example/{i}", f"Cap test page {i}.") for i in range(3)])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        r = c.post("/v1/search", json={"query": "cap", "filters": {"domain": "cap.example"}})
+        assert r.status_code == 422
+        assert r.json()["detail"]["type"] == "filter_too_broad" and r.json()["detail"]["matched_pages"] == 3
+
+
+def test_entities_edited_after_ingest_filter_both_arms(make_corpus):
+    corpus = make_corpus()
+    rep = ingest(corpus, [page("https://e.example/a", "The lighthouse keeper logs every ship."),
+                          page("https://e.example/b", "The harbour master counts the boats.")])
+    a = rep.outcomes[0].page_id
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        r = c.post("/v1/entities", json={"canonical": "Maritime", "aliases": ["Nautical"], "pages": [a]})
+        assert r.status_code == 200 and r.json()["pages"] == 1
+        for weights in ({"sparse_weight": 0}, {"dense_weight": 0}):
+            hits = search(c, query="ship boats lighthouse harbour", filters={"entity": "nautical"}, **weights)["pages"]
+            assert [h["page_id"] for h in hits] == [a]
+        r = c.post("/v1/entities", json={"canonical": "X", "pages": ["pg_missing"]})
+        assert r.status_code == 404 and r.json()["detail"]["type"] == "page_not_found"
+    assert corpus.consistency()["consistent"]
+
+
+def test_recency_decay_orders_equal_pages_by_last_seen(make_corpus):
+    corpus = make_corpus()
+    now = datetime.utcnow()
+    ingest(corpus, [page("https://r.example/old", "Identical text about tide pools.",
+                         seen_at=(now - timedelta(days=90)).isoformat()),
+                    page("https://r.example/new", "Identical text about tide pools!",
+                         seen_at=(now - timedelta(days=1)).isoformat())])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        plain = search(c, query="tide pools", explain=True)["pages"]
+        decayed = search(c, query="tide pools", recency_half_life_days=7, explain=True)["pages"]
+    assert decayed[0]["url"] == "https://r.example/new"
+    assert decayed[1]["score"] < plain[[p["url"] for p in plain].index("https://r.example/old")]["score"] / 100
