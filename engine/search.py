@@ -304,7 +304,9 @@ class SearchService:
                 arm_lists["sparse"] = arms.sparse
             fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
             timings["fusion"] += (time.perf_counter() - tf) * 1000
+            th = time.perf_counter()
             chunk_meta = corpus.store.chunks_by_id([f.chunk_id for f in fused])
+            timings["hydrate"] = timings.get("hydrate", 0.0) + (time.perf_counter() - th) * 1000
             n_pages = len({m["page_id"] for m in chunk_meta.values()})
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
@@ -340,7 +342,7 @@ class SearchService:
         pinned_ids = self._pins(intent, p.workspace, restriction) if intent else []
         page_ids = [pid for pid, _, _ in pages]
         meta = corpus.store.pages_by_id(sorted(set(page_ids) | {pid for pid, _ in pinned_ids}))
-        timings["hydrate"] = (time.perf_counter() - th) * 1000
+        timings["hydrate"] += (time.perf_counter() - th) * 1000
 
         td = time.perf_counter()
         scored = []  # (page_id, final score, rollup value, factor, chunk ids)

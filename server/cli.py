@@ -141,6 +141,28 @@ def cmd_clusters(args) -> int:
         corpus.close()
 
 
+def cmd_eval(args) -> int:
+    from engine.corpus import open_corpus
+    from eval.ir import DEFAULT_IR_DIR, evaluate, markdown, write_results
+
+    settings = _settings(args)
+    if args.data_dir:
+        settings = settings.model_copy(update={"data_dir": Path(args.data_dir).resolve()})
+    ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
+    if not ir_dir.is_dir():
+        print(f"error: no test collections at {ir_dir} (use --ir-dir)", file=sys.stderr)
+        return 2
+    corpus = open_corpus(settings)
+    try:
+        result = evaluate(corpus, ir_dir, args.collections, progress=not args.no_progress)
+    finally:
+        corpus.close()
+    j, m = write_results(result)
+    print(markdown(result))
+    print(f"written: {j} and {m}")
+    return 0
+
+
 def cmd_status(args) -> int:
     from engine.corpus import open_corpus
 
@@ -193,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=None, help="number of clusters (default sqrt(pages / 2))")
     s.add_argument("--workspace", default=None)
     s.set_defaults(func=cmd_clusters)
+
+    s = sub.add_parser("eval", help="offline evaluation")
+    s.add_argument("suite", choices=["ir"], help="ir: nDCG@10 of sparse, dense and hybrid on the test collections")
+    s.add_argument("--collections", nargs="+", default=["cisi", "med", "npl", "cacm"])
+    s.add_argument("--ir-dir", default=None, help="folder with <collection>/docs.jsonl, queries.jsonl, qrels.tsv "
+                                                  "(default ../shared/data/ir)")
+    s.add_argument("--data-dir", default=None, help="data dir for the collections (default: the configured one)")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("status", help="counts and index generations")
     s.set_defaults(func=cmd_status)

@@ -1,0 +1,158 @@
+"""Search latency per stage at 10k and 100k chunks, and the pipeline's overhead over bare calls.
+
+    .venv/bin/python bench/search.py [--sizes 10000 100000] [--queries 100]
+
+The corpus is synthetic (Zipf-distributed pseudo-words, 10 chunks a page, random unit vectors
+written straight into the store), which is fine for scale: the cost of each stage depends on
+sizes, not on meaning. The query is embedded by the real model. For every query we time the full
+SearchService.search (its own per-stage timings) and, separately, the bare tantivy and FAISS
+calls with the same depth; the overhead ratio is p50(total) / (p50(embed) + p50(bare sparse) +
+p50(bare dense)). Writes bench/results/search.json and search.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.corpus import open_corpus  # noqa: E402
+from engine.ingest import chunk_id_for  # noqa: E402
+from engine.search import SearchRequest, SearchService  # noqa: E402
+from engine.settings import load_settings  # noqa: E402
+from engine.urls import page_id_for  # noqa: E402
+from indexes.store import ChunkRow, PageRow, PageWrite  # noqa: E402
+from models.embedder import EmbedderPool  # noqa: E402
+from models.registry import ModelRegistry  # noqa: E402
+
+CHUNKS_PER_PAGE = 10
+WORDS_PER_CHUNK = 60
+
+
+def vocabulary(rng, n=5000):
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    return ["".join(rng.choice(letters, size=rng.integers(3, 9))) for _ in range(n)]
+
+
+def zipf_words(rng, vocab, n):
+    ranks = np.minimum(rng.zipf(1.2, size=n), len(vocab)) - 1
+    return [vocab[r] for r in ranks]
+
+
+def build(corpus, n_chunks, dim, rng, vocab):
+    store = corpus.store
+    n_pages = n_chunks // CHUNKS_PER_PAGE
+    t0 = time.perf_counter()
+    batch: list[PageWrite] = []
+    for p in range(n_pages):
+        url = f"https://synthetic.example/{p}"
+        pid = page_id_for("default", url.split("://", 1)[1])
+        chunks, vecs = [], {}
+        for o in range(CHUNKS_PER_PAGE):
+            text = " ".join(zipf_words(rng, vocab, WORDS_PER_CHUNK))
+            cid = chunk_id_for(pid, text, 0)
+            chunks.append(ChunkRow(cid, pid, o, text, 0, len(text), [], WORDS_PER_CHUNK))
+            v = rng.standard_normal(dim).astype(np.float32)
+            vecs[cid] = v / np.linalg.norm(v)
+        seen = datetime(2026, 1, 1)
+        batch.append(PageWrite(PageRow(pid, "default", url, url.split("://", 1)[1], "synthetic.example",
+                                       f"Page {p}", "", f"h{p}", seen, seen), chunks,
+                               {corpus.settings.models.active: vecs}))
+        if len(batch) == 1000:
+            store.apply(batch, [])
+            batch = []
+    if batch:
+        store.apply(batch, [])
+    t_store = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    corpus.sync()
+    corpus.flush()
+    return t_store, time.perf_counter() - t0
+
+
+def pct(values, q):
+    return float(np.percentile(values, q))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--queries", type=int, default=100)
+    args = ap.parse_args()
+    base = load_settings()
+    pool = EmbedderPool(ModelRegistry(base.registry_path, base.models_cache_dir), base.models.device)
+    emb = pool.get(base.models.active)
+    rng = np.random.default_rng(7)
+    vocab = vocabulary(rng)
+    results = {"model": base.models.active, "device": emb.device, "queries": args.queries, "sizes": {}}
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = open_corpus(load_settings(data_dir=tmp, search={"query_cache_size": 0}), pool)
+            t_store, t_index = build(corpus, n, emb.dim, rng, vocab)
+            service = SearchService(corpus)
+            queries = [" ".join(zipf_words(rng, vocab, 4)) for _ in range(args.queries + 5)]
+            for q in queries[:5]:  # warm-up
+                service.search(SearchRequest(query=q))
+            stages: dict[str, list[float]] = {}
+            bare_sparse, bare_dense = [], []
+            for q in queries[5:]:
+                res = service.search(SearchRequest(query=q, pin=False))
+                for k, v in res.timings_ms.items():
+                    stages.setdefault(k, []).append(v)
+                t = time.perf_counter()
+                corpus.sparse.search(q, base.search.sparse_top_n)
+                bare_sparse.append((time.perf_counter() - t) * 1000)
+                vec = emb.encode_query(q)
+                t = time.perf_counter()
+                corpus.dense(base.models.active).search(vec, base.search.dense_top_n)
+                bare_dense.append((time.perf_counter() - t) * 1000)
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            corpus.close()
+        row = {"chunks": n, "store_write_s": round(t_store, 2), "index_build_s": round(t_index, 2),
+               "max_rss_mb": round(rss_mb, 1),
+               "stages_ms": {k: {"p50": round(pct(v, 50), 3), "p95": round(pct(v, 95), 3)} for k, v in stages.items()},
+               "bare_sparse_ms": {"p50": round(pct(bare_sparse, 50), 3), "p95": round(pct(bare_sparse, 95), 3)},
+               "bare_dense_ms": {"p50": round(pct(bare_dense, 50), 3), "p95": round(pct(bare_dense, 95), 3)}}
+        bare = row["stages_ms"]["embed"]["p50"] + row["bare_sparse_ms"]["p50"] + row["bare_dense_ms"]["p50"]
+        row["overhead_ratio"] = round(row["stages_ms"]["total"]["p50"] / bare, 3)
+        results["sizes"][str(n)] = row
+        print(json.dumps(row, indent=2), flush=True)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "search.md").write_text(markdown(results))
+    print(markdown(results))
+
+
+def markdown(results):
+    sizes = list(results["sizes"].values())
+    stages = ["embed", "sparse", "dense", "fusion", "rollup", "hydrate", "total"]
+    lines = ["| stage (ms, p50 / p95) | " + " | ".join(f"{r['chunks']:,} chunks" for r in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for s in stages:
+        lines.append(f"| {s} | " + " | ".join(
+            f"{r['stages_ms'][s]['p50']:.2f} / {r['stages_ms'][s]['p95']:.2f}" if s in r["stages_ms"] else "-"
+            for r in sizes) + " |")
+    lines.append("| bare tantivy search | " + " | ".join(
+        f"{r['bare_sparse_ms']['p50']:.2f} / {r['bare_sparse_ms']['p95']:.2f}" for r in sizes) + " |")
+    lines.append("| bare FAISS search | " + " | ".join(
+        f"{r['bare_dense_ms']['p50']:.2f} / {r['bare_dense_ms']['p95']:.2f}" for r in sizes) + " |")
+    lines.append("| **overhead ratio** (total / (embed + bare sparse + bare dense)) | " + " | ".join(
+        f"**{r['overhead_ratio']:.2f}**" for r in sizes) + " |")
+    lines.append("| index build (s) | " + " | ".join(f"{r['index_build_s']:.1f}" for r in sizes) + " |")
+    lines.append("| max RSS (MB) | " + " | ".join(f"{r['max_rss_mb']:.0f}" for r in sizes) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The rerank stage with a real cross-encoder: a small one built from the bundled MiniLM encoder
+and briefly trained here (the reranker issue trains real ones; this tests the stage's wiring)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import ingest, page
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+
+TOPICS = {
+    "seabirds": ["Gannets dive into the sea to catch fish.", "Puffins nest in burrows on cliffs.",
+                 "Albatrosses glide for hours over the ocean.", "Terns migrate from pole to pole."],
+    "astronomy": ["Telescopes collect light from distant galaxies.", "Nebulae are clouds of gas and dust.",
+                  "A light year measures distance, not time.", "Comets grow tails near the sun."],
+    "baking": ["Bread dough rises because yeast makes gas.", "Butter must be cold for flaky pastry.",
+               "Ovens bake unevenly without a fan.", "Sourdough uses a fermented starter."],
+}
+QUERIES = {"seabirds": "birds that live at sea", "astronomy": "objects in space seen through telescopes",
+           "baking": "how to bake bread and pastry"}
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tmp_path_factory, pool):
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    ce = CrossEncoder(str(pool.get("all-minilm-l6-v2").path), num_labels=1, device="cpu", local_files_only=True)
+    pairs = [(QUERIES[t], s, 1.0 if t == u else 0.0) for t in TOPICS for u in TOPICS for s in TOPICS[u]]
+    pairs += [(q, f"Filler sentence {i} about municipal tax paperwork.", 0.0) for q in QUERIES.values() for i in range(4)]
+    opt = torch.optim.AdamW(ce.model.parameters(), lr=3e-5)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    ce.model.train()
+    for _ in range(30):
+        batch = rng.sample(pairs, 12)
+        enc = ce.tokenizer([q for q, _, _ in batch], [p for _, p, _ in batch], padding=True, truncation=True,
+                           max_length=64, return_tensors="pt")
+        loss = loss_fn(ce.model(**enc).logits.squeeze(-1), torch.tensor([y for _, _, y in batch]))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    ce.model.eval()
+    out = tmp_path_factory.mktemp("reranker") / "tiny-ce"
+    ce.save(str(out))
+    return out
+
+
+@pytest.fixture
+def rerank_corpus(make_corpus, tiny_reranker, tmp_path):
+    from engine.settings import CONFIG_DIR
+
+    reg = tmp_path / "models.toml"
+    reg.write_text((CONFIG_DIR / "models.toml").read_text()
+                   + f'\n[rerankers.tiny-ce]\nsource = "path"\npath = "{tiny_reranker}"\nmax_seq_length = 128\n')
+    corpus = make_corpus(models={"registry": str(reg), "reranker": "tiny-ce"})
+    long_page = "\n\n".join(
+        [f"## Part {i}\n\n" + " ".join(f"Filler sentence {i}.{j} about municipal tax paperwork." for j in range(12))
+         for i in range(6)] + ["## Seabirds\n\n" + " ".join(TOPICS["seabirds"])])
+    ingest(corpus, [page(f"https://{t}.example/{i}", s) for t in TOPICS for i, s in enumerate(TOPICS[t])]
+           + [page("https://long.example/report", long_page)])
+    return corpus
+
+
+def test_rerank_orders_chunks_by_the_cross_encoder(rerank_corpus):
+    from models.reranker import load_reranker
+
+    q = "birds that live at sea"
+    with TestClient(create_app(rerank_corpus.settings, rerank_corpus)) as c:
+        fused = c.post("/v1/search", json={"query": q, "k": 50, "explain": True}).json()
+        res = c.post("/v1/search", json={"query": q, "k": 50, "rerank": True, "rerank_n": 8, "explain": True}).json()
+    assert "rerank" in res["timings_ms"]
+    chunks = [ch for p in res["pages"] for ch in p["explain"]["chunks"]]
+    assert len(chunks) == 8  # the ranked candidate set is the reranked top rerank_n chunks
+    texts = {s["chunk_id"]: s["text"] for p in fused["pages"] for s in p["snippets"]}
+    for p in fused["pages"]:
+        for s in rerank_corpus.store.page_chunks(p["page_id"]):
+            texts[s["chunk_id"]] = s["text"]
+    rr = load_reranker(rerank_corpus.registry, "tiny-ce", "cpu")
+    expected = rr.score(q, [texts[ch["chunk_id"]] for ch in chunks])
+    for ch, e in zip(chunks, expected):
+        assert ch["rerank"] == pytest.approx(float(e), abs=1e-5) and 0 < ch["rerank"] < 1
+        assert ch["score"] == ch["rerank"]
+    for p in res["pages"]:  # rollup max over the page's reranked chunks
+        assert p["score"] == pytest.approx(max(ch["rerank"] for ch in p["explain"]["chunks"]))
+        assert p["snippets"][0]["chunk_id"] == max(p["explain"]["chunks"], key=lambda ch: ch["rerank"])["chunk_id"]
+    scores = [p["score"] for p in res["pages"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_a_long_page_is_scored_by_its_best_passage(rerank_corpus):
+    with TestClient(create_app(rerank_corpus.settings, rerank_corpus)) as c:
+        res = c.post("/v1/search", json={"query": "puffins gannets albatrosses terns", "k": 50, "rerank": True,
+                                         "rerank_n": 40, "explain": True}).json()
+    long = next(p for p in res["pages"] if p["url"] == "https://long.example/report")
+    best = long["snippets"][0]
+    assert "Puffins nest in burrows" in best["text"]  # the passage, not the filler, carries the page
+    assert long["score"] == pytest.approx(best["score"])
+
+
+def test_rerank_without_a_reranker_is_503(shared_corpus):
+    with TestClient(create_app(shared_corpus.settings, shared_corpus)) as c:
+        r = c.post("/v1/search", json={"query": "anything", "rerank": True})
+    assert r.status_code == 503 and r.json()["detail"]["type"] == "reranker_unavailable"
