@@ -52,6 +52,8 @@ class Corpus:
         self.write_lock = threading.RLock()
         self.repairs: list[RepairReport] = []
         self.store.ensure_workspace(settings.default_workspace)
+        self._chunk_map: tuple[int, np.ndarray, np.ndarray, int] | None = None
+        self._chunk_map_lock = threading.Lock()
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:
@@ -73,6 +75,32 @@ class Corpus:
     def dense_models_on_disk(self) -> list[str]:
         d = self.data_dir / DENSE_DIR
         return sorted(p.stem for p in d.glob("*.faiss")) if d.is_dir() else []
+
+    # Hot-path lookups --------------------------------------------------------------------------
+    def _chunk_page_map(self) -> tuple[int, np.ndarray, np.ndarray, int]:
+        """(generation, sorted chunk ids, their page ids, workspaces with pages), rebuilt from the
+        store when its generation moves; search maps candidate chunks to pages without a query."""
+        gen = self.store.generation()
+        with self._chunk_map_lock:
+            if self._chunk_map is None or self._chunk_map[0] != gen:
+                res = self.store.cursor().execute(
+                    "SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()
+                ids = np.asarray(res["chunk_id"], dtype=np.int64)
+                pages = np.asarray(res["page_id"], dtype=object)
+                self._chunk_map = (gen, ids, pages, self.store.workspace_count())
+            return self._chunk_map
+
+    def chunk_pages(self, chunk_ids: list[int]) -> dict[int, str]:
+        _, ids, pages, _ = self._chunk_page_map()
+        if not len(ids) or not chunk_ids:
+            return {}
+        q = np.asarray(chunk_ids, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, q), len(ids) - 1)
+        hit = ids[pos] == q
+        return {int(c): pages[i] for c, i, h in zip(q, pos, hit) if h}
+
+    def workspace_count(self) -> int:
+        return self._chunk_page_map()[3]
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:

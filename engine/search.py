@@ -224,7 +224,7 @@ class SearchService:
         sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
                               cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids))
         if f.is_empty():
-            if store.workspace_count() <= 1:
+            if self.corpus.workspace_count() <= 1:
                 return Restriction(sparse, None, None)
             pages = store.filtered_pages(workspace)
         else:
@@ -290,7 +290,7 @@ class SearchService:
         settings = corpus.settings.search
         depth = Params(**{**p.__dict__})
         fused: list[Fused] = []
-        chunk_meta: dict[int, dict] = {}
+        chunk_page: dict[int, str] = {}
         timings["fusion"] = 0.0
         while True:
             arms = self.arms(req.query, model, depth, restriction, sparse)
@@ -305,9 +305,9 @@ class SearchService:
             fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
             timings["fusion"] += (time.perf_counter() - tf) * 1000
             th = time.perf_counter()
-            chunk_meta = corpus.store.chunks_by_id([f.chunk_id for f in fused])
+            chunk_page = corpus.chunk_pages([f.chunk_id for f in fused])
             timings["hydrate"] = timings.get("hydrate", 0.0) + (time.perf_counter() - th) * 1000
-            n_pages = len({m["page_id"] for m in chunk_meta.values()})
+            n_pages = len(set(chunk_page.values()))
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
             if n_pages >= settings.min_candidate_pages or not cut_off or \
@@ -320,13 +320,14 @@ class SearchService:
         rerank_scores: dict[int, float] = {}
         if p.rerank:
             tr = time.perf_counter()
-            top = [f for f in fused if f.chunk_id in chunk_meta][: p.rerank_n]
+            top = [f for f in fused if f.chunk_id in chunk_page][: p.rerank_n]
+            texts = corpus.store.chunks_by_id([f.chunk_id for f in top])
             try:
                 rr = load_reranker(corpus.registry, corpus.settings.models.reranker,
                                    corpus.settings.models.device)
             except RerankerUnavailable as exc:
                 raise RerankerNotConfigured(str(exc)) from exc
-            scores = rr.score(req.query, [chunk_meta[f.chunk_id]["text"] for f in top])
+            scores = rr.score(req.query, [texts[f.chunk_id]["text"] for f in top])
             rerank_scores = {f.chunk_id: float(s) for f, s in zip(top, scores)}
             # With rerank on, the ranked candidate set is the reranked chunks.
             chunk_scores = dict(rerank_scores)
@@ -334,35 +335,39 @@ class SearchService:
 
         tr = time.perf_counter()
         ranked = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
-        pages = rollup(ranked, lambda c: chunk_meta[c]["page_id"] if c in chunk_meta else None, p.rollup)
+        pages = rollup(ranked, chunk_page.get, p.rollup)
         timings["rollup"] = (time.perf_counter() - tr) * 1000
 
         th = time.perf_counter()
         intent = pin_intent(req.query) if p.pin else None
         pinned_ids = self._pins(intent, p.workspace, restriction) if intent else []
         page_ids = [pid for pid, _, _ in pages]
-        meta = corpus.store.pages_by_id(sorted(set(page_ids) | {pid for pid, _ in pinned_ids}))
+        last_seen = corpus.store.last_seen_of(page_ids) if p.half_life > 0 else {}
         timings["hydrate"] += (time.perf_counter() - th) * 1000
 
         td = time.perf_counter()
         scored = []  # (page_id, final score, rollup value, factor, chunk ids)
         for pid, value, cids in pages:
-            if pid not in meta:
-                continue
-            factor = decay_factor(meta[pid]["last_seen"], now, p.half_life)
+            factor = decay_factor(last_seen[pid], now, p.half_life) if p.half_life > 0 else 1.0
             scored.append((pid, value * factor, value, factor, cids))
         scored.sort(key=lambda t: (-t[1], t[0]))
         timings["decay"] = (time.perf_counter() - td) * 1000
 
+        th = time.perf_counter()
         pin_kind = dict(pinned_ids)
         by_id = {t[0]: t for t in scored}
-        order = [pid for pid, _ in pinned_ids if pid in meta] + [t[0] for t in scored if t[0] not in pin_kind]
+        order = [pid for pid, _ in pinned_ids] + [t[0] for t in scored if t[0] not in pin_kind]
         total = len(order)
         window = order[p.offset: p.offset + p.k]
+        # Only the returned pages and their snippets are read in full.
+        meta = corpus.store.pages_by_id(window)
+        snippets_n = corpus.settings.search.snippets_per_page
+        snippet_ids = [c for pid in window if pid in by_id for c in by_id[pid][4][:snippets_n]]
+        chunk_meta = corpus.store.chunks_by_id(snippet_ids)
+        timings["hydrate"] += (time.perf_counter() - th) * 1000
 
         fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in fused}
         hits = []
-        snippets_n = corpus.settings.search.snippets_per_page
         for i, pid in enumerate(window):
             m = meta[pid]
             entry = by_id.get(pid)

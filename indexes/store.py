@@ -235,37 +235,49 @@ class CorpusStore:
         return out
 
     def pages_by_id(self, page_ids: list[str]) -> dict[str, dict]:
+        """Page rows (without body) with their entities' canonical forms, in one query."""
         if not page_ids:
             return {}
-        cur = self.cursor()
-        res = cur.execute(
-            """SELECT page_id, workspace_id, url, domain, title, first_seen, last_seen, published,
-                      visit_count, cluster_id, scope
-               FROM pages WHERE page_id IN (SELECT unnest(?::VARCHAR[]))""",
-            [page_ids],
+        res = self.cursor().execute(
+            """SELECT p.page_id, p.workspace_id, p.url, p.domain, p.title, p.first_seen, p.last_seen,
+                      p.published, p.visit_count, p.cluster_id, p.scope,
+                      coalesce((SELECT list(e.canonical ORDER BY e.canonical) FROM page_entities pe
+                                JOIN entities e USING (entity_id) WHERE pe.page_id = p.page_id), []) AS entities
+               FROM pages p WHERE p.page_id IN (SELECT unnest(?::VARCHAR[]))""",
+            [list(page_ids)],
         )
         cols = [d[0] for d in res.description]
         pages = {r[0]: dict(zip(cols, r)) for r in res.fetchall()}
-        for pid, ents in cur.execute(
-            """SELECT pe.page_id, list(e.canonical ORDER BY e.canonical) FROM page_entities pe
-               JOIN entities e USING (entity_id)
-               WHERE pe.page_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1""",
-            [page_ids],
-        ).fetchall():
-            if pid in pages:
-                pages[pid]["entities"] = list(ents)
         for p in pages.values():
-            p.setdefault("entities", [])
+            p["entities"] = list(p["entities"] or [])
         return pages
+
+    @staticmethod
+    def _int_list(ids) -> str:
+        # A literal IN list lets DuckDB use the primary-key index (a semi-join on unnest() scans);
+        # int() makes it safe to inline.
+        return ",".join(str(int(i)) for i in ids)
+
+    def chunk_pages(self, chunk_ids: list[int]) -> dict[int, str]:
+        """chunk id -> page id, for the chunks that exist."""
+        if not chunk_ids:
+            return {}
+        return dict(self.cursor().execute(
+            f"SELECT chunk_id, page_id FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})").fetchall())
+
+    def last_seen_of(self, page_ids: list[str]) -> dict[str, datetime]:
+        if not page_ids:
+            return {}
+        return dict(self.cursor().execute(
+            "SELECT page_id, last_seen FROM pages WHERE page_id IN (SELECT unnest(?::VARCHAR[]))",
+            [list(page_ids)]).fetchall())
 
     def chunks_by_id(self, chunk_ids: list[int]) -> dict[int, dict]:
         if not chunk_ids:
             return {}
         res = self.cursor().execute(
-            """SELECT chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens
-               FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))""",
-            [chunk_ids],
-        )
+            f"""SELECT chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens
+               FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})""")
         cols = [d[0] for d in res.description]
         return {r[0]: dict(zip(cols, r)) for r in res.fetchall()}
 
