@@ -116,9 +116,18 @@ def main():
                 t = time.perf_counter()
                 corpus.dense(base.models.active).search(vec, base.search.dense_top_n)
                 bare_dense.append((time.perf_counter() - t) * 1000)
+            # The query log's cost on the request path: the same queries with the log off, then on.
+            log_cost = {}
+            for enabled in (False, True):
+                corpus.querylog.enabled = enabled
+                totals = []
+                for q in queries[5:]:
+                    totals.append(service.search(SearchRequest(query=q, pin=False)).timings_ms["total"])
+                log_cost["on" if enabled else "off"] = round(pct(totals, 50), 3)
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             corpus.close()
         row = {"chunks": n, "store_write_s": round(t_store, 2), "index_build_s": round(t_index, 2),
+               "p50_total_ms_log_off_on": log_cost,
                "max_rss_mb": round(rss_mb, 1),
                "stages_ms": {k: {"p50": round(pct(v, 50), 3), "p95": round(pct(v, 95), 3)} for k, v in stages.items()},
                "bare_sparse_ms": {"p50": round(pct(bare_sparse, 50), 3), "p95": round(pct(bare_sparse, 95), 3)},
@@ -149,6 +158,8 @@ def markdown(results):
         f"{r['bare_dense_ms']['p50']:.2f} / {r['bare_dense_ms']['p95']:.2f}" for r in sizes) + " |")
     lines.append("| **overhead ratio** (total / (embed + bare sparse + bare dense)) | " + " | ".join(
         f"**{r['overhead_ratio']:.2f}**" for r in sizes) + " |")
+    lines.append("| p50 total, query log off / on (same queries, repeated) | " + " | ".join(
+        f"{r['p50_total_ms_log_off_on']['off']:.2f} / {r['p50_total_ms_log_off_on']['on']:.2f}" for r in sizes) + " |")
     lines.append("| index build (s) | " + " | ".join(f"{r['index_build_s']:.1f}" for r in sizes) + " |")
     lines.append("| max RSS (MB) | " + " | ".join(f"{r['max_rss_mb']:.0f}" for r in sizes) + " |")
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from indexes.store import CorpusStore
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
+from .querylog import QueryLog
 from .settings import Settings
 
 log = logging.getLogger("refindery.corpus")
@@ -52,6 +53,8 @@ class Corpus:
         self.write_lock = threading.RLock()
         self.repairs: list[RepairReport] = []
         self.store.ensure_workspace(settings.default_workspace)
+        lg = settings.log
+        self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
         self._chunk_map: tuple[int, np.ndarray, np.ndarray, int] | None = None
         self._chunk_map_lock = threading.Lock()
 
@@ -219,6 +222,7 @@ class Corpus:
 
     def close(self) -> None:
         try:
+            self.querylog.close()
             self.flush()
         finally:
             self.store.close()

@@ -23,7 +23,8 @@ from models.registry import ModelNotFound
 from models.reranker import RerankerUnavailable, load_reranker
 
 from .corpus import Corpus
-from .errors import EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
+from .errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
+from .querylog import LogEntry
 from .fusion import Fused, rrf
 from .pinning import pin_intent
 from .recency import age_days, decay_factor
@@ -271,7 +272,47 @@ class SearchService:
 
     # The pipeline -------------------------------------------------------------------------------
     def search(self, req: SearchRequest, model: str | None = None, now: datetime | None = None,
-               sparse: list[tuple[int, float]] | None = None) -> SearchResponse:
+               sparse: list[tuple[int, float]] | None = None, log: bool = True,
+               trace: dict | None = None) -> SearchResponse:
+        """Run the pipeline; log the execution (or its refusal) to the query log unless `log` is
+        False (compare logs its arms itself). `trace`, when given, receives the intermediate lists."""
+        trace = {} if trace is None else trace
+        try:
+            resp = self._search(req, model, now, sparse, trace)
+        except EngineError as exc:
+            if log:
+                self.corpus.querylog.record(LogEntry(
+                    query_id=uuid.uuid4().hex, endpoint="search", workspace=req.workspace, query=req.query,
+                    params=req.model_dump(mode="json", exclude_none=True), models=[model or self.corpus.settings.models.active],
+                    error_type=exc.type, error_title=exc.title))
+            raise
+        if log:
+            self.corpus.querylog.record(self.log_entry("search", req, resp, trace))
+        return resp
+
+    def log_entry(self, endpoint: str, req: SearchRequest, resp: "SearchResponse", trace: dict,
+                  shared_sparse: bool = False) -> LogEntry:
+        e = LogEntry(query_id=resp.query_id, endpoint=endpoint, workspace=trace.get("workspace"), query=req.query,
+                     params=req.model_dump(mode="json", exclude_none=True), models=[resp.model],
+                     timings=resp.timings_ms, total=resp.total, returned=len(resp.pages),
+                     pinned={h.page_id: h.pinned for h in resp.pages if h.pinned})
+        e.candidates, e.fused, e.results = self.trace_rows(resp, trace, include_sparse=not shared_sparse)
+        return e
+
+    @staticmethod
+    def trace_rows(resp: "SearchResponse", trace: dict, include_sparse: bool = True):
+        cp = trace.get("chunk_page", {})
+        m = resp.model
+        cands = [(m, "dense", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("dense", []), start=1)]
+        if include_sparse:
+            cands += [("", "sparse", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("sparse", []), start=1)]
+        fused = [(m, "fused", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("fused", []), start=1)]
+        fused += [(m, "reranked", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("reranked", []), start=1)]
+        results = [(m, h.rank, h.page_id, h.score, h.pinned) for h in resp.pages]
+        return cands, fused, results
+
+    def _search(self, req: SearchRequest, model: str | None, now: datetime | None,
+                sparse: list[tuple[int, float]] | None, trace: dict) -> SearchResponse:
         corpus = self.corpus
         model = model or corpus.settings.models.active
         now = now or datetime.now(timezone.utc).replace(tzinfo=None)
@@ -318,6 +359,8 @@ class SearchService:
 
         chunk_scores: dict[int, float] = {f.chunk_id: f.score for f in fused}
         rerank_scores: dict[int, float] = {}
+        trace.update(workspace=p.workspace, dense=arms.dense, sparse=arms.sparse, chunk_page=chunk_page,
+                     fused=[(f.chunk_id, f.score) for f in fused])
         if p.rerank:
             tr = time.perf_counter()
             top = [f for f in fused if f.chunk_id in chunk_page][: p.rerank_n]
@@ -331,6 +374,7 @@ class SearchService:
             rerank_scores = {f.chunk_id: float(s) for f, s in zip(top, scores)}
             # With rerank on, the ranked candidate set is the reranked chunks.
             chunk_scores = dict(rerank_scores)
+            trace["reranked"] = sorted(rerank_scores.items(), key=lambda t: (-t[1], t[0]))
             timings["rerank"] = (time.perf_counter() - tr) * 1000
 
         tr = time.perf_counter()

@@ -67,6 +67,13 @@ class SearchSettings(BaseModel):
     snippets_per_page: int = Field(2, ge=1)
 
 
+class LogSettings(BaseModel):
+    enabled: bool = True
+    queue_size: int = Field(10_000, ge=1)
+    batch_size: int = Field(200, ge=1)
+    flush_interval_s: float = Field(1.0, gt=0)
+
+
 class ServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -91,6 +98,7 @@ class Settings(BaseSettings):
     index: IndexSettings = Field(default_factory=IndexSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -173,6 +173,10 @@ class CorpusStore:
             self._local.cur = cur
         return cur
 
+    def new_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own (for a thread that writes outside the store's lock, like the query log)."""
+        return self._con.cursor()
+
     def close(self) -> None:
         with self._write_lock:
             self._con.close()

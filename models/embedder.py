@@ -21,16 +21,15 @@ class Embedder:
 
     def __init__(self, spec: ModelSpec, path: Path, device: str = "auto", batch_size: int = 64,
                  query_cache_size: int = 256):
-        from sentence_transformers import SentenceTransformer
-
         self.spec = spec
         self.name = spec.name
         self.path = Path(path)
         self.device = resolve_device(device)
         self.batch_size = batch_size
-        self.model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-        if spec.max_seq_length:
-            self.model.max_seq_length = spec.max_seq_length
+        self.model = _load_weights(self.path, self.device, spec.max_seq_length)
+        if spec.max_seq_length and spec.max_seq_length != self.model.max_seq_length:
+            raise ValueError(f"model {spec.name!r}: max_seq_length {spec.max_seq_length} differs from another "
+                             f"registry entry sharing these weights ({self.model.max_seq_length})")
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
         if spec.dim and spec.dim != self.dim:
@@ -80,10 +79,25 @@ class Embedder:
         return vec
 
 
-# One instance per (weights, device) in a process: a CLI command, the server and the tests
-# never load the same model twice.
-_PROCESS_CACHE: dict[tuple[str, str], Embedder] = {}
+# One instance per (registry entry, weights, device) in a process, and one copy of the weights per
+# (weights, device): a CLI command, the server and the tests never load the same weights twice,
+# even when two registry entries (say, with different prefixes) share them.
+_PROCESS_CACHE: dict[tuple[str, str, str], Embedder] = {}
 _PROCESS_LOCK = Lock()
+_WEIGHTS: dict[tuple[str, str], object] = {}
+
+
+def _load_weights(path: Path, device: str, max_seq_length: int | None):
+    from sentence_transformers import SentenceTransformer
+
+    key = (str(Path(path).resolve()), device)
+    model = _WEIGHTS.get(key)
+    if model is None:
+        model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        if max_seq_length:
+            model.max_seq_length = max_seq_length
+        _WEIGHTS[key] = model
+    return model
 
 
 class EmbedderPool:
@@ -103,7 +117,7 @@ class EmbedderPool:
             if name not in self._loaded:
                 spec = self.registry.spec(name)
                 path = self.registry.resolve(name)
-                key = (str(path.resolve()), resolve_device(self.device))
+                key = (spec.name, str(path.resolve()), resolve_device(self.device))
                 with _PROCESS_LOCK:
                     emb = _PROCESS_CACHE.get(key)
                     if emb is None or emb.spec != spec:

@@ -4,15 +4,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
-
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from engine.clusters import refit_clusters
+from engine.compare import CompareRequest, CompareResponse, compare
+from engine.errors import PageNotFound
 from engine.corpus import Corpus, open_corpus
 from engine.entities import EntityUpsert, upsert_entity
 from engine.similar import similar_pages
@@ -34,6 +34,12 @@ class PagesUpsert(BaseModel):
                                         description="Page records: {url, title?, body_text | html, seen_at?, "
                                                     "published?, entities?, scope?}")
     workspace: str | None = Field(default=None, max_length=200)
+
+
+class FeedbackIn(BaseModel):
+    query_id: str = Field(min_length=1, max_length=100)
+    page_id: str = Field(min_length=1, max_length=100)
+    kind: Literal["click", "found", "irrelevant"]
 
 
 class UpsertItem(BaseModel):
@@ -78,6 +84,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
             if owns_corpus:
                 await run_in_threadpool(corpus.close)
             else:
+                await run_in_threadpool(corpus.querylog.flush)
                 await run_in_threadpool(corpus.flush)
 
     app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan,
@@ -142,6 +149,22 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
         """k-means over page vectors; new cluster ids every time, the old ones tombstoned."""
         return refit_clusters(c, workspace, k)
 
+    @app.post("/v1/compare", response_model=CompareResponse, tags=["search"])
+    def compare_route(req: CompareRequest, request: Request) -> CompareResponse:
+        """The full pipeline once per embedder over one shared sparse arm, with the agreement of
+        every pair of lists at k (Jaccard, extrapolated RBO, Kendall's tau-b over shared pages)."""
+        return compare(request.app.state.search, req)
+
+    @app.post("/v1/feedback", tags=["search"])
+    def feedback(body: FeedbackIn, c: Corpus = Depends(get_corpus)) -> dict:
+        """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant."""
+        if not c.querylog.knows(body.query_id):
+            raise ApiError(404, "query_not_found", f"no logged query with id {body.query_id!r}", ref=body.query_id)
+        if not c.store.pages_by_id([body.page_id]):
+            raise PageNotFound(f"no page with id {body.page_id!r}", ref=body.page_id)
+        c.querylog.add_feedback(body.query_id, body.page_id, body.kind)
+        return {"query_id": body.query_id, "page_id": body.page_id, "kind": body.kind, "stored": True}
+
     @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
     def search(req: SearchRequest, request: Request) -> SearchResponse:
         """Hybrid search over pages: BM25 and dense arms fused by RRF, optional rerank, rollup to
@@ -159,4 +182,5 @@ def status_of(c: Corpus) -> dict:
         "counts": counts,
         "generations": c.consistency(),
         "repairs_at_open": [r.__dict__ for r in c.repairs],
+        "query_log": c.querylog.stats(),
     }

@@ -163,6 +163,20 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_log(args) -> int:
+    from datetime import datetime
+
+    from engine.corpus import Corpus
+
+    before = datetime.fromisoformat(args.before)
+    corpus = Corpus(_settings(args))
+    try:
+        _print({"before": before.isoformat(), "deleted": corpus.querylog.prune(before)})
+        return 0
+    finally:
+        corpus.close()
+
+
 def cmd_status(args) -> int:
     from engine.corpus import open_corpus
 
@@ -224,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", default=None, help="data dir for the collections (default: the configured one)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("log", help="query log maintenance")
+    s.add_argument("action", choices=["prune"])
+    s.add_argument("--before", required=True, help="delete executions logged before this date (ISO 8601)")
+    s.set_defaults(func=cmd_log)
 
     s = sub.add_parser("status", help="counts and index generations")
     s.set_defaults(func=cmd_status)

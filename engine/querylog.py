@@ -1,0 +1,230 @@
+"""The query log: every execution of a verb, written to DuckDB off the request path.
+
+Tables (one kind of row each; `query_id` is the key that joins them):
+  log_queries(query_id, ts, endpoint, workspace, query, params, models, timings, total, returned,
+              pinned, error_type, error_title)       one row per execution
+  log_candidates(query_id, model, arm, rank, chunk_id, page_id, score)
+                                                     what each arm returned (dense per model; the
+                                                     sparse arm once, model = '')
+  log_fused(query_id, model, stage, rank, chunk_id, page_id, score)
+                                                     stage 'fused' (RRF) and 'reranked'
+  log_results(query_id, model, rank, page_id, score, pinned)     the final pages returned
+  log_agreement(query_id, model_a, model_b, k, jaccard, rbo_ext, rbo_p, kendall_tau_b, shared)
+  feedback(query_id, page_id, kind, ts)              click / found / irrelevant
+
+Requests put an entry on a bounded queue and return; one writer thread drains it in batches (one
+transaction per batch) every `log.flush_interval_s` or `log.batch_size` entries, and on shutdown.
+A hard crash loses what is still queued: at most one batch plus what arrived during its write.
+A full queue drops the entry (counted in /v1/status) rather than slowing a request down.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+
+from indexes.store import CorpusStore
+
+log = logging.getLogger("refindery.querylog")
+
+DDL = [
+    """CREATE TABLE IF NOT EXISTS log_queries (
+        query_id VARCHAR PRIMARY KEY, ts TIMESTAMP NOT NULL, endpoint VARCHAR NOT NULL, workspace VARCHAR,
+        query VARCHAR, params JSON, models VARCHAR[], timings JSON, total INTEGER, returned INTEGER,
+        pinned JSON, error_type VARCHAR, error_title VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS log_candidates (
+        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, arm VARCHAR NOT NULL, rank INTEGER NOT NULL,
+        chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS log_fused (
+        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, stage VARCHAR NOT NULL, rank INTEGER NOT NULL,
+        chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS log_results (
+        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, rank INTEGER NOT NULL, page_id VARCHAR NOT NULL,
+        score DOUBLE, pinned VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS log_agreement (
+        query_id VARCHAR NOT NULL, model_a VARCHAR NOT NULL, model_b VARCHAR NOT NULL, k INTEGER,
+        jaccard DOUBLE, rbo_ext DOUBLE, rbo_p DOUBLE, kendall_tau_b DOUBLE, shared INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS feedback (
+        query_id VARCHAR NOT NULL, page_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, ts TIMESTAMP NOT NULL)""",
+]
+ROW_TABLES = {
+    "candidates": ("log_candidates", ["query_id", "model", "arm", "rank", "chunk_id", "page_id", "score"]),
+    "fused": ("log_fused", ["query_id", "model", "stage", "rank", "chunk_id", "page_id", "score"]),
+    "results": ("log_results", ["query_id", "model", "rank", "page_id", "score", "pinned"]),
+    "agreement": ("log_agreement", ["query_id", "model_a", "model_b", "k", "jaccard", "rbo_ext", "rbo_p",
+                                    "kendall_tau_b", "shared"]),
+}
+QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
+                 "returned", "pinned", "error_type", "error_title"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@dataclass
+class LogEntry:
+    query_id: str
+    endpoint: str
+    workspace: str | None
+    query: str | None
+    params: dict[str, Any]
+    models: list[str]
+    timings: dict[str, Any] = field(default_factory=dict)
+    total: int | None = None
+    returned: int | None = None
+    pinned: dict[str, str] = field(default_factory=dict)
+    error_type: str | None = None
+    error_title: str | None = None
+    ts: datetime = field(default_factory=utcnow)
+    candidates: list[tuple] = field(default_factory=list)  # (model, arm, rank, chunk_id, page_id, score)
+    fused: list[tuple] = field(default_factory=list)  # (model, stage, rank, chunk_id, page_id, score)
+    results: list[tuple] = field(default_factory=list)  # (model, rank, page_id, score, pinned)
+    agreement: list[tuple] = field(default_factory=list)  # (model_a, model_b, k, jaccard, rbo, p, tau, shared)
+
+
+class QueryLog:
+    def __init__(self, store: CorpusStore, enabled: bool = True, queue_size: int = 10_000,
+                 batch_size: int = 200, flush_interval_s: float = 1.0):
+        self.store = store
+        self.enabled = enabled
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self._queue: queue.Queue[LogEntry] = queue.Queue(maxsize=queue_size)
+        self._recent: OrderedDict[str, None] = OrderedDict()  # ids not yet surely on disk
+        self._recent_lock = threading.Lock()
+        self.dropped = 0
+        self.written = 0
+        self._cur = store.new_cursor()
+        for stmt in DDL:
+            self._cur.execute(stmt)
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._pending = 0  # recorded but not yet committed (queued, or in the batch being written)
+        self._thread = threading.Thread(target=self._run, name="querylog-writer", daemon=True)
+        if enabled:
+            self._thread.start()
+
+    # Producer side -------------------------------------------------------------------------------
+    def record(self, entry: LogEntry) -> None:
+        if not self.enabled:
+            return
+        with self._recent_lock:
+            self._recent[entry.query_id] = None
+            while len(self._recent) > 50_000:
+                self._recent.popitem(last=False)
+        with self._idle:
+            self._pending += 1
+        try:
+            self._queue.put_nowait(entry)
+        except queue.Full:
+            self.dropped += 1
+            with self._idle:
+                self._pending -= 1
+
+    def knows(self, query_id: str) -> bool:
+        with self._recent_lock:
+            if query_id in self._recent:
+                return True
+        return self.store.new_cursor().execute(
+            "SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]).fetchone() is not None
+
+    # Writer side ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set() or not self._queue.empty():
+            batch: list[LogEntry] = []
+            deadline = time.monotonic() + self.flush_interval_s
+            while len(batch) < self.batch_size:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    batch.append(self._queue.get(timeout=min(timeout, 0.05)))
+                except queue.Empty:
+                    if self._stop.is_set():
+                        break
+            if batch:
+                try:
+                    self._write(batch)
+                except Exception:  # the log must never take the engine down
+                    log.exception("query log: a batch of %d entries could not be written", len(batch))
+                finally:
+                    with self._idle:
+                        self._pending -= len(batch)
+                        self._idle.notify_all()
+
+    def _write(self, batch: list[LogEntry]) -> None:
+        cur = self._cur
+        queries = {c: [] for c in QUERY_COLUMNS}
+        rows: dict[str, list[tuple]] = {k: [] for k in ROW_TABLES}
+        for e in batch:
+            for c in QUERY_COLUMNS:
+                v = getattr(e, c)
+                queries[c].append(json.dumps(v, default=str) if c in ("params", "timings", "pinned") else v)
+            for kind in ROW_TABLES:
+                rows[kind] += [(e.query_id, *r) for r in getattr(e, kind)]
+        cur.begin()
+        try:
+            cur.register("_q", pa.table(queries))
+            cur.execute(f"INSERT INTO log_queries SELECT {', '.join(QUERY_COLUMNS)} FROM _q ON CONFLICT DO NOTHING")
+            cur.unregister("_q")
+            for kind, (table, cols) in ROW_TABLES.items():
+                if rows[kind]:
+                    cur.register("_r", pa.table({c: [r[i] for r in rows[kind]] for i, c in enumerate(cols)}))
+                    cur.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _r")
+                    cur.unregister("_r")
+            cur.commit()
+        except BaseException:
+            cur.rollback()
+            raise
+        self.written += len(batch)
+        with self._recent_lock:
+            for e in batch:
+                self._recent.pop(e.query_id, None)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued so far is written."""
+        if not self.enabled:
+            return True
+        end = time.monotonic() + timeout
+        with self._idle:
+            while self._pending > 0 and time.monotonic() < end:
+                self._idle.wait(0.05)
+            return self._pending == 0
+
+    def close(self) -> None:
+        if self.enabled and self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(timeout=30)
+
+    # Reads and maintenance -----------------------------------------------------------------------
+    def add_feedback(self, query_id: str, page_id: str, kind: str) -> None:
+        self.store.new_cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, utcnow()])
+
+    def prune(self, before: datetime) -> dict[str, int]:
+        """Delete log rows of executions older than `before` (feedback on them too)."""
+        cur = self.store.new_cursor()
+        cur.begin()
+        try:
+            ids = "SELECT query_id FROM log_queries WHERE ts < ?"
+            out = {}
+            for table in ("log_candidates", "log_fused", "log_results", "log_agreement", "feedback"):
+                out[table] = cur.execute(f"DELETE FROM {table} WHERE query_id IN ({ids})", [before]).fetchone()[0]
+            out["log_queries"] = cur.execute("DELETE FROM log_queries WHERE ts < ?", [before]).fetchone()[0]
+            cur.commit()
+        except BaseException:
+            cur.rollback()
+            raise
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "queued": self._queue.qsize(), "written": self.written,
+                "dropped": self.dropped}
