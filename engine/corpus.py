@@ -221,6 +221,8 @@ class Corpus:
             return reports
 
     def close(self) -> None:
+        if self.store.closed:
+            return
         try:
             self.querylog.close()
             self.flush()

@@ -134,7 +134,7 @@ class QueryLog:
         with self._recent_lock:
             if query_id in self._recent:
                 return True
-        return self.store.new_cursor().execute(
+        return self.store.cursor().execute(
             "SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]).fetchone() is not None
 
     # Writer side ---------------------------------------------------------------------------------
@@ -207,11 +207,11 @@ class QueryLog:
 
     # Reads and maintenance -----------------------------------------------------------------------
     def add_feedback(self, query_id: str, page_id: str, kind: str) -> None:
-        self.store.new_cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, utcnow()])
+        self.store.cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, utcnow()])
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete log rows of executions older than `before` (feedback on them too)."""
-        cur = self.store.new_cursor()
+        cur = self.store.cursor()
         cur.begin()
         try:
             ids = "SELECT query_id FROM log_queries WHERE ts < ?"

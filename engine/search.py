@@ -190,13 +190,15 @@ class ArmResults:
 
 
 class SearchService:
-    def __init__(self, corpus: Corpus):
+    def __init__(self, corpus: Corpus, search_settings=None):
+        """`search_settings` overrides the corpus's [search] defaults (replay under another config)."""
         self.corpus = corpus
+        self.defaults = search_settings or corpus.settings.search
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm")
 
     # Parameters and filters ----------------------------------------------------------------------
     def params(self, req: SearchRequest) -> Params:
-        s = self.corpus.settings.search
+        s = self.defaults
 
         def pick(v, d):
             return d if v is None else v

@@ -157,6 +157,8 @@ class CorpusStore:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
         self._write_lock = threading.RLock()
         self._local = threading.local()
+        self._cursors: list[duckdb.DuckDBPyConnection] = []  # closed with the store, so the file is let go
+        self.closed = False
         with self._write_lock:
             for stmt in _DDL:
                 self._con.execute(stmt)
@@ -169,17 +171,30 @@ class CorpusStore:
         """A cursor for the calling thread (DuckDB connections are not shared across threads)."""
         cur = getattr(self._local, "cur", None)
         if cur is None:
-            cur = self._con.cursor()
+            cur = self.new_cursor()
             self._local.cur = cur
         return cur
 
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own (for a thread that writes outside the store's lock, like the query log)."""
-        return self._con.cursor()
+        cur = self._con.cursor()
+        with self._write_lock:
+            self._cursors.append(cur)
+        return cur
 
     def close(self) -> None:
+        """Close every cursor and the connection: DuckDB keeps the file (and its lock) while any
+        cursor lives."""
         with self._write_lock:
+            if self.closed:
+                return
+            for cur in self._cursors:
+                try:
+                    cur.close()
+                except duckdb.Error:
+                    pass
             self._con.close()
+            self.closed = True
 
     def _meta(self, key: str) -> str | None:
         row = self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()

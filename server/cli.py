@@ -49,6 +49,9 @@ def cmd_serve(args) -> int:
     from .app import create_app
 
     settings = _settings(args)
+    if args.uds:
+        uvicorn.run(create_app(settings), uds=args.uds, log_level="info")
+        return 0
     host = args.host or settings.server.host
     port = args.port or settings.server.port
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
@@ -72,6 +75,31 @@ def cmd_search(args) -> int:
             if hit.snippets:
                 snip = " ".join(hit.snippets[0].text.split())
                 print(f"     {snip[:160]}{'…' if len(snip) > 160 else ''}")
+        return 0
+    finally:
+        corpus.close()
+
+
+def cmd_compare(args) -> int:
+    from engine.compare import CompareRequest, compare
+    from engine.corpus import open_corpus
+    from engine.search import SearchService
+
+    corpus = open_corpus(_settings(args))
+    try:
+        resp = compare(SearchService(corpus), CompareRequest(query=args.query, models=args.models.split(","), k=args.k))
+        if args.json:
+            print(resp.model_dump_json(indent=2))
+            return 0
+        for run in resp.runs:
+            print(f"{run.model}:")
+            for h in run.pages:
+                print(f"  {h.rank:>2}. {h.title or h.url}")
+        for a in resp.agreement:
+            tau = "n/a" if a.kendall_tau_b is None else f"{a.kendall_tau_b:.3f}"
+            print(f"{a.model_a} vs {a.model_b} @{a.k}: Jaccard {a.jaccard:.3f}  RBO_EXT(p={a.rbo_p}) {a.rbo_ext:.3f}  "
+                  f"Kendall tau-b {tau} over {a.shared} shared")
+        print(f"query_id {resp.query_id}")
         return 0
     finally:
         corpus.close()
@@ -146,17 +174,25 @@ def cmd_eval(args) -> int:
     from eval.ir import DEFAULT_IR_DIR, evaluate, markdown, write_results
 
     settings = _settings(args)
-    if args.data_dir:
-        settings = settings.model_copy(update={"data_dir": Path(args.data_dir).resolve()})
+    if args.suite == "run":
+        return _eval_run(args, settings)
+    if args.suite == "replay":
+        return _eval_replay(args, settings)
     ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
     if not ir_dir.is_dir():
         print(f"error: no test collections at {ir_dir} (use --ir-dir)", file=sys.stderr)
         return 2
-    corpus = open_corpus(settings)
-    try:
-        result = evaluate(corpus, ir_dir, args.collections, progress=not args.no_progress)
-    finally:
-        corpus.close()
+    # One data dir per collection: BM25's corpus statistics (idf, average length) are per tantivy
+    # index, so collections sharing one index would change each other's scores.
+    base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
+    result = {"model": settings.models.active, "collections": {}}
+    for name in args.collections:
+        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
+        try:
+            part = evaluate(corpus, ir_dir, [name], progress=not args.no_progress)
+        finally:
+            corpus.close()
+        result["collections"].update(part["collections"])
     j, m = write_results(result)
     print(markdown(result))
     print(f"written: {j} and {m}")
@@ -175,6 +211,55 @@ def cmd_log(args) -> int:
         return 0
     finally:
         corpus.close()
+
+
+def _eval_run(args, settings) -> int:
+    from engine.corpus import open_corpus
+    from eval import collections, run
+
+    if not args.collection:
+        print("error: eval run needs --collection PATH", file=sys.stderr)
+        return 2
+    if args.data_dir:
+        settings = settings.model_copy(update={"data_dir": Path(args.data_dir).resolve()})
+    try:
+        coll = collections.load(args.collection)
+    except (collections.CollectionError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    models = args.models.split(",") if args.models else [settings.models.active]
+    variants = args.variants.split(",")
+    corpus = open_corpus(settings)
+    try:
+        result = run.evaluate_run(corpus, coll, models, variants, progress=not args.no_progress)
+    finally:
+        corpus.close()
+    paths = run.write_report(result, Path(args.reports))
+    print(run.markdown(result))
+    print("written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _eval_replay(args, settings) -> int:
+    from datetime import datetime
+
+    from engine.corpus import open_corpus
+    from eval.replay import replay
+
+    if not args.since:
+        print("error: eval replay needs --since DATE", file=sys.stderr)
+        return 2
+    other = load_settings(args.with_config) if args.with_config else settings
+    other = other.model_copy(update={"data_dir": settings.data_dir})
+    corpus = open_corpus(settings)
+    try:
+        result = replay(corpus, datetime.fromisoformat(args.since), other)
+    finally:
+        corpus.close()
+    if not args.per_query:
+        result.pop("per_query")
+    _print(result)
+    return 0
 
 
 def cmd_status(args) -> int:
@@ -207,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve the HTTP API")
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
+    s.add_argument("--uds", default=None, help="serve on this Unix domain socket instead of host:port")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("search", help="search from the command line")
@@ -216,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace", default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
+
+    s = sub.add_parser("compare", help="A/B: the pipeline once per embedder, with agreement figures")
+    s.add_argument("query")
+    s.add_argument("--models", required=True, help="comma-separated embedders, e.g. all-minilm-l6-v2,all-mpnet-base-v2")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("reindex", help="rebuild every index from the store")
     s.set_defaults(func=cmd_reindex)
@@ -231,7 +324,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_clusters)
 
     s = sub.add_parser("eval", help="offline evaluation")
-    s.add_argument("suite", choices=["ir"], help="ir: nDCG@10 of sparse, dense and hybrid on the test collections")
+    s.add_argument("suite", choices=["ir", "run", "replay"],
+                   help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
+                        "run: variants x embedders on one collection, with significance tests and a report")
+    s.add_argument("--collection", help="run: a collection folder (our format, BEIR, or TREC)")
+    s.add_argument("--models", help="run: comma-separated embedders (default: the active one)")
+    s.add_argument("--variants", default="sparse,dense,hybrid", help="run: any of sparse,dense,hybrid,rerank")
+    s.add_argument("--reports", default="eval/reports", help="run: folder for the report files")
+    s.add_argument("--since", help="replay: logged searches from this date (ISO 8601)")
+    s.add_argument("--with", dest="with_config", help="replay: a config file whose [search]/[models] to replay under")
+    s.add_argument("--per-query", action="store_true", help="replay: print every query's agreement")
     s.add_argument("--collections", nargs="+", default=["cisi", "med", "npl", "cacm"])
     s.add_argument("--ir-dir", default=None, help="folder with <collection>/docs.jsonl, queries.jsonl, qrels.tsv "
                                                   "(default ../shared/data/ir)")

