@@ -10,6 +10,7 @@ does the same for one collection with more metrics, several embedders and signif
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from engine.corpus import Corpus
 from . import collections, run
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_IR_DIR = ROOT.parent / "shared" / "data" / "ir"
+# The development collections live in the project's shared folder beside the checkout
+# (`../shared/data/ir`); REFINDERY_IR_DIR points elsewhere.
+DEFAULT_IR_DIR = Path(os.environ.get("REFINDERY_IR_DIR") or ROOT.parent / "shared" / "data" / "ir")
 COLLECTIONS = ("cisi", "med", "npl", "cacm")
 MODES = ("sparse", "dense", "hybrid")
 
