@@ -105,3 +105,22 @@ def test_rerank_without_a_reranker_is_503(shared_corpus):
     with TestClient(create_app(shared_corpus.settings, shared_corpus)) as c:
         r = c.post("/v1/search", json={"query": "anything", "rerank": True})
     assert r.status_code == 503 and r.json()["detail"]["type"] == "reranker_unavailable"
+
+
+def test_eval_run_has_a_rerank_variant(rerank_corpus, tmp_path):
+    """`eval run --variants hybrid,rerank` scores the reranked lists like any other run."""
+    import json as _json
+
+    from eval import collections, run
+
+    root = tmp_path / "topics"
+    root.mkdir()
+    docs = [{"id": f"{t}{i}", "title": "", "text": s} for t in TOPICS for i, s in enumerate(TOPICS[t])]
+    (root / "docs.jsonl").write_text("".join(_json.dumps(d) + "\n" for d in docs))
+    (root / "queries.jsonl").write_text("".join(_json.dumps({"id": t, "text": q}) + "\n" for t, q in QUERIES.items()))
+    (root / "qrels.tsv").write_text("".join(f"{t}\t{d['id']}\t1\n" for t in TOPICS for d in docs
+                                            if d["id"].startswith(t)))
+    result = run.evaluate_run(rerank_corpus, collections.load(root), ["all-minilm-l6-v2"], ["hybrid", "rerank"])
+    assert set(result["metrics"]) == {"hybrid/all-minilm-l6-v2", "rerank/all-minilm-l6-v2"}
+    assert result["metrics"]["rerank/all-minilm-l6-v2"]["nDCG@10"] > 0.5
+    assert len(result["significance"]) == 1
