@@ -102,6 +102,17 @@ class Corpus:
         hit = ids[pos] == q
         return {int(c): pages[i] for c, i, h in zip(q, pos, hit) if h}
 
+    def record_feedback(self, query_id: str, page_id: str, kind: str) -> dict:
+        """Store an implicit judgment on a logged query (404s for an unknown query or page)."""
+        from .errors import PageNotFound, QueryNotFound
+
+        if not self.querylog.knows(query_id):
+            raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)
+        if not self.store.pages_by_id([page_id]):
+            raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
+        self.querylog.add_feedback(query_id, page_id, kind)
+        return {"query_id": query_id, "page_id": page_id, "kind": kind, "stored": True}
+
     def workspace_count(self) -> int:
         return self._chunk_page_map()[3]
 

@@ -25,6 +25,10 @@ class PageNotFound(EngineError):
     status, type = 404, "page_not_found"
 
 
+class QueryNotFound(EngineError):
+    status, type = 404, "query_not_found"
+
+
 class EntityNotFound(EngineError):
     status, type = 404, "entity_not_found"
 

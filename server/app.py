@@ -12,17 +12,15 @@ from starlette.concurrency import run_in_threadpool
 
 from engine.clusters import refit_clusters
 from engine.compare import CompareRequest, CompareResponse, compare
-from engine.errors import PageNotFound
 from engine.corpus import Corpus, open_corpus
 from engine.entities import EntityUpsert, upsert_entity
-from engine.similar import similar_pages
 from engine.ingest import Ingester, delete_page
-from engine.records import PageInput
 from engine.search import SearchRequest, SearchResponse, SearchService
+from engine.similar import similar_pages
 from engine.settings import Settings, load_settings
 from models.registry import ModelNotFound
 
-from .errors import ApiError, install_error_handlers, not_found
+from .errors import install_error_handlers, not_found
 
 log = logging.getLogger("refindery.server")
 
@@ -158,12 +156,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     @app.post("/v1/feedback", tags=["search"])
     def feedback(body: FeedbackIn, c: Corpus = Depends(get_corpus)) -> dict:
         """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant."""
-        if not c.querylog.knows(body.query_id):
-            raise ApiError(404, "query_not_found", f"no logged query with id {body.query_id!r}", ref=body.query_id)
-        if not c.store.pages_by_id([body.page_id]):
-            raise PageNotFound(f"no page with id {body.page_id!r}", ref=body.page_id)
-        c.querylog.add_feedback(body.query_id, body.page_id, body.kind)
-        return {"query_id": body.query_id, "page_id": body.page_id, "kind": body.kind, "stored": True}
+        return c.record_feedback(body.query_id, body.page_id, body.kind)
 
     @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
     def search(req: SearchRequest, request: Request) -> SearchResponse:
