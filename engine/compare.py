@@ -57,6 +57,7 @@ def compare(service: SearchService, req: CompareRequest) -> CompareResponse:
     query_id = uuid.uuid4().hex
     search_req = SearchRequest(**req.model_dump(exclude={"models", "rbo_p"}))
     p = service.params(search_req)
+    counts = corpus.store.counts()
     for m in req.models:
         try:
             spec = corpus.registry.spec(m)
@@ -64,7 +65,7 @@ def compare(service: SearchService, req: CompareRequest) -> CompareResponse:
             raise ModelUnavailable(str(exc), model=m) from exc
         if spec.kind != "embedder":
             raise InvalidRequest(f"{m!r} is not an embedder", model=m)
-        if corpus.store.counts()["embeddings"].get(m, 0) == 0 and corpus.store.counts()["chunks"]:
+        if counts["embeddings"].get(m, 0) == 0 and counts["chunks"]:
             raise ModelUnavailable(f"model {m!r} has embedded nothing yet; run `refindery models --embed {m}`",
                                    model=m)
     restriction = service.restriction(p.workspace, search_req.filters)

@@ -93,8 +93,9 @@ class Corpus:
                 self._chunk_map = (gen, ids, pages, self.store.workspace_count())
             return self._chunk_map
 
-    def chunk_pages(self, chunk_ids: list[int]) -> dict[int, str]:
-        _, ids, pages, _ = self._chunk_page_map()
+    def chunk_pages(self, chunk_ids: list[int], snapshot=None) -> dict[int, str]:
+        """`snapshot` (from chunk_page_snapshot) saves a second generation check in one request."""
+        _, ids, pages, _ = snapshot or self._chunk_page_map()
         if not len(ids) or not chunk_ids:
             return {}
         q = np.asarray(chunk_ids, dtype=np.int64)
@@ -113,8 +114,11 @@ class Corpus:
         self.querylog.add_feedback(query_id, page_id, kind)
         return {"query_id": query_id, "page_id": page_id, "kind": kind, "stored": True}
 
-    def workspace_count(self) -> int:
-        return self._chunk_page_map()[3]
+    def chunk_page_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, int]:
+        return self._chunk_page_map()
+
+    def workspace_count(self, snapshot=None) -> int:
+        return (snapshot or self._chunk_page_map())[3]
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:

@@ -214,7 +214,7 @@ class SearchService:
             explain=req.explain, suggestions=pick(req.suggestions, s.suggestions),
         )
 
-    def restriction(self, workspace: str, filters: SearchFilters | None) -> Restriction:
+    def restriction(self, workspace: str, filters: SearchFilters | None, snapshot=None) -> Restriction:
         store = self.corpus.store
         f = filters or SearchFilters()
         entity_ids: list[str] = []
@@ -227,7 +227,7 @@ class SearchService:
         sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
                               cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids))
         if f.is_empty():
-            if self.corpus.workspace_count() <= 1:
+            if self.corpus.workspace_count(snapshot) <= 1:
                 return Restriction(sparse, None, None)
             pages = store.filtered_pages(workspace)
         else:
@@ -323,7 +323,8 @@ class SearchService:
         timings: dict[str, float] = {}
 
         tf = time.perf_counter()
-        restriction = self.restriction(p.workspace, req.filters)
+        snapshot = corpus.chunk_page_snapshot()  # one generation check for the whole request
+        restriction = self.restriction(p.workspace, req.filters, snapshot)
         timings["filters"] = (time.perf_counter() - tf) * 1000
 
         # Candidate generation. Arms return chunks; when those roll up to fewer than
@@ -348,7 +349,7 @@ class SearchService:
             fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
             timings["fusion"] += (time.perf_counter() - tf) * 1000
             th = time.perf_counter()
-            chunk_page = corpus.chunk_pages([f.chunk_id for f in fused])
+            chunk_page = corpus.chunk_pages([f.chunk_id for f in fused], snapshot)
             timings["hydrate"] = timings.get("hydrate", 0.0) + (time.perf_counter() - th) * 1000
             n_pages = len(set(chunk_page.values()))
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
