@@ -90,7 +90,7 @@ def main():
     ap.add_argument("--queries", type=int, default=100)
     args = ap.parse_args()
     base = load_settings()
-    pool = EmbedderPool(ModelRegistry(base.registry_path, base.models_cache_dir), base.models.device)
+    pool = EmbedderPool(ModelRegistry(base.registry_path, base.models_cache_dir, data_dir=base.data_dir), base.models.device)
     emb = pool.get(base.models.active)
     rng = np.random.default_rng(7)
     vocab = vocabulary(rng)

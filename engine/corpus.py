@@ -44,7 +44,7 @@ class Corpus:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir)
+        self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir, data_dir=settings.data_dir)
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
                                          settings.search.query_cache_size)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
@@ -113,6 +113,22 @@ class Corpus:
             raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
         self.querylog.add_feedback(query_id, page_id, kind)
         return {"query_id": query_id, "page_id": page_id, "kind": kind, "stored": True}
+
+    def reranker_status(self) -> dict:
+        """The configured reranker: whether a rerank request can be served, and if not, why and how."""
+        from models.registry import ModelNotFound
+
+        s = self.settings
+        out = {"name": s.models.reranker or None, "rerank_by_default": s.search.rerank, "rerank_n": s.search.rerank_n}
+        if not s.models.reranker:
+            return out | {"available": False, "reason": "models.reranker is empty"}
+        try:
+            spec = self.registry.spec(s.models.reranker)
+            path = self.registry.resolve(s.models.reranker)
+        except ModelNotFound as exc:
+            return out | {"available": False, "reason": str(exc), "install": exc.install}
+        return out | {"available": spec.kind == "reranker", "path": str(path),
+                      "backend": spec.extra.get("backend", "torch")}
 
     def chunk_page_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, int]:
         return self._chunk_page_map()

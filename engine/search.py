@@ -72,6 +72,11 @@ class SearchRequest(BaseModel):
     sparse_weight: float | None = Field(default=None, ge=0, le=100, description="0 turns the sparse arm off.")
     rerank: bool | None = None
     rerank_n: int | None = Field(default=None, ge=1, le=1000)
+    rerank_fusion: Literal["replace", "rrf"] | None = Field(
+        default=None, description='"replace": the reranker\'s score ranks the reranked chunks; "rrf": its rank '
+                                  'is one more RRF arm over them (rerank_weight / (rrf_k + rank)).')
+    rerank_weight: float | None = Field(default=None, ge=0, le=100, description='Weight of the reranker arm '
+                                                                                'when rerank_fusion is "rrf".')
     rollup: Literal["max", "sum", "mean_top2"] | None = None
     recency_half_life_days: float | None = Field(default=None, ge=0, le=100_000)
     pin: bool | None = Field(default=None, description="Pin a page whose URL is the query, or a bare domain's pages.")
@@ -167,6 +172,8 @@ class Params:
     sparse_weight: float
     rerank: bool
     rerank_n: int
+    rerank_fusion: str
+    rerank_weight: float
     rollup: str
     half_life: float
     pin: bool
@@ -209,7 +216,8 @@ class SearchService:
             dense_top_n=pick(req.dense_top_n, s.dense_top_n), sparse_top_n=pick(req.sparse_top_n, s.sparse_top_n),
             rrf_k=pick(req.rrf_k, s.rrf_k), dense_weight=pick(req.dense_weight, s.dense_weight),
             sparse_weight=pick(req.sparse_weight, s.sparse_weight), rerank=pick(req.rerank, s.rerank),
-            rerank_n=pick(req.rerank_n, s.rerank_n), rollup=pick(req.rollup, s.rollup),
+            rerank_n=pick(req.rerank_n, s.rerank_n), rerank_fusion=pick(req.rerank_fusion, s.rerank_fusion),
+            rerank_weight=pick(req.rerank_weight, s.rerank_weight), rollup=pick(req.rollup, s.rollup),
             half_life=pick(req.recency_half_life_days, s.recency_half_life_days), pin=pick(req.pin, s.pin),
             explain=req.explain, suggestions=pick(req.suggestions, s.suggestions),
         )
@@ -376,8 +384,13 @@ class SearchService:
             scores = rr.score(req.query, [texts[f.chunk_id]["text"] for f in top])
             rerank_scores = {f.chunk_id: float(s) for f, s in zip(top, scores)}
             # With rerank on, the ranked candidate set is the reranked chunks.
-            chunk_scores = dict(rerank_scores)
-            trace["reranked"] = sorted(rerank_scores.items(), key=lambda t: (-t[1], t[0]))
+            if p.rerank_fusion == "rrf":
+                by_rr = sorted(rerank_scores, key=lambda c: (-rerank_scores[c], c))
+                rerank_rrf = {c: p.rerank_weight / (p.rrf_k + r) for r, c in enumerate(by_rr, start=1)}
+                chunk_scores = {f.chunk_id: f.score + rerank_rrf[f.chunk_id] for f in top}
+            else:
+                chunk_scores = dict(rerank_scores)
+            trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
             timings["rerank"] = (time.perf_counter() - tr) * 1000
 
         tr = time.perf_counter()
@@ -473,6 +486,9 @@ class SearchService:
                     w = p.dense_weight if arm == "dense" else p.sparse_weight
                     contrib[arm] = w / (p.rrf_k + rank)
                 contrib["total"] = f.score
+                if p.rerank and p.rerank_fusion == "rrf" and c in rerank_scores:
+                    contrib["rerank"] = chunk_scores[c] - f.score
+                    contrib["total"] = chunk_scores[c]
             chunks.append(ChunkExplain(
                 chunk_id=c,
                 dense=ArmHit(rank=f.ranks["dense"], score=f.arm_scores["dense"]) if f and "dense" in f.ranks else None,

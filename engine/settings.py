@@ -23,7 +23,7 @@ class ModelsSettings(BaseModel):
     also_embed: list[str] = Field(default_factory=list)
     device: str = "auto"
     batch_size: int = Field(64, ge=1)
-    reranker: str = ""
+    reranker: str = "refindery-local"
     cache_dir: str = ""
 
 
@@ -59,6 +59,8 @@ class SearchSettings(BaseModel):
     recency_half_life_days: float = Field(0.0, ge=0)
     rerank: bool = False
     rerank_n: int = Field(50, ge=1)
+    rerank_fusion: Literal["replace", "rrf"] = "replace"
+    rerank_weight: float = Field(1.0, ge=0)
     pin: bool = True
     pin_domain_max: int = Field(50, ge=1)
     filter_pushdown_cap: int = Field(100_000, ge=1)

@@ -25,7 +25,8 @@ MEASURES = [nDCG @ 10, R @ 100, RR @ 10, AP @ 100]
 VARIANTS = {"sparse": {"dense_weight": 0.0, "sparse_weight": 1.0},
             "dense": {"dense_weight": 1.0, "sparse_weight": 0.0},
             "hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0},
-            "rerank": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True}}
+            "rerank": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True, "rerank_fusion": "replace"},
+            "rerank-rrf": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True, "rerank_fusion": "rrf"}}
 
 
 def ingest(corpus: Corpus, coll: Collection, workspace: str, progress: bool = False) -> dict:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import re
 import shutil
 import site
 import sysconfig
@@ -46,9 +48,13 @@ _KNOWN = {"source", "dim", "max_seq_length", "normalize", "query_prefix", "docum
 
 
 class ModelRegistry:
-    def __init__(self, path: Path, cache_dir: Path, search_paths: list[Path] | None = None):
+    def __init__(self, path: Path, cache_dir: Path, search_paths: list[Path] | None = None,
+                 data_dir: Path | None = None):
         self.path = Path(path)
         self.cache_dir = Path(cache_dir)
+        # A "path" entry may start with "{data_dir}": models that live with a deployment's data
+        # (a reranker trained on its corpus) rather than with the code.
+        self.data_dir = Path(data_dir) if data_dir is not None else None
         # Where split-zip parts are looked for: site-packages, plus any folders given here.
         self.search_paths = [Path(p) for p in (search_paths or [])]
         with open(self.path, "rb") as fh:
@@ -87,14 +93,26 @@ class ModelRegistry:
                 name, f"model {name!r} is not in the registry {self.path} (known: {', '.join(self.names())})"
             ) from None
 
+    def declared_path(self, name: str) -> Path | None:
+        """Where a "path" entry says its folder is (whether or not it exists yet); None otherwise."""
+        spec = self.spec(name)
+        if spec.source != "path":
+            return None
+        raw = spec.path or ""
+        if "{data_dir}" in raw:
+            if self.data_dir is None:
+                raise ModelNotFound(name, f"model {name!r}: its path {raw!r} needs a data dir")
+            raw = raw.replace("{data_dir}", str(self.data_dir))
+        p = Path(raw).expanduser()
+        return p if p.is_absolute() else (self.path.parent / p)
+
     # Resolution ------------------------------------------------------------------------------
     def resolve(self, name: str) -> Path:
         """Local folder holding the model's weights. Never touches the network."""
         spec = self.spec(name)
         hint = f"; install it with: {spec.install}" if spec.install else ""
         if spec.source == "path":
-            p = Path(spec.path or "").expanduser()
-            p = p if p.is_absolute() else (self.path.parent / p)
+            p = self.declared_path(name)
             if not p.is_dir():
                 raise ModelNotFound(name, f"model {name!r}: folder {p} does not exist{hint}", spec.install)
             return p.resolve()
@@ -166,3 +184,51 @@ def _find_in_site(rel: str, extra: list[Path] = ()) -> Path | None:
         if p.is_file():
             return p
     return None
+
+
+def register_reranker(registry_path: Path, name: str, path: Path, max_seq_length: int | None = None,
+                      note: str | None = None) -> bool:
+    """Add (or replace) `[rerankers.<name>]` in a registry file, pointing at a local folder.
+
+    The file is edited as text so its comments survive: an existing block of that name is cut out
+    (up to the next table header) and a new block is appended. Returns False when an identical
+    entry is already there. The path is written relative to the registry's folder when it lies
+    under it, so a checkout can move.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ValueError(f"reranker name {name!r}: use letters, digits, '.', '_' and '-'")
+    registry_path = Path(registry_path)
+    text = registry_path.read_text() if registry_path.exists() else ""
+    path = Path(path).resolve()
+    try:
+        shown = str(path.relative_to(registry_path.parent.resolve()))
+    except ValueError:
+        shown = str(path)
+    if text:
+        current = tomllib.loads(text).get("rerankers", {}).get(name)
+        if current and current.get("source") == "path" and "{data_dir}" not in current.get("path", ""):
+            p = Path(current.get("path", "")).expanduser()
+            p = p if p.is_absolute() else registry_path.parent / p
+            if p.resolve() == path and current.get("max_seq_length") == max_seq_length:
+                return False
+    header = re.compile(rf"^\[rerankers\.(\"?){re.escape(name)}\1\]\s*$")
+    out, skipping = [], False
+    for line in text.splitlines():
+        if header.match(line.strip()):
+            skipping = True
+            continue
+        if skipping and line.strip().startswith("["):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    block = ([f"# {note}"] if note else []) + [f"[rerankers.{name}]", 'source = "path"', f"path = {json.dumps(shown)}"]
+    if max_seq_length:
+        block.append(f"max_seq_length = {int(max_seq_length)}")
+    new = "\n".join(out + ([""] if out else []) + block) + "\n"
+    tomllib.loads(new)  # never write a registry that does not parse
+    tmp = registry_path.with_suffix(registry_path.suffix + ".tmp")
+    tmp.write_text(new)
+    tmp.replace(registry_path)
+    return True

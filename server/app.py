@@ -176,4 +176,5 @@ def status_of(c: Corpus) -> dict:
         "generations": c.consistency(),
         "repairs_at_open": [r.__dict__ for r in c.repairs],
         "query_log": c.querylog.stats(),
+        "reranker": c.reranker_status(),
     }

@@ -65,7 +65,7 @@ def cmd_search(args) -> int:
     corpus = open_corpus(_settings(args))
     try:
         resp = SearchService(corpus).search(SearchRequest(query=args.query, k=args.k, offset=args.offset,
-                                                          workspace=args.workspace))
+                                                          workspace=args.workspace, rerank=args.rerank))
         if args.json:
             print(resp.model_dump_json(indent=2))
             return 0
@@ -199,6 +199,84 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_reranker(args) -> int:
+    """`refindery reranker train`: a cross-encoder from the bundled encoder, on judgments, mined
+    pairs and logged feedback; saved as a CrossEncoder folder and registered by name."""
+    from engine.corpus import open_corpus
+    from engine.rerank_pairs import NegativePlan, describe, feedback_pairs, mined_pairs
+    from engine.reranker_training import train_reranker
+    from models.device import DeviceUnavailable
+    from models.reranker_train import TrainConfig
+
+    settings = _settings(args)
+    workspace = args.workspace or settings.default_workspace
+    corpus = open_corpus(settings)
+    try:
+        if args.action == "status":
+            st = corpus.reranker_status()
+            if not args.brief:
+                _print(st)
+            elif st["available"]:
+                print(f"Reranker {st['name']} is trained ({st['path']}); rerank is "
+                      f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
+            else:
+                print("Rerank is off: no trained reranker here (and one trained on CPU in minutes did not beat "
+                      "hybrid search on held-out collections; README, 'Reranker'). To try one on this corpus: "
+                      "`make reranker`, then search with \"rerank\": true.")
+            return 0
+        registry = corpus.registry
+        name = args.name
+        declared = None
+        if name in registry.names("reranker"):
+            declared = registry.declared_path(name)
+        out = Path(args.out) if args.out else (declared or settings.data_dir / "rerankers" / name)
+        if args.if_missing and (out / "config.json").exists():
+            _print({"name": name, "out_dir": str(out.resolve()), "trained": False,
+                    "reason": "a reranker is already there (--if-missing)"})
+            return 0
+        plan = NegativePlan(hard=args.hard_negatives, random=args.random_negatives)
+        pairs, sources = [], {}
+        if args.qrels:
+            from eval.rerank import collection_pairs
+
+            base = Path(args.ir_data_dir) if args.ir_data_dir else settings.data_dir / "ir"
+            for d in args.qrels:
+                got = collection_pairs(settings, Path(d), base, plan, seed=args.seed)
+                sources.setdefault("judgments", []).append({"collection": str(d), **describe(got)})
+                pairs += got
+        if args.mined > 0:
+            got = mined_pairs(corpus, workspace, n=args.mined, plan=plan, seed=args.seed)
+            sources["mined"] = {"workspace": workspace, **describe(got)}
+            pairs += got
+        if args.from_log:
+            got = feedback_pairs(corpus, workspace, plan=plan, seed=args.seed)
+            sources["feedback"] = {"workspace": workspace, **describe(got)}
+            pairs += got
+        if not pairs or not any(p.label > 0.5 for p in pairs):
+            print(f"error: no training pairs: workspace {workspace!r} gave none (is it ingested?); "
+                  "add --qrels DIR or --from-log", file=sys.stderr)
+            return 2
+        config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
+                             seed=args.seed, layers=args.layers, loss=args.loss, device=args.device or settings.models.device,
+                             eval_every=max(1, min(100, args.steps // 4)), progress=not args.no_progress)
+        try:
+            result = train_reranker(registry, pairs, out, name=name, base=args.base, config=config,
+                                    sources=sources, register=not args.no_register and declared is None,
+                                    onnx=args.onnx)
+        except (ValueError, DeviceUnavailable) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if declared is not None:
+            result["registered"] = {"name": name, "registry": str(registry.path), "changed": False,
+                                    "note": "already declared there"}
+        result["use"] = (f"set models.reranker = \"{name}\" (or REFINDERY_MODELS__RERANKER={name}) and ask for "
+                         "\"rerank\": true, or set search.rerank = true")
+        _print(result)
+        return 0
+    finally:
+        corpus.close()
+
+
 def cmd_log(args) -> int:
     from datetime import datetime
 
@@ -300,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=int, default=None)
     s.add_argument("--offset", type=int, default=None)
     s.add_argument("--workspace", default=None)
+    s.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
+                   help="rerank with the configured cross-encoder (default: search.rerank)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
@@ -340,6 +420,39 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", default=None, help="data dir for the collections (default: the configured one)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("reranker", help="train a cross-encoder reranker (from the bundled encoder)")
+    s.add_argument("action", choices=["train", "status"],
+                   help="train: train and register one; status: the configured reranker and whether it is there")
+    s.add_argument("--brief", action="store_true", help="status: one sentence")
+    s.add_argument("--from", dest="base", default="all-minilm-l6-v2",
+                   help="encoder to start from (registry name): all-minilm-l6-v2 or all-mpnet-base-v2")
+    s.add_argument("--name", default="refindery-local",
+                   help="registry name of the result (default refindery-local: declared in configs/models.toml "
+                        "at <data_dir>/rerankers/refindery-local, the reranker of this data dir's own corpus)")
+    s.add_argument("--out", default=None, help="output folder (default: the name's declared path, "
+                                               "else <data_dir>/rerankers/<name>)")
+    s.add_argument("--qrels", nargs="*", default=[], help="test collection folders whose judgments to train on")
+    s.add_argument("--ir-data-dir", default=None, help="data dirs for --qrels collections (default <data_dir>/ir)")
+    s.add_argument("--workspace", default=None, help="workspace to mine pairs (and feedback) from")
+    s.add_argument("--mined", type=int, default=400, help="queries to mine from the workspace (0: none)")
+    s.add_argument("--from-log", action="store_true", help="add found/click feedback from the query log")
+    s.add_argument("--hard-negatives", type=int, default=2, help="hard negatives per positive (hybrid search)")
+    s.add_argument("--random-negatives", type=int, default=1, help="random in-corpus negatives per positive")
+    s.add_argument("--steps", type=int, default=150)
+    s.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    s.add_argument("--lr", type=float, default=1e-4)
+    s.add_argument("--loss", choices=["listwise", "bce"], default="listwise")
+    s.add_argument("--max-length", type=int, default=192, help="tokens of query + passage")
+    s.add_argument("--layers", type=int, default=None,
+                   help="keep only the encoder's first N layers (faster scoring, usually weaker)")
+    s.add_argument("--seed", type=int, default=13)
+    s.add_argument("--device", default=None, help="auto, cpu or cuda (default: models.device)")
+    s.add_argument("--onnx", action="store_true", help="also export onnx/model.onnx")
+    s.add_argument("--no-register", action="store_true", help="do not add the model to the registry file")
+    s.add_argument("--if-missing", action="store_true", help="do nothing when the output folder has a model")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_reranker)
 
     s = sub.add_parser("log", help="query log maintenance")
     s.add_argument("action", choices=["prune"])

@@ -31,7 +31,7 @@ def pool():
     from models.registry import ModelRegistry
 
     s = load_settings()
-    p = EmbedderPool(ModelRegistry(s.registry_path, s.models_cache_dir), "cpu", s.models.batch_size)
+    p = EmbedderPool(ModelRegistry(s.registry_path, s.models_cache_dir, data_dir=s.data_dir), "cpu", s.models.batch_size)
     p.get(s.models.active)
     return p
 
@@ -89,6 +89,50 @@ def shared_corpus(pool, demo_subset, tmp_path_factory):
     Ingester(c, progress=False).ingest((i, "demo", r) for i, r in enumerate(demo_subset, start=1))
     yield c
     c.close()
+
+
+TOPICS = {
+    "seabirds": ["Gannets dive into the sea to catch fish.", "Puffins nest in burrows on cliffs.",
+                 "Albatrosses glide for hours over the ocean.", "Terns migrate from pole to pole."],
+    "astronomy": ["Telescopes collect light from distant galaxies.", "Nebulae are clouds of gas and dust.",
+                  "A light year measures distance, not time.", "Comets grow tails near the sun."],
+    "baking": ["Bread dough rises because yeast makes gas.", "Butter must be cold for flaky pastry.",
+               "Ovens bake unevenly without a fan.", "Sourdough uses a fermented starter."],
+}
+QUERIES = {"seabirds": "birds that live at sea", "astronomy": "objects in space seen through telescopes",
+           "baking": "how to bake bread and pastry"}
+
+
+def tiny_pairs():
+    """One query group per (topic, positive sentence): the positive, two off-topic negatives, one filler."""
+    from models.reranker_train import Pair
+
+    out = []
+    for t, sents in TOPICS.items():
+        others = [s for u in TOPICS if u != t for s in TOPICS[u]]
+        for i, s in enumerate(sents):
+            g = f"{t}:{i}"
+            out += [Pair(QUERIES[t], s, 1.0, g, "test"), Pair(QUERIES[t], others[i], 0.0, g, "test"),
+                    Pair(QUERIES[t], others[i + 4], 0.0, g, "test"),
+                    Pair(QUERIES[t], f"Filler sentence {i} about municipal tax paperwork.", 0.0, g, "test")]
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_training(tmp_path_factory, pool):
+    """The bundled MiniLM encoder trained as a cross-encoder by models.reranker_train for a few steps."""
+    from models.reranker_train import TrainConfig, train_cross_encoder
+
+    out = tmp_path_factory.mktemp("reranker") / "tiny-ce"
+    cfg = TrainConfig(steps=40, batch_size=12, lr=5e-5, max_length=64, seed=0, device="cpu", val_share=0.25,
+                      eval_every=20, progress=False)
+    result = train_cross_encoder(pool.get("all-minilm-l6-v2").path, tiny_pairs(), out, cfg)
+    return out, cfg, result
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tiny_training):
+    return tiny_training[0]
 
 
 def page(url: str, body: str, seen_at: str = "2026-06-01T10:00:00Z", **kw) -> dict:

@@ -1,53 +1,13 @@
-"""The rerank stage with a real cross-encoder: a small one built from the bundled MiniLM encoder
-and briefly trained here (the reranker issue trains real ones; this tests the stage's wiring)."""
+"""The rerank stage with a real cross-encoder: `tiny_reranker` (conftest) is the bundled MiniLM
+encoder trained for a few steps by the product's own trainer, a real model weakly trained; these
+tests check the stage's wiring, not the model's quality (that is eval/rerank.py's job)."""
 from __future__ import annotations
 
-import random
-
 import pytest
-from conftest import ingest, page
+from conftest import QUERIES, TOPICS, ingest, page
 from fastapi.testclient import TestClient
 
 from server.app import create_app
-
-TOPICS = {
-    "seabirds": ["Gannets dive into the sea to catch fish.", "Puffins nest in burrows on cliffs.",
-                 "Albatrosses glide for hours over the ocean.", "Terns migrate from pole to pole."],
-    "astronomy": ["Telescopes collect light from distant galaxies.", "Nebulae are clouds of gas and dust.",
-                  "A light year measures distance, not time.", "Comets grow tails near the sun."],
-    "baking": ["Bread dough rises because yeast makes gas.", "Butter must be cold for flaky pastry.",
-               "Ovens bake unevenly without a fan.", "Sourdough uses a fermented starter."],
-}
-QUERIES = {"seabirds": "birds that live at sea", "astronomy": "objects in space seen through telescopes",
-           "baking": "how to bake bread and pastry"}
-
-
-@pytest.fixture(scope="session")
-def tiny_reranker(tmp_path_factory, pool):
-    import torch
-    from sentence_transformers import CrossEncoder
-
-    torch.manual_seed(0)
-    rng = random.Random(0)
-    ce = CrossEncoder(str(pool.get("all-minilm-l6-v2").path), num_labels=1, device="cpu", local_files_only=True)
-    pairs = [(QUERIES[t], s, 1.0 if t == u else 0.0) for t in TOPICS for u in TOPICS for s in TOPICS[u]]
-    pairs += [(q, f"Filler sentence {i} about municipal tax paperwork.", 0.0) for q in QUERIES.values() for i in range(4)]
-    opt = torch.optim.AdamW(ce.model.parameters(), lr=3e-5)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    ce.model.train()
-    for _ in range(30):
-        batch = rng.sample(pairs, 12)
-        enc = ce.tokenizer([q for q, _, _ in batch], [p for _, p, _ in batch], padding=True, truncation=True,
-                           max_length=64, return_tensors="pt")
-        loss = loss_fn(ce.model(**enc).logits.squeeze(-1), torch.tensor([y for _, _, y in batch]))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    ce.model.eval()
-    out = tmp_path_factory.mktemp("reranker") / "tiny-ce"
-    ce.save(str(out))
-    return out
-
 
 @pytest.fixture
 def rerank_corpus(make_corpus, tiny_reranker, tmp_path):
@@ -91,6 +51,26 @@ def test_rerank_orders_chunks_by_the_cross_encoder(rerank_corpus):
     assert scores == sorted(scores, reverse=True)
 
 
+def test_rerank_fusion_rrf_adds_the_rerankers_rank_as_an_arm(rerank_corpus):
+    """rerank_fusion "rrf": each reranked chunk keeps its fused score and gains
+    rerank_weight / (rrf_k + its rank by the reranker); explain shows that contribution."""
+    q = "birds that live at sea"
+    with TestClient(create_app(rerank_corpus.settings, rerank_corpus)) as c:
+        res = c.post("/v1/search", json={"query": q, "k": 50, "rerank": True, "rerank_n": 8, "explain": True,
+                                         "rerank_fusion": "rrf", "rerank_weight": 2.0, "rrf_k": 10}).json()
+        bad = c.post("/v1/search", json={"query": q, "rerank": True, "rerank_fusion": "blend"})
+    assert bad.status_code == 422
+    chunks = [ch for p in res["pages"] for ch in p["explain"]["chunks"]]
+    assert len(chunks) == 8
+    by_rerank = sorted(chunks, key=lambda ch: (-ch["rerank"], ch["chunk_id"]))
+    for rank, ch in enumerate(by_rerank, start=1):
+        arms = sum(v for k, v in ch["rrf"].items() if k in ("dense", "sparse"))
+        assert ch["rrf"]["rerank"] == pytest.approx(2.0 / (10 + rank))
+        assert ch["rrf"]["total"] == pytest.approx(arms + 2.0 / (10 + rank)) == pytest.approx(ch["score"])
+    scores = [p["score"] for p in res["pages"]]
+    assert scores == sorted(scores, reverse=True)
+
+
 def test_a_long_page_is_scored_by_its_best_passage(rerank_corpus):
     with TestClient(create_app(rerank_corpus.settings, rerank_corpus)) as c:
         res = c.post("/v1/search", json={"query": "puffins gannets albatrosses terns", "k": 50, "rerank": True,
@@ -101,9 +81,19 @@ def test_a_long_page_is_scored_by_its_best_passage(rerank_corpus):
     assert long["score"] == pytest.approx(best["score"])
 
 
-def test_rerank_without_a_reranker_is_503(shared_corpus):
+def test_rerank_without_a_reranker_is_503(shared_corpus, make_corpus):
+    """The default names refindery-local, which a fresh data dir has not trained yet: a rerank
+    request is refused with 503 and the way to train it; an empty name is refused the same way."""
     with TestClient(create_app(shared_corpus.settings, shared_corpus)) as c:
         r = c.post("/v1/search", json={"query": "anything", "rerank": True})
+        st = c.get("/v1/status").json()["reranker"]
+    assert r.status_code == 503 and r.json()["detail"]["type"] == "reranker_unavailable"
+    assert "refindery reranker train" in r.json()["detail"]["title"] + r.json()["detail"].get("detail", "")
+    assert st["name"] == "refindery-local" and st["available"] is False and "reranker train" in st["install"]
+    none = make_corpus(models={"reranker": ""})
+    with TestClient(create_app(none.settings, none)) as c:
+        r = c.post("/v1/search", json={"query": "anything", "rerank": True})
+        assert c.get("/v1/status").json()["reranker"]["available"] is False
     assert r.status_code == 503 and r.json()["detail"]["type"] == "reranker_unavailable"
 
 

@@ -1,0 +1,190 @@
+"""Does the trained reranker earn its place? Leave-one-collection-out on the development collections.
+
+For each held-out collection H of ../shared/data/ir (CISI, MED, NPL, CACM):
+- `judgments+mined`: train on the other three collections' relevance judgments plus pairs mined
+  from H's corpus (no judgment of H is seen);
+- `mined`: train on pairs mined from H's corpus alone, the setting a real user starts from;
+then evaluate on H's judgments: nDCG@10 of hybrid vs hybrid + rerank, with a paired t-test.
+
+    python -m eval.rerank [--collections cisi med npl cacm] [--steps 200] [--data-dir DIR]
+
+Each collection is ingested into its own data dir (as `refindery eval ir` does; an existing one is
+reused). Writes eval/results/rerank_loco.{json,md}, after every fold so a long run keeps its progress.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from engine.corpus import Corpus, open_corpus
+from engine.ingest import embed_missing
+from engine.rerank_pairs import NegativePlan, judgment_pairs, mined_pairs
+from engine.reranker_training import train_reranker
+from engine.settings import Settings, load_settings
+from models.registry import register_reranker
+from models.reranker_train import Pair, TrainConfig
+
+from . import collections, run
+from .ir import COLLECTIONS, DEFAULT_IR_DIR, ROOT
+
+SETTINGS = ("judgments+mined", "mined")
+
+
+def collection_corpus(settings: Settings, coll_dir: Path, base: Path) -> tuple[Corpus, collections.Collection]:
+    """Open (and ingest, if needed) the collection's own data dir `base/<name>`; the workspace is its name."""
+    coll = collections.load(coll_dir)
+    corpus = open_corpus(settings.model_copy(update={"data_dir": Path(base) / coll.name}))
+    run.ingest(corpus, coll, coll.name)
+    embed_missing(corpus, settings.models.active)
+    corpus.sync()
+    return corpus, coll
+
+
+def collection_pairs(settings: Settings, coll_dir: Path, base: Path, plan: NegativePlan | None = None,
+                     seed: int = 13) -> list[Pair]:
+    """Judgment pairs of a test collection, hard negatives from hybrid search over its own corpus."""
+    corpus, coll = collection_corpus(settings, coll_dir, base)
+    try:
+        return judgment_pairs(corpus, coll, coll.name, plan, seed=seed)
+    finally:
+        corpus.close()
+
+
+def _with_reranker(settings: Settings, out_dir: Path, name: str, max_length: int, tmp: Path) -> Settings:
+    """Settings whose registry (a copy of the configured one) names the trained model."""
+    reg = tmp / f"models-{name}.toml"
+    reg.write_text(settings.registry_path.read_text())
+    register_reranker(reg, name, out_dir, max_length)
+    return settings.model_copy(update={"models": settings.models.model_copy(
+        update={"registry": str(reg), "reranker": name})})
+
+
+def loco(settings: Settings, names=COLLECTIONS, ir_dir: Path = DEFAULT_IR_DIR, base: Path | None = None,
+         config: TrainConfig | None = None, mined_n: int = 400, setups=SETTINGS, work: Path | None = None,
+         results: Path = ROOT / "eval" / "results", progress: bool = True) -> dict:
+    config = config or TrainConfig(steps=150, batch_size=16, max_length=192)
+    base = Path(base or settings.data_dir / "ir")
+    work = Path(work or settings.data_dir / "rerankers" / "loco")
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    judged = {n: collection_pairs(settings, Path(ir_dir) / n, base, seed=config.seed) for n in names}
+    out = {"model": settings.models.active, "config": {k: v for k, v in vars(config).items() if k != "progress"},
+           "mined_queries": mined_n, "folds": {}}
+    for held in names:
+        corpus, coll = collection_corpus(settings, Path(ir_dir) / held, base)
+        try:
+            mined = mined_pairs(corpus, held, n=mined_n, seed=config.seed)
+        finally:
+            corpus.close()
+        fold = {"queries": len(coll.queries)}
+        for setup in setups:
+            pairs = mined + ([p for n in names if n != held for p in judged[n]] if setup == "judgments+mined" else [])
+            name = f"loco-{held}-{setup.replace('+', '-')}"
+            if progress:
+                print(f"[{held}] training {name} on {len(pairs)} pairs", flush=True)
+            trained = train_reranker(corpus.registry, pairs, work / name, name=None, base=settings.models.active,
+                                     config=config, sources={"judgments": [n for n in names if n != held]
+                                                             if setup == "judgments+mined" else [],
+                                                             "mined_from": held}, register=False)
+            s2 = _with_reranker(settings.model_copy(update={"data_dir": base / held}), work / name, name,
+                                config.max_length, work)
+            c2 = open_corpus(s2)
+            try:
+                res = run.evaluate_run(c2, coll, [settings.models.active], ["hybrid", "rerank", "rerank-rrf"],
+                                       workspace=held)
+            finally:
+                c2.close()
+            m = settings.models.active
+            def sig(b):
+                return next(x["p_value"] for x in res["significance"] if x["a"] == f"hybrid/{m}" and x["b"] == b)
+
+            hyb = res["metrics"][f"hybrid/{m}"]
+            fold[setup] = {"pairs": trained["data"], "train_seconds": trained["seconds"],
+                           "validation": trained["validation"], "hybrid": hyb,
+                           "per_query": {"hybrid": res["per_query"][f"hybrid/{m}"]}}
+            for v in ("rerank", "rerank-rrf"):
+                got = res["metrics"][f"{v}/{m}"]
+                fold[setup][v] = {**got, "delta_ndcg10": round(got["nDCG@10"] - hyb["nDCG@10"], 4),
+                                  "p_value": sig(f"{v}/{m}")}
+                fold[setup]["per_query"][v] = res["per_query"][f"{v}/{m}"]
+            if progress:
+                print(f"[{held}] {setup}: hybrid nDCG@10 {hyb['nDCG@10']:.3f} -> rerank "
+                      f"{fold[setup]['rerank']['nDCG@10']:.3f} (p={fold[setup]['rerank']['p_value']}), "
+                      f"rerank-rrf {fold[setup]['rerank-rrf']['nDCG@10']:.3f} "
+                      f"(p={fold[setup]['rerank-rrf']['p_value']})", flush=True)
+            out["folds"][held] = fold
+            out["seconds"] = round(time.perf_counter() - t0, 1)
+            write(out, results)
+    return out
+
+
+def markdown(result: dict) -> str:
+    cfg = result["config"]
+    lines = [f"Leave-one-collection-out, reranker trained from `{result['model']}` ({cfg['steps']} steps of "
+             f"{cfg['batch_size']} sequences, {cfg['loss']} loss, lr {cfg['lr']}, max length {cfg['max_length']}, "
+             f"seed {cfg['seed']}); nDCG@10 on the held-out collection's judgments; the top 50 fused chunks "
+             "reranked, by the reranker's score alone (`replace`) or with its rank as one more RRF arm (`rrf`); "
+             "in brackets the difference to hybrid and the p of a paired t-test on per-query nDCG@10 (* < 0.05).",
+             "", "| held out | queries | hybrid | judgments of the other three + mined: replace | rrf | "
+             "mined pairs only: replace | rrf |", "|---|---|---|---|---|---|---|"]
+
+    def cell(r):
+        if not r:
+            return "–"
+        p = r["p_value"]
+        ps = "–" if p is None else f"{p:.3f}" + ("*" if p < 0.05 else "")
+        return f"{r['nDCG@10']:.3f} ({r['delta_ndcg10']:+.3f}, p {ps})"
+
+    for held, f in result["folds"].items():
+        hyb = (f.get("judgments+mined") or f.get("mined") or {}).get("hybrid", {}).get("nDCG@10")
+        cells = [cell((f.get(setup) or {}).get(v)) for setup in SETTINGS for v in ("rerank", "rerank-rrf")]
+        lines.append(f"| {held} | {f['queries']} | {hyb:.3f} | " + " | ".join(cells) + " |")
+    lines += ["", "| held out | setup | training pairs (queries) | validation MRR before -> after | train s |",
+              "|---|---|---|---|---|"]
+    for held, f in result["folds"].items():
+        for setup in SETTINGS:
+            r = f.get(setup)
+            if r:
+                v = r["validation"] or [{}]
+                lines.append(f"| {held} | {setup} | {r['pairs']['pairs']} ({r['pairs']['queries']}) | "
+                             f"{v[0].get('mrr')} -> {v[-1].get('mrr')} | {r['train_seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j, m = out_dir / "rerank_loco.json", out_dir / "rerank_loco.md"
+    j.write_text(json.dumps(result, indent=2) + "\n")
+    m.write_text(markdown(result))
+    return j, m
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval.rerank", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
+    ap.add_argument("--ir-dir", default=str(DEFAULT_IR_DIR))
+    ap.add_argument("--data-dir", default=None, help="per-collection data dirs (default <data_dir>/ir)")
+    ap.add_argument("--work", default=None, help="where the trained models go (default <data_dir>/rerankers/loco)")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--max-length", type=int, default=192)
+    ap.add_argument("--mined", type=int, default=400, help="queries mined from the held-out corpus")
+    ap.add_argument("--setups", default=",".join(SETTINGS))
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args(argv)
+    settings = load_settings(args.config)
+    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
+                      seed=args.seed, device=args.device)
+    res = loco(settings, args.collections, Path(args.ir_dir), args.data_dir and Path(args.data_dir), cfg,
+               args.mined, tuple(args.setups.split(",")), args.work and Path(args.work))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
