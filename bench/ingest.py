@@ -53,8 +53,8 @@ def main() -> None:
 
     records = load_records(Path(args.input), args.pages)
     base = load_settings()
-    pool = EmbedderPool(ModelRegistry(base.registry_path, base.models_cache_dir, data_dir=base.data_dir), base.models.device,
-                        base.models.batch_size)
+    registry = ModelRegistry(base.registry_path, base.models_cache_dir, data_dir=base.data_dir)
+    pool = EmbedderPool(registry, base.models.device, base.models.batch_size)
     emb = pool.get(base.models.active)
     emb.encode_documents(["warm up the model"] * 8)
 

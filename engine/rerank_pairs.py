@@ -209,7 +209,8 @@ def feedback_pairs(corpus: Corpus, workspace: str, plan: NegativePlan | None = N
         group = f"{workspace}:feedback:{qid}"
         pairs += _with_negatives(group, query, [(index.best_chunk(p, query), "feedback") for p in pos],
                                  set(pos), service, index, workspace, plan, rng)
-        pairs += [Pair(query, index.best_chunk(p, query), 0.0, group, "feedback-irrelevant") for p in sorted(sets["neg"])]
+        pairs += [Pair(query, index.best_chunk(p, query), 0.0, group, "feedback-irrelevant")
+                  for p in sorted(sets["neg"])]
     return pairs
 
 

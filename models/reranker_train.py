@@ -15,7 +15,6 @@ accuracy (a positive outscoring a negative of the same query).
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -329,7 +328,3 @@ def export_onnx(out_dir: Path, max_length: int = 192, quantize: bool = True) -> 
 
         quantize_dynamic(str(path), str(path.with_name("model_qint8.onnx")), weight_type=QuantType.QInt8)
     return path
-
-
-def steps_for_budget(seconds_per_step: float, budget_s: float, lo: int = 20, hi: int = 2000) -> int:
-    return max(lo, min(hi, int(math.floor(budget_s / max(seconds_per_step, 1e-6)))))

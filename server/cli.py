@@ -257,7 +257,8 @@ def cmd_reranker(args) -> int:
                   "add --qrels DIR or --from-log", file=sys.stderr)
             return 2
         config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
-                             seed=args.seed, layers=args.layers, loss=args.loss, device=args.device or settings.models.device,
+                             seed=args.seed, layers=args.layers, loss=args.loss,
+                             device=args.device or settings.models.device,
                              eval_every=max(1, min(100, args.steps // 4)), progress=not args.no_progress)
         try:
             result = train_reranker(registry, pairs, out, name=name, base=args.base, config=config,

@@ -31,7 +31,8 @@ def pool():
     from models.registry import ModelRegistry
 
     s = load_settings()
-    p = EmbedderPool(ModelRegistry(s.registry_path, s.models_cache_dir, data_dir=s.data_dir), "cpu", s.models.batch_size)
+    registry = ModelRegistry(s.registry_path, s.models_cache_dir, data_dir=s.data_dir)
+    p = EmbedderPool(registry, "cpu", s.models.batch_size)
     p.get(s.models.active)
     return p
 
