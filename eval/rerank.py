@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from engine.corpus import Corpus, open_corpus
-from engine.ingest import embed_missing
 from engine.rerank_pairs import NegativePlan, judgment_pairs, mined_pairs
 from engine.reranker_training import train_reranker
 from engine.settings import Settings, load_settings
@@ -36,9 +35,7 @@ def collection_corpus(settings: Settings, coll_dir: Path, base: Path) -> tuple[C
     """Open (and ingest, if needed) the collection's own data dir `base/<name>`; the workspace is its name."""
     coll = collections.load(coll_dir)
     corpus = open_corpus(settings.model_copy(update={"data_dir": Path(base) / coll.name}))
-    run.ingest(corpus, coll, coll.name)
-    embed_missing(corpus, settings.models.active)
-    corpus.sync()
+    run.prepare(corpus, coll, coll.name, [settings.models.active])
     return corpus, coll
 
 

@@ -36,6 +36,15 @@ def ingest(corpus: Corpus, coll: Collection, workspace: str, progress: bool = Fa
     return Ingester(corpus, workspace, progress=progress).ingest(records, total=len(coll.docs)).summary()
 
 
+def prepare(corpus: Corpus, coll: Collection, workspace: str, models: list[str], progress: bool = False) -> dict:
+    """Ingest the collection into `workspace` (idempotent), embed it with every model, sync the indexes."""
+    summary = ingest(corpus, coll, workspace, progress)
+    for m in models:
+        embed_missing(corpus, m)
+    corpus.sync()
+    return summary
+
+
 def run_variant(service: SearchService, coll: Collection, workspace: str, model: str, variant: str,
                 k: int = 100) -> list[ir_measures.ScoredDoc]:
     out = []
@@ -52,10 +61,7 @@ def evaluate_run(corpus: Corpus, coll: Collection, models: list[str], variants: 
     if unknown:
         raise ValueError(f"unknown variants {unknown}; use {', '.join(VARIANTS)}")
     workspace = workspace or coll.name
-    summary = ingest(corpus, coll, workspace, progress)
-    for m in models:
-        embed_missing(corpus, m)
-    corpus.sync()
+    summary = prepare(corpus, coll, workspace, models, progress)
     service = SearchService(corpus)
     runs: dict[str, list] = {}
     for variant in variants:
