@@ -16,6 +16,7 @@ import numpy as np
 
 from indexes.dense import DenseIndex
 from indexes.sparse import SparseIndex
+from indexes.relations import RelationStore
 from indexes.store import CorpusStore
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
@@ -57,6 +58,7 @@ class Corpus:
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
         self._chunk_map: tuple[int, np.ndarray, np.ndarray, int] | None = None
         self._chunk_map_lock = threading.Lock()
+        self.relations = RelationStore(self.store)
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:

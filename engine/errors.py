@@ -47,3 +47,54 @@ class ModelUnavailable(EngineError):
 
 class RerankerNotConfigured(EngineError):
     status, type = 503, "reranker_unavailable"
+
+
+class WorkspaceNotFound(EngineError):
+    status, type = 404, "workspace_not_found"
+
+
+class RowNotFound(EngineError):
+    status, type = 404, "row_not_found"
+
+
+class PackUnknown(EngineError):
+    status, type = 422, "pack_unknown"
+
+
+class PackInvalid(EngineError):
+    status, type = 422, "pack_invalid"
+
+
+class LoadInvalid(EngineError):
+    """A load that cannot run as written; `reason` says which part (source, table, column, ...)."""
+    status, type = 422, "load_invalid"
+
+
+class RelationUnknown(EngineError):
+    status, type = 422, "relation_unknown"
+
+
+class SearchConstraintInvalid(EngineError):
+    status, type = 422, "search_constraint_invalid"
+
+
+class SearchRequestInvalid(EngineError):
+    status, type = 422, "search_request_invalid"
+
+
+class CompileUnavailable(EngineError):
+    """No brief-compile model is configured. The relation-search seed prints this refusal's body
+    as the whole reply ({"type", "reason"}), not wrapped in "detail" like every other refusal."""
+    status, type = 503, "compile_unavailable"
+    bare = True
+
+    def __init__(self, reason: str = "compile requires a model; pass constraints"):
+        super().__init__(reason)
+        self.reason = reason
+
+    def body(self) -> dict:
+        return {"type": self.type, "reason": self.reason}
+
+
+class WorkspaceExists(EngineError):
+    status, type = 409, "workspace_exists"

@@ -17,6 +17,7 @@ catching up) sees either all of a batch or none of it.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -195,6 +196,19 @@ class CorpusStore:
                     pass
             self._con.close()
             self.closed = True
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The writer connection inside one transaction, under the write lock: all or nothing."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                yield con
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
 
     def _meta(self, key: str) -> str | None:
         row = self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()

@@ -21,6 +21,7 @@ from engine.settings import Settings, load_settings
 from models.registry import ModelNotFound
 
 from .errors import install_error_handlers, not_found
+from .public import router as public_router
 
 log = logging.getLogger("refindery.server")
 
@@ -88,6 +89,10 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan,
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
+    app.include_router(public_router)
+    if corpus is not None:  # usable without the lifespan too (a TestClient outside `with`)
+        app.state.corpus = corpus
+        app.state.search = SearchService(corpus)
 
     def get_corpus(request: Request) -> Corpus:
         return request.app.state.corpus

@@ -1,0 +1,1 @@
+"""Documentation that runs: docs.examples holds the fixtures the seed examples import."""

@@ -1,0 +1,178 @@
+"""The per-entity verbs around search: facts (an entity's rows of a relation with the absence
+verdict search groups carry), corrections (retire a row with a reason), region (re-read a
+receipt) and the audit events (what an answer rested on)."""
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timezone
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexes.relations import RelationStore
+
+from ..errors import EngineError, EntityNotFound, RelationUnknown, RowNotFound
+from .packs import Relation
+from .receipts import ReceiptReader, slot_value
+from .workspaces import Space, open_space
+
+
+class FactsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workspace_id: str = Field(min_length=1, max_length=100)
+    entity_id: str = Field(min_length=1, max_length=200)
+    relation: str = Field(min_length=1, max_length=100)
+
+
+class CorrectionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workspace_id: str = Field(min_length=1, max_length=100)
+    row_id: str = Field(min_length=1, max_length=200)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class RegionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workspace_id: str = Field(min_length=1, max_length=100)
+    row_id: str = Field(min_length=1, max_length=200)
+    slot: str = Field(min_length=1, max_length=100)
+
+
+class AuditNotFound(EngineError):
+    status, type = 404, "audit_event_not_found"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _rows(rstore: RelationStore, space: Space, rel: Relation, where: str, params: list) -> list[dict]:
+    table = space.shape(rel).name
+    res = rstore.cursor().execute(f"SELECT * FROM {table} WHERE workspace_id = ? AND current AND {where} "
+                                  f"ORDER BY row_id", [space.workspace_id, *params])
+    names = [d[0] for d in res.description]
+    return [dict(zip(names, r)) for r in res.fetchall()]
+
+
+def _find_row(rstore: RelationStore, space: Space, row_id: str) -> tuple[Relation, dict]:
+    for rel in space.schema.relations.values():
+        if not rstore.table_exists(space.shape(rel).name):
+            continue
+        rows = _rows(rstore, space, rel, "row_id = ?", [row_id])
+        if rows:
+            return rel, rows[0]
+    raise RowNotFound(f"no current row with id {row_id!r} in workspace {space.workspace_id!r}", ref=row_id)
+
+
+def row_out(rel: Relation, row: dict, corrections: dict[str, str]) -> dict:
+    receipts = row.get("_receipts", {})
+    slots = {s: slot_value(rel, s, row) for s in sorted(rel.value_slots) if row.get(f"v_{s}") is not None}
+    out = {"row_id": row["row_id"], "relation": rel.name, "slots": slots}
+    if rel.period:
+        out["period"] = {"from": row.get(f"v_{rel.period[0]}"), "to": row.get(f"v_{rel.period[1]}"),
+                         "receipts": {k: receipts[k] for k in rel.period if k in receipts}}
+    out.update(provenance_kind="declared", receipt=None,
+               slot_receipts={k: v for k, v in receipts.items() if k in slots}, load_id=row["load_id"],
+               unrecorded_slots=[s for s in rel.value_slots if row.get(f"v_{s}") is None])
+    if row.get("retired"):
+        out["retired"] = {"correction_id": row["retired"], "reason": corrections.get(row["retired"])}
+    if row.get("withheld"):
+        out["withheld"] = row["withheld"]
+    return out
+
+
+def facts(rstore: RelationStore, req: FactsRequest) -> dict:
+    space = open_space(rstore, req.workspace_id)
+    rel = space.schema.relation(req.relation)
+    if rel is None:
+        raise RelationUnknown(f"no pack of the workspace declares relation {req.relation!r}",
+                              relations=sorted(space.schema.relations))
+    known = rstore.cursor().execute("SELECT name FROM rel_entities WHERE workspace_id = ? AND entity_id = ?",
+                                    [space.workspace_id, req.entity_id]).fetchone()
+    if known is None:
+        raise EntityNotFound(f"no entity {req.entity_id!r} in workspace {space.workspace_id!r}", ref=req.entity_id)
+    rows = _rows(rstore, space, rel, "entity_id = ?", [req.entity_id]) \
+        if rstore.table_exists(space.shape(rel).name) else []
+    ReceiptReader(rstore).attach(rel, rows)
+    corrections = dict(rstore.cursor().execute(
+        "SELECT correction_id, reason FROM rel_corrections WHERE workspace_id = ?", [space.workspace_id]).fetchall())
+    coverage = [{"declared_by": by, "load_id": lid, "declared_at": at.isoformat()}
+                for lid, by, at in rstore.cursor().execute(
+                    "SELECT load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
+                    "AND relation = ? AND entity_id = ? AND current ORDER BY declared_at, load_id",
+                    [space.workspace_id, rel.name, req.entity_id]).fetchall()]
+    live = [r for r in rows if not r.get("retired")]
+    if live:
+        kind = "recorded"
+    elif rows or coverage:
+        kind = "none"
+    else:
+        kind = "not_recorded"
+    out_rows = [row_out(rel, r, corrections) for r in rows]
+    unrecorded = sorted({s for r in out_rows if not r.get("retired") for s in r["unrecorded_slots"]})
+    narrowed = []
+    if kind == "not_recorded":
+        narrowed.append("entity_not_recorded")
+    if unrecorded:
+        narrowed.append("slot_unrecorded_rows")
+    if any(r.get("retired") for r in out_rows):
+        narrowed.append("corrected_rows")
+    if any(r.get("withheld") for r in out_rows):
+        narrowed.append("withheld_rows")
+    licence = {"completeness_licensed": not narrowed}
+    if narrowed:
+        licence.update(withheld_because="narrowed", narrowed_by=narrowed)
+    return {
+        "workspace_id": space.workspace_id, "entity_id": req.entity_id, "name": known[0], "relation": rel.name,
+        "rows": out_rows,
+        "absence": {"entity_id": req.entity_id, "kind": kind,
+                    "denominator": None if kind == "not_recorded" else len(live), "coverage": coverage},
+        "relations": {"slot_unrecorded": unrecorded},
+        "coverage": licence,
+        "labels": {"map_version": space.map_version},
+    }
+
+
+def correct(rstore: RelationStore, req: CorrectionRequest) -> dict:
+    space = open_space(rstore, req.workspace_id)
+    rel, row = _find_row(rstore, space, req.row_id)
+    if row.get("retired"):
+        reason = rstore.cursor().execute("SELECT reason FROM rel_corrections WHERE correction_id = ?",
+                                         [row["retired"]]).fetchone()
+        return {"correction_id": row["retired"], "row_id": req.row_id, "relation": rel.name,
+                "entity_id": row["entity_id"], "retired": True, "reason": reason[0] if reason else None,
+                "already": True}
+    cid = f"cr_{secrets.token_hex(6)}"
+    table = space.shape(rel).name
+    with rstore.transaction() as con:
+        con.execute("INSERT INTO rel_corrections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [cid, space.workspace_id, rel.name, req.row_id, row["source_key"], row["row_key"], row["vhash"],
+                     req.reason, _now()])
+        con.execute(f"UPDATE {table} SET retired = ? WHERE workspace_id = ? AND row_id = ?",
+                    [cid, space.workspace_id, req.row_id])
+    return {"correction_id": cid, "row_id": req.row_id, "relation": rel.name, "entity_id": row["entity_id"],
+            "retired": True, "reason": req.reason, "already": False}
+
+
+def region(rstore: RelationStore, req: RegionRequest) -> dict:
+    space = open_space(rstore, req.workspace_id)
+    rel, row = _find_row(rstore, space, req.row_id)
+    if req.slot not in rel.slots:
+        raise RelationUnknown(f"relation {rel.name} declares no slot {req.slot!r}", slots=list(rel.slots))
+    ReceiptReader(rstore).attach(rel, [row])
+    receipt = row["_receipts"].get(req.slot)
+    return {"row_id": req.row_id, "relation": rel.name, "entity_id": row["entity_id"], "slot": req.slot,
+            "receipt": receipt, "value_loaded": row.get(f"v_{req.slot}"),
+            "value_now": None if receipt is None else receipt.get("read_now", receipt["value"]),
+            "byte_verified": None if receipt is None else receipt["byte_verified"]}
+
+
+def audit_events(rstore: RelationStore, request_id: str) -> dict:
+    events = rstore.audit_events(request_id)
+    if not events:
+        raise AuditNotFound(f"no audit event for request {request_id!r}", ref=request_id)
+    for e in events:
+        e["ts"] = e["ts"].isoformat()
+        for k in ("request", "rows", "spans", "summary"):
+            e[k] = json.loads(e[k]) if isinstance(e[k], str) else e[k]
+    return {"request_id": request_id, "events": events}

@@ -1,0 +1,353 @@
+"""The relation search verb on the constraints path: constraints -> the closed set and its warrant.
+
+Stages, each visible in the reply: expansion (each constraint through the workspace vocabulary),
+enumeration (enumeration.py: set-based SQL), ranking (deterministic: optional groups satisfied,
+distance from each gte/lte threshold, entity id), and the warrant: matches with their rows and
+receipts, counts (with each constraint alone), the groups with their absence verdicts, the none /
+not_recorded / undetermined listings, the gaps, and the completeness licence.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexes.relations import RelationStore
+
+from ..errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
+from ..querylog import LogEntry, QueryLog
+from .constraints import Bound, bind, parse_constraints, parse_span
+from .enumeration import CAUSES, Enumerator, Group, Plan, make_groups
+from .receipts import deliver_rows
+from .workspaces import open_space
+
+RANKING = "deterministic: optional-groups, threshold-distance, entity_id"
+LIST_DEFAULT = 200
+MATCHED_IDS_MAX = 200
+STATUSES = ("none", "not_recorded", "undetermined")
+CAUSE_REASON = {"undated": "undated_rows_unanswerable", "open_period": "open_period_rows_unanswerable",
+                "corrected": "corrected_rows_unanswerable", "withheld": "withheld_rows_unanswerable",
+                "unrecorded": "slot_unrecorded_rows_unanswerable"}
+
+
+class RelationSearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workspace_id: str = Field(min_length=1, max_length=100)
+    constraints: list[Any] | None = Field(
+        default=None, description="[{relation, slot, op, value, brief_span?, required?}] — or send `brief`.")
+    brief: str | None = Field(default=None, max_length=4000,
+                              description="The request in plain language (needs a compile model).")
+    as_of: str | None = Field(default=None, pattern=r"^\d{4}-(0[1-9]|1[0-2])$",
+                              description="YYYY-MM: the month the rows are tested at.")
+    limit: int = Field(default=50, ge=0, le=500, description="Matches on this page (the counts stay whole).")
+    offset: int = Field(default=0, ge=0)
+    list_limit: int | None = Field(default=None, ge=0, le=200,
+                                   description="Bound on every list of non-matches (default 200).")
+    entity_ids: list[str] | None = Field(default=None, max_length=500,
+                                         description="Deliver only these entities (counts stay of the whole set).")
+    detail: Literal["full"] = "full"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def time_rule(rel, as_of: str | None) -> str:
+    if as_of is None:
+        return "no as_of: every current row counts, whatever its period"
+    pf, pt = rel.period or ("period_from", "period_to")
+    dated = f"dated rows: {pf} ≤ {as_of} and ({pt} open or {pt} > {as_of})"
+    if rel.date_slot:
+        d = rel.date_slot
+        return (f"{dated}; undated rows: current, and the whole of {d} ≤ {as_of} "
+                f"(a {d} whose span straddles {as_of}, such as a bare year, is unanswerable)")
+    return f"{dated}; undated rows cannot be placed at {as_of}: the relation declares no date slot — unanswerable"
+
+
+class RelationSearch:
+    def __init__(self, rstore: RelationStore, querylog: QueryLog | None = None):
+        self.rstore = rstore
+        self.querylog = querylog
+
+    def search(self, req: RelationSearchRequest) -> dict:
+        t0 = time.perf_counter()
+        request_id = f"rq_{secrets.token_hex(8)}"
+        space = open_space(self.rstore, req.workspace_id)
+        if (req.brief is None) == (req.constraints is None):
+            raise SearchRequestInvalid("send exactly one of `brief` and `constraints`")
+        if req.brief is not None:
+            raise CompileUnavailable()
+        constraints = parse_constraints(req.constraints)
+        bound, gaps = bind(constraints, space.schema, space.vocabulary)
+        kinds = sorted({b.rel.subject for b in bound})
+        if len(kinds) > 1:
+            raise SearchConstraintInvalid("the constraints name relations of different subject kinds",
+                                          kinds=kinds)
+        if not kinds:
+            known = {space.schema.relation(c.relation) for c in constraints} - {None}
+            kinds = sorted({r.subject for r in known}) or space.subject_kinds()
+        groups = make_groups(bound)
+        span = parse_span(req.as_of) if req.as_of else None
+        plan = Plan(space, groups, bound, span, kinds)
+        con = self.rstore.cursor()
+        en = Enumerator(con, plan)
+        try:
+            en.run()
+            body = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups).build(request_id)
+        finally:
+            en.drop()
+        elapsed = round((time.perf_counter() - t0) * 1000, 2)
+        self._record(request_id, req, body, elapsed)
+        return body
+
+    def _record(self, request_id: str, req: RelationSearchRequest, body: dict, elapsed_ms: float) -> None:
+        rows = [row["row_id"] for m in body["matches"] for row in m["rows"]]
+        summary = {k: v for k, v in body["counts"].items() if k != "per_constraint"}
+        summary["coverage"] = body["coverage"]
+        request = req.model_dump(exclude_none=True)
+        self.rstore.record_audit(request_id, _utcnow(), "search", req.workspace_id, json.dumps(request),
+                                 json.dumps(rows), json.dumps([]), json.dumps(summary))
+        if self.querylog is not None:
+            self.querylog.record(LogEntry(
+                query_id=request_id, endpoint="/v1/public/search", workspace=req.workspace_id,
+                query=json.dumps(req.constraints), params={k: v for k, v in request.items() if k != "constraints"},
+                models=[], timings={"total_ms": elapsed_ms}, total=body["counts"]["matched"],
+                returned=len(body["matches"])))
+
+
+class Warrant:
+    """Reads the enumeration's temp table into the reply."""
+
+    def __init__(self, rstore, con, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
+                 gaps, groups: list[Group]):
+        self.rstore, self.con, self.en, self.req = rstore, con, en, req
+        self.constraints, self.bound, self.gaps, self.groups = constraints, bound, gaps, groups
+        self.t = en.table
+        self.list_limit = LIST_DEFAULT if req.list_limit is None else req.list_limit
+        self.restrict = req.entity_ids
+
+    def _one(self, exprs: dict[str, str]) -> dict[str, Any]:
+        names = list(exprs)
+        row = self.con.execute(f"SELECT {', '.join(exprs[n] for n in names)} FROM {self.t}").fetchone()
+        return dict(zip(names, row))
+
+    def _ids(self, where: str, order: str = "entity_id", limit: int | None = None) -> list[str]:
+        params: list = []
+        if self.restrict is not None:
+            where = f"({where}) AND list_contains(?, entity_id)"
+            params.append(self.restrict)
+        lim = self.list_limit if limit is None else limit
+        return [r[0] for r in self.con.execute(
+            f"SELECT entity_id FROM {self.t} WHERE {where} ORDER BY {order} LIMIT {int(lim)}", params).fetchall()]
+
+    def order_by(self) -> str:
+        keys = ["opt DESC"]
+        for g in self.groups:
+            keys += [f"g{g.index}_d{b.index} ASC NULLS LAST" for b in g.bound if b.thresholded]
+        return ", ".join(keys + ["entity_id"])
+
+    def threshold_columns(self) -> list[str]:
+        cols = {b.index: f"g{g.index}_d{b.index}" for g in self.groups for b in g.bound if b.thresholded}
+        return [cols[i] for i in sorted(cols)]
+
+    def build(self, request_id: str) -> dict:
+        req, groups = self.req, self.groups
+        exprs = {"universe": "count(*)"}
+        for s in ("matched", *STATUSES):
+            exprs[s] = f"count(*) FILTER (WHERE status = '{s}')"
+        for g in groups:
+            rel, n = g.relation.name, f"g{g.index}"
+            exprs[f"{n}_covered"] = f"count(*) FILTER (WHERE cov_{rel})"
+            for s in ("matched", *STATUSES):
+                exprs[f"{n}_{s}"] = f"count(*) FILTER (WHERE {n} = '{s}')"
+            for x in ("active", "inactive", "undated", "unplaceable"):
+                exprs[f"{n}_{x}"] = f"sum({n}_{x})"
+            exprs[f"{n}_recorded"] = f"count(*) FILTER (WHERE live_{rel} > 0)"
+            exprs[f"{n}_absent"] = f"count(*) FILTER (WHERE cov_{rel} AND live_{rel} = 0)"
+            if g.required:
+                for c in CAUSES:
+                    exprs[f"{n}_why_{c}"] = f"coalesce(bool_or(status = 'undetermined' AND {n} = 'undetermined' AND {n}_{c}), FALSE)"
+                exprs[f"{n}_why_nr"] = f"coalesce(bool_or(status = 'not_recorded' AND {n} = 'not_recorded'), FALSE)"
+                for b in g.bound:
+                    if not b.is_period:
+                        exprs[f"{n}_unrec_{b.index}"] = f"coalesce(bool_or({n} = 'undetermined' AND {n}_z{b.index}), FALSE)"
+                        if b.unplaced() is not None:
+                            exprs[f"{n}_unpl_{b.index}"] = (f"coalesce(bool_or(status <> 'matched' AND {n} = 'none' "
+                                                            f"AND {n}_u{b.index}), FALSE)")
+        for b in self.bound:
+            n = f"s{b.index}"
+            for s in ("matched", *STATUSES):
+                exprs[f"{n}_{s}"] = f"count(*) FILTER (WHERE {n} = '{s}')"
+            exprs[f"{n}_rows"] = f"sum({n}_active)"
+        agg = self._one(exprs)
+
+        counts = {"universe": agg["universe"], "matched": agg["matched"], "none": agg["none"],
+                  "not_recorded": agg["not_recorded"], "undetermined": agg["undetermined"],
+                  "bound": agg["matched"] + agg["none"], "per_constraint": self.per_constraint(agg)}
+        matched_ids = self._ids("status = 'matched'", self.order_by(), MATCHED_IDS_MAX)
+        entities = {"matched": matched_ids}
+        for s in STATUSES:
+            entities[s] = self._ids(f"status = '{s}'")
+        listings = {s: [{"group": g.index, "relation": g.relation.name, "required": g.required,
+                         "entity_ids": self._ids(f"g{g.index} = '{s}'"), "total": agg[f"g{g.index}_{s}"]}
+                        for g in groups] for s in STATUSES}
+        page = self.page()
+        matches = deliver_rows(self.rstore, self.en, page, groups)
+        truncated = len(matches) < counts["matched"]
+        provenance = {"declared": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "declared"),
+                      "extracted": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "extracted")}
+        body: dict[str, Any] = {
+            "request_id": request_id,
+            "workspace_id": req.workspace_id,
+            "bound": not self.gaps,
+            "ranking": RANKING,
+            "as_of": req.as_of,
+            "as_of_source": "request" if req.as_of else None,
+            "constraints": [{"index": c.index, **c.as_sent()} for c in self.constraints],
+            "expansion": [b.expansion for b in self.bound],
+            "counts": counts,
+            "entities": entities,
+            "groups": [self.group(g, agg) for g in groups],
+            **listings,
+            "matches": matches,
+            "truncated": truncated,
+            "limit": req.limit,
+            "offset": req.offset,
+        }
+        if req.list_limit is not None:
+            body["list_limit"] = req.list_limit
+        if self.restrict is not None:
+            body["entity_ids"] = self.restrict
+        body["provenance"] = provenance
+        body["gaps"] = {"unbound": [g.as_dict() for g in self.gaps], "dropped": [], "uncompiled": []}
+        body["coverage"] = self.licence(agg, truncated)
+        body["map_version"] = self.en.plan.space.map_version
+        return body
+
+    def per_constraint(self, agg: dict) -> list[dict]:
+        by_index = {b.index: b for b in self.bound}
+        gap_of = {g.index: g for g in self.gaps}
+        out = []
+        for c in self.constraints:
+            entry: dict[str, Any] = {"index": c.index, "constraint": c.as_sent()}
+            if c.index in by_index:
+                n = f"s{c.index}"
+                entry.update(status="bound", matched=agg[f"{n}_matched"], rows=int(agg[f"{n}_rows"] or 0),
+                             none=agg[f"{n}_none"], not_recorded=agg[f"{n}_not_recorded"],
+                             undetermined=agg[f"{n}_undetermined"])
+            else:
+                entry.update(status="unbound", reason=gap_of[c.index].reason, matched=None, rows=None, none=None,
+                             not_recorded=None, undetermined=None)
+            out.append(entry)
+        return out
+
+    def group(self, g: Group, agg: dict) -> dict:
+        n, rel = f"g{g.index}", g.relation
+        unrecorded = [b.slot.name for b in g.bound if not b.is_period and agg.get(f"{n}_unrec_{b.index}")]
+        if not g.required:
+            unrecorded = [b.slot.name for b in g.bound if not b.is_period and self._any(f"{n}_z{b.index}")]
+        return {
+            "index": g.index, "relation": rel.name, "required": g.required, "constraints": g.constraints,
+            "covered": agg[f"{n}_covered"], "matched": agg[f"{n}_matched"], "none": agg[f"{n}_none"],
+            "not_recorded": agg[f"{n}_not_recorded"], "undetermined": agg[f"{n}_undetermined"],
+            "active_rows": int(agg[f"{n}_active"] or 0), "inactive_rows": int(agg[f"{n}_inactive"] or 0),
+            "undated_rows": int(agg[f"{n}_undated"] or 0), "unplaceable_rows": int(agg[f"{n}_unplaceable"] or 0),
+            "unrecorded_slots": unrecorded,
+            "time_test": {"as_of": self.req.as_of, "date_slot": rel.date_slot, "rule": time_rule(rel, self.req.as_of)},
+            "absence": self.absence(g, agg),
+        }
+
+    def _any(self, column: str) -> bool:
+        return bool(self.con.execute(f"SELECT coalesce(bool_or({column}), FALSE) FROM {self.t}").fetchone()[0])
+
+    def absence(self, g: Group, agg: dict) -> dict:
+        """The relation's per-entity verdict: none (looked at, holds no row), not_recorded (never
+        looked at), with the coverage rows that say who looked."""
+        rel, n = g.relation.name, f"g{g.index}"
+        none_ids = self._ids(f"cov_{rel} AND live_{rel} = 0")
+        nr_ids = self._ids(f"NOT cov_{rel}")
+        coverage: dict[str, list] = {}
+        if none_ids:
+            for eid, load_id, by, at in self.con.execute(
+                    "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
+                    "AND relation = ? AND current AND list_contains(?, entity_id) ORDER BY declared_at, load_id",
+                    [self.req.workspace_id, rel, none_ids]).fetchall():
+                coverage.setdefault(eid, []).append(
+                    {"declared_by": by, "load_id": load_id, "declared_at": at.isoformat()})
+        return {
+            "split": {"none": agg[f"{n}_absent"], "not_recorded": agg["universe"] - agg[f"{n}_covered"],
+                      "recorded": agg[f"{n}_recorded"]},
+            "none": [{"entity_id": e, "kind": "none", "denominator": 0, "coverage": coverage.get(e, [])}
+                     for e in none_ids],
+            "not_recorded": [{"entity_id": e, "kind": "not_recorded", "denominator": None, "coverage": []}
+                             for e in nr_ids],
+        }
+
+    def page(self) -> list[dict]:
+        req = self.req
+        dcols = self.threshold_columns()
+        params: list = []
+        where = ""
+        if self.restrict is not None:
+            where = "WHERE list_contains(?, entity_id)"
+            params.append(self.restrict)
+        sel = ", ".join(["entity_id", "rank", "opt", *dcols])
+        rows = self.con.execute(
+            f"SELECT {sel} FROM (SELECT *, row_number() OVER (ORDER BY {self.order_by()}) AS rank FROM {self.t} "
+            f"WHERE status = 'matched') {where} ORDER BY rank LIMIT ? OFFSET ?",
+            params + [req.limit, req.offset]).fetchall()
+        return [{"entity_id": r[0], "rank": r[1],
+                 "rank_key": {"optional_groups_satisfied": r[2], "threshold_distance": list(r[3:]),
+                              "entity_id": r[0]}} for r in rows]
+
+    def licence(self, agg: dict, truncated: bool) -> dict:
+        narrowed: list[str] = []
+        required = [g for g in self.groups if g.required]
+        narrowed += [f"constraint_unbound:{g.index}" for g in self.gaps if g.constraint.required]
+        for b in self.bound:
+            if b.c.required:
+                narrowed += [x for x in b.narrow if x not in narrowed]
+        for g in required:
+            for b in g.bound:
+                reason = f"vocabulary_unplaced:{b.slot.name}"
+                if agg.get(f"g{g.index}_unpl_{b.index}") and reason not in narrowed:
+                    narrowed.append(reason)
+        if agg["universe"]:
+            wholly = [g for g in required if agg[f"g{g.index}_covered"] == 0]
+            if any(agg[f"g{g.index}_why_nr"] for g in required if g not in wholly):
+                narrowed.append("entities_not_recorded")
+            for g in wholly:
+                reason = f"relation_not_recorded:{g.relation.name}"
+                if reason not in narrowed:
+                    narrowed.append(reason)
+        for cause in ("undated", "open_period", "corrected", "withheld"):
+            for g in required:
+                reason = f"{CAUSE_REASON[cause]}:{g.relation.name}"
+                if agg[f"g{g.index}_why_{cause}"] and reason not in narrowed:
+                    narrowed.append(reason)
+        for g in required:
+            reason = f"unattributed_rows_withheld:{g.relation.name}"
+            if reason not in narrowed and self._unattributed(g):
+                narrowed.append(reason)
+        for g in required:
+            reason = f"{CAUSE_REASON['unrecorded']}:{g.relation.name}"
+            if agg[f"g{g.index}_why_unrecorded"] and reason not in narrowed:
+                narrowed.append(reason)
+        if narrowed:
+            return {"completeness_licensed": False, "withheld_because": "narrowed", "narrowed_by": narrowed}
+        if truncated:
+            return {"completeness_licensed": False, "withheld_because": "truncated"}
+        return {"completeness_licensed": True}
+
+    def _unattributed(self, g: Group) -> bool:
+        """A row the loader could tie to no entity that does not fail the group: whoever it was
+        about is in no list."""
+        rows, params = self.en.rows_sql(g.relation)
+        rows = rows.replace("AND r.entity_id IS NOT NULL", "AND r.entity_id IS NULL")
+        _, any_false, _ = Enumerator.verdicts(g.bound)
+        return bool(self.con.execute(
+            f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> 'inactive'", params).fetchone()[0])

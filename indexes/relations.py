@@ -1,0 +1,169 @@
+"""The relation store, in the same DuckDB file as the corpus.
+
+Fixed tables:
+  rel_workspaces(workspace_id, name, packs, created_at, map_version)
+  rel_entities(workspace_id, entity_id, kind, name, load_id)       the subjects a load named
+  rel_loads(load_id, workspace_id, created_at, source, format, spec, summary)
+  rel_coverage(workspace_id, relation, entity_id, load_id, source_key, declared_by, declared_at, current)
+                                                   who a load says it looked at, per relation
+  rel_corrections(correction_id, workspace_id, relation, row_id, source_key, row_key, vhash, reason, created_at)
+  audit_events(request_id, ts, verb, workspace_id, request, rows, spans, summary)
+
+One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loaded row:
+  row_id, workspace_id, entity_id (NULL: the loader could tie the row to nobody), load_id,
+  source_key, db_table, row_key, vhash (hash of the row's cells), current (false once a later load
+  of the same source supersedes it), retired (the correction that retired it), withheld (why the
+  loader could not read it), and per slot: v_<slot> (the cell as text) plus its typed reading —
+  term: t_<slot> (the vocabulary term) and r_<slot> (its rung on an ordered axis); number: n_<slot>;
+  month / date: lo_<slot> and hi_<slot> (the first and last day of the span the value names).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+from .store import CorpusStore
+
+DDL = [
+    """CREATE TABLE IF NOT EXISTS rel_workspaces (
+        workspace_id VARCHAR PRIMARY KEY, name VARCHAR, packs VARCHAR[] NOT NULL,
+        created_at TIMESTAMP NOT NULL, map_version INTEGER NOT NULL DEFAULT 1)""",
+    """CREATE TABLE IF NOT EXISTS rel_entities (
+        workspace_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+        name VARCHAR, load_id VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS rel_loads (
+        load_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL,
+        source VARCHAR NOT NULL, format VARCHAR NOT NULL, spec JSON NOT NULL, summary JSON)""",
+    """CREATE TABLE IF NOT EXISTS rel_coverage (
+        workspace_id VARCHAR NOT NULL, relation VARCHAR NOT NULL, entity_id VARCHAR NOT NULL,
+        load_id VARCHAR NOT NULL, source_key VARCHAR NOT NULL, declared_by VARCHAR NOT NULL,
+        declared_at TIMESTAMP NOT NULL, current BOOLEAN NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS rel_corrections (
+        correction_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, relation VARCHAR NOT NULL,
+        row_id VARCHAR NOT NULL, source_key VARCHAR, row_key VARCHAR, vhash VARCHAR, reason VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS audit_events (
+        request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
+        request JSON, rows JSON, spans JSON, summary JSON)""",
+]
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """The physical shape of one relation's table: its name and typed slot columns."""
+    pack: str
+    relation: str
+    slots: tuple[tuple[str, str], ...]     # (slot, type) in declaration order
+
+    @property
+    def name(self) -> str:
+        return f"rel_{self.pack}__{self.relation}"
+
+    def columns(self) -> list[tuple[str, str]]:
+        cols = [("row_id", "VARCHAR"), ("workspace_id", "VARCHAR"), ("entity_id", "VARCHAR"),
+                ("load_id", "VARCHAR"), ("source_key", "VARCHAR"), ("db_table", "VARCHAR"),
+                ("row_key", "VARCHAR"), ("vhash", "VARCHAR"), ("current", "BOOLEAN"),
+                ("retired", "VARCHAR"), ("withheld", "VARCHAR")]
+        for slot, kind in self.slots:
+            cols.append((f"v_{slot}", "VARCHAR"))
+            if kind == "term":
+                cols += [(f"t_{slot}", "VARCHAR"), (f"r_{slot}", "INTEGER")]
+            elif kind == "number":
+                cols.append((f"n_{slot}", "DOUBLE"))
+            elif kind in ("month", "date"):
+                cols += [(f"lo_{slot}", "DATE"), (f"hi_{slot}", "DATE")]
+        return cols
+
+
+class RelationStore:
+    def __init__(self, store: CorpusStore):
+        self.store = store
+        self._known: set[str] = set()
+        with store.transaction() as con:
+            for stmt in DDL:
+                con.execute(stmt)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        return self.store.cursor()
+
+    def transaction(self):
+        return self.store.transaction()
+
+    def ensure_table(self, shape: TableShape, con: duckdb.DuckDBPyConnection | None = None) -> str:
+        """Create the relation's table, or add the columns a changed pack declares; never drops one."""
+        key = f"{shape.name}:{hash(shape.slots)}"
+        if key in self._known:
+            return shape.name
+        def run(c):
+            c.execute(f"CREATE TABLE IF NOT EXISTS {shape.name} ("
+                      + ", ".join(f"{n} {t}" for n, t in shape.columns()) + ")")
+            have = {r[0] for r in c.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [shape.name]).fetchall()}
+            for n, t in shape.columns():
+                if n not in have:
+                    c.execute(f"ALTER TABLE {shape.name} ADD COLUMN {n} {t}")
+        if con is not None:
+            run(con)
+        else:
+            with self.transaction() as c:
+                run(c)
+        self._known.add(key)
+        return shape.name
+
+    def table_exists(self, name: str) -> bool:
+        return self.cursor().execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0] > 0
+
+    # Workspaces ----------------------------------------------------------------------------------
+    def workspace(self, workspace_id: str) -> dict | None:
+        row = self.cursor().execute(
+            "SELECT workspace_id, name, packs, created_at, map_version FROM rel_workspaces WHERE workspace_id = ?",
+            [workspace_id]).fetchone()
+        if row is None:
+            return None
+        return {"workspace_id": row[0], "name": row[1], "packs": list(row[2]), "created_at": row[3],
+                "map_version": row[4]}
+
+    def create_workspace(self, workspace_id: str, name: str | None, packs: list[str], now) -> None:
+        with self.transaction() as con:
+            con.execute("INSERT INTO rel_workspaces VALUES (?, ?, ?, ?, 1)", [workspace_id, name, packs, now])
+            con.execute("INSERT INTO workspaces VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [workspace_id, name, now])
+
+    def entity_counts(self, workspace_id: str) -> dict[str, int]:
+        return dict(self.cursor().execute(
+            "SELECT kind, count(*) FROM rel_entities WHERE workspace_id = ? GROUP BY kind ORDER BY kind",
+            [workspace_id]).fetchall())
+
+    def loads(self, workspace_id: str) -> list[dict]:
+        res = self.cursor().execute(
+            "SELECT load_id, created_at, source, format, summary FROM rel_loads WHERE workspace_id = ? "
+            "ORDER BY created_at, load_id", [workspace_id]).fetchall()
+        return [{"load_id": r[0], "created_at": r[1], "source": r[2], "format": r[3], "summary": r[4]}
+                for r in res]
+
+    def load_spec(self, load_id: str) -> dict | None:
+        row = self.cursor().execute("SELECT source, format, spec FROM rel_loads WHERE load_id = ?",
+                                    [load_id]).fetchone()
+        return None if row is None else {"source": row[0], "format": row[1], "spec": row[2]}
+
+    def names(self, workspace_id: str, entity_ids: list[str]) -> dict[str, str | None]:
+        if not entity_ids:
+            return {}
+        return dict(self.cursor().execute(
+            "SELECT entity_id, name FROM rel_entities WHERE workspace_id = ? AND entity_id IN (SELECT unnest(?))",
+            [workspace_id, entity_ids]).fetchall())
+
+    # Audit ---------------------------------------------------------------------------------------
+    def record_audit(self, request_id: str, ts, verb: str, workspace_id: str | None, request: str,
+                     rows: str, spans: str, summary: str) -> None:
+        with self.transaction() as con:
+            con.execute("INSERT INTO audit_events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [request_id, ts, verb, workspace_id, request, rows, spans, summary])
+
+    def audit_events(self, request_id: str) -> list[dict]:
+        res = self.cursor().execute(
+            "SELECT request_id, ts, verb, workspace_id, request, rows, spans, summary FROM audit_events "
+            "WHERE request_id = ? ORDER BY ts", [request_id]).fetchall()
+        keys = ("request_id", "ts", "verb", "workspace_id", "request", "rows", "spans", "summary")
+        return [dict(zip(keys, r)) for r in res]

@@ -1,0 +1,173 @@
+"""Reading the SQL sources a relation load names: a DuckDB file, a SQLite file, Parquet or CSV.
+
+A `Source` opens read-only, lists its tables and columns, reads a table's columns as Arrow (every
+cell as text, so what was loaded can later be compared byte for byte), and re-reads single cells
+by row key for receipts. SQLite is read through Python's sqlite3 (DuckDB's sqlite extension would
+have to be downloaded); Parquet and CSV through DuckDB's built-in readers, one file per table:
+`<path>/<table>.parquet` when the path is a folder, or the file itself as the one table.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Iterable
+
+import duckdb
+import pyarrow as pa
+
+FORMATS = ("duckdb", "sqlite", "parquet", "csv")
+ORDINAL = "__ordinal"   # the row key when a load names no key column: the row's position, from 0
+
+
+class SourceError(ValueError):
+    """A source, table or column that cannot be read as named."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def infer_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".duckdb", ".ddb", ".db") and not _is_sqlite(path):
+        return "duckdb"
+    if suffix in (".sqlite", ".sqlite3", ".db"):
+        return "sqlite"
+    if suffix == ".parquet" or (path.is_dir() and any(path.glob("*.parquet"))):
+        return "parquet"
+    if suffix in (".csv", ".tsv") or (path.is_dir() and any(path.glob("*.csv"))):
+        return "csv"
+    raise SourceError("source_format_unknown", f"cannot tell the format of {path.name}; name `format`")
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def cell_text(value) -> str | None:
+    """A cell as the text a receipt compares: None for NULL or blank, else str() stripped."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+class Source:
+    def __init__(self, path: str | Path, format: str | None = None):
+        self.path = Path(path).expanduser()
+        if not self.path.exists():
+            raise SourceError("source_not_found", f"no source at {self.path}")
+        self.format = format or infer_format(self.path)
+        if self.format not in FORMATS:
+            raise SourceError("source_format_unknown", f"format must be one of {', '.join(FORMATS)}")
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._sqlite: sqlite3.Connection | None = None
+        try:
+            if self.format == "duckdb":
+                self._con = duckdb.connect(str(self.path), read_only=True)
+            elif self.format == "sqlite":
+                self._sqlite = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                self._sqlite.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            else:
+                self._con = duckdb.connect()
+        except (duckdb.Error, sqlite3.Error) as exc:
+            raise SourceError("source_unreadable", f"cannot open {self.path} as {self.format}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+        if self._sqlite is not None:
+            self._sqlite.close()
+
+    def __enter__(self) -> "Source":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def key(self) -> str:
+        """What names this source across loads (a re-load of the same source supersedes)."""
+        return str(self.path.resolve())
+
+    # Tables ----------------------------------------------------------------------------------
+    def _file(self, table: str) -> Path:
+        ext = self.format
+        if self.path.is_dir():
+            return self.path / f"{table}.{ext}"
+        return self.path
+
+    def tables(self) -> list[str]:
+        if self.format == "duckdb":
+            return [r[0] for r in self._con.execute(
+                "SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
+        if self.format == "sqlite":
+            return [r[0] for r in self._sqlite.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY 1").fetchall()]
+        if self.path.is_dir():
+            return sorted(p.stem for p in self.path.glob(f"*.{self.format}"))
+        return [self.path.stem]
+
+    def _relation(self, table: str) -> str:
+        """A DuckDB FROM clause for a table of a duckdb/parquet/csv source, with its ordinal."""
+        if self.format == "duckdb":
+            return f"(SELECT *, rowid AS {ORDINAL} FROM {_quote(table)})"
+        f = str(self._file(table)).replace("'", "''")
+        if self.format == "parquet":
+            return f"(SELECT * EXCLUDE (file_row_number), file_row_number AS {ORDINAL} " \
+                   f"FROM read_parquet('{f}', file_row_number = true))"
+        return f"(SELECT *, row_number() OVER () - 1 AS {ORDINAL} FROM read_csv('{f}', all_varchar = true))"
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self.tables():
+            raise SourceError("load_table_unknown", f"the source has no table {table!r}")
+        if self.format == "sqlite":
+            return [r[1] for r in self._sqlite.execute(f"PRAGMA table_info({_quote(table)})").fetchall()]
+        cols = [d[0] for d in self._con.execute(f"SELECT * FROM {self._relation(table)} LIMIT 0").description]
+        return [c for c in cols if c != ORDINAL]
+
+    def read(self, table: str, columns: list[str], key_column: str | None) -> pa.Table:
+        """The named columns of every row, as text, plus `__key` (the key column, or the ordinal)."""
+        key = key_column or ORDINAL
+        if self.format == "sqlite":
+            key_sql = "rowid - 1" if key_column is None else _quote(key_column)
+            cur = self._sqlite.execute(
+                f"SELECT CAST({key_sql} AS TEXT), " + ", ".join(f"CAST({_quote(c)} AS TEXT)" for c in columns)
+                + f" FROM {_quote(table)} ORDER BY rowid")
+            rows = cur.fetchall()
+            data = {"__key": [r[0] for r in rows]}
+            for i, c in enumerate(columns):
+                data[c] = [r[i + 1] for r in rows]
+            return pa.table({k: pa.array(v, pa.string()) for k, v in data.items()})
+        sel = ", ".join(f"CAST({_quote(c)} AS VARCHAR) AS {_quote(c)}" for c in columns)
+        return self._con.sql(
+            f"SELECT CAST({_quote(key)} AS VARCHAR) AS __key, {sel} FROM {self._relation(table)} "
+            f"ORDER BY {ORDINAL}").to_arrow_table()
+
+    def cells(self, table: str, key_column: str | None, keys: Iterable[str], columns: list[str]) -> dict[str, dict]:
+        """Re-read cells: {row key: {column: text}} for the rows whose key is among `keys`."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        placeholders = ", ".join("?" for _ in keys)
+        if self.format == "sqlite":
+            key_sql = "CAST(rowid - 1 AS TEXT)" if key_column is None else f"CAST({_quote(key_column)} AS TEXT)"
+            cur = self._sqlite.execute(
+                f"SELECT {key_sql}, " + ", ".join(f"CAST({_quote(c)} AS TEXT)" for c in columns)
+                + f" FROM {_quote(table)} WHERE {key_sql} IN ({placeholders})", keys)
+            rows = cur.fetchall()
+        else:
+            key_sql = f"CAST({_quote(key_column or ORDINAL)} AS VARCHAR)"
+            sel = ", ".join(f"CAST({_quote(c)} AS VARCHAR)" for c in columns)
+            rows = self._con.execute(
+                f"SELECT {key_sql}, {sel} FROM {self._relation(table)} WHERE {key_sql} IN ({placeholders})",
+                keys).fetchall()
+        return {r[0]: {c: cell_text(r[i + 1]) for i, c in enumerate(columns)} for r in rows}
