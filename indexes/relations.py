@@ -2,15 +2,18 @@
 
 Fixed tables:
   rel_workspaces(workspace_id, name, packs, created_at, map_version)
-  rel_entities(workspace_id, entity_id, kind, name, load_id)       the subjects a load named
+  rel_entities(workspace_id, entity_id, kind, name, load_id, ent_no)
+                                                   the subjects a load named; ent_no is a dense
+                                                   per-workspace number that enumeration groups and
+                                                   joins on (integers hash faster than ids)
   rel_loads(load_id, workspace_id, created_at, source, format, spec, summary)
-  rel_coverage(workspace_id, relation, entity_id, load_id, source_key, declared_by, declared_at, current)
+  rel_coverage(workspace_id, relation, entity_id, load_id, source_key, declared_by, declared_at, current, ent_no)
                                                    who a load says it looked at, per relation
   rel_corrections(correction_id, workspace_id, relation, row_id, source_key, row_key, vhash, reason, created_at)
   audit_events(request_id, ts, verb, workspace_id, request, rows, spans, summary)
 
 One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loaded row:
-  row_id, workspace_id, entity_id (NULL: the loader could tie the row to nobody), load_id,
+  row_id, workspace_id, entity_id (NULL: the loader could tie the row to nobody), ent_no, load_id,
   source_key, db_table, row_key, vhash (hash of the row's cells), current (false once a later load
   of the same source supersedes it), retired (the correction that retired it), withheld (why the
   loader could not read it), and per slot: v_<slot> (the cell as text) plus its typed reading —
@@ -31,14 +34,14 @@ DDL = [
         created_at TIMESTAMP NOT NULL, map_version INTEGER NOT NULL DEFAULT 1)""",
     """CREATE TABLE IF NOT EXISTS rel_entities (
         workspace_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL, kind VARCHAR NOT NULL,
-        name VARCHAR, load_id VARCHAR)""",
+        name VARCHAR, load_id VARCHAR, ent_no INTEGER NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS rel_loads (
         load_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL,
         source VARCHAR NOT NULL, format VARCHAR NOT NULL, spec JSON NOT NULL, summary JSON)""",
     """CREATE TABLE IF NOT EXISTS rel_coverage (
         workspace_id VARCHAR NOT NULL, relation VARCHAR NOT NULL, entity_id VARCHAR NOT NULL,
         load_id VARCHAR NOT NULL, source_key VARCHAR NOT NULL, declared_by VARCHAR NOT NULL,
-        declared_at TIMESTAMP NOT NULL, current BOOLEAN NOT NULL)""",
+        declared_at TIMESTAMP NOT NULL, current BOOLEAN NOT NULL, ent_no INTEGER)""",
     """CREATE TABLE IF NOT EXISTS rel_corrections (
         correction_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, relation VARCHAR NOT NULL,
         row_id VARCHAR NOT NULL, source_key VARCHAR, row_key VARCHAR, vhash VARCHAR, reason VARCHAR NOT NULL,
@@ -61,7 +64,7 @@ class TableShape:
         return f"rel_{self.pack}__{self.relation}"
 
     def columns(self) -> list[tuple[str, str]]:
-        cols = [("row_id", "VARCHAR"), ("workspace_id", "VARCHAR"), ("entity_id", "VARCHAR"),
+        cols = [("row_id", "VARCHAR"), ("workspace_id", "VARCHAR"), ("entity_id", "VARCHAR"), ("ent_no", "INTEGER"),
                 ("load_id", "VARCHAR"), ("source_key", "VARCHAR"), ("db_table", "VARCHAR"),
                 ("row_key", "VARCHAR"), ("vhash", "VARCHAR"), ("current", "BOOLEAN"),
                 ("retired", "VARCHAR"), ("withheld", "VARCHAR")]
@@ -80,6 +83,10 @@ class RelationStore:
     def __init__(self, store: CorpusStore):
         self.store = store
         self._known: set[str] = set()
+        # Facts about a workspace's rows that only a write can change (enumeration's profiles),
+        # cached until the workspace's next load or correction in this process.
+        self._versions: dict[str, int] = {}
+        self.cache: dict[tuple, object] = {}
         with store.transaction() as con:
             for stmt in DDL:
                 con.execute(stmt)
@@ -110,6 +117,36 @@ class RelationStore:
                 run(c)
         self._known.add(key)
         return shape.name
+
+    @staticmethod
+    def register_entities(con: duckdb.DuckDBPyConnection, workspace_id: str, kind: str, load_id: str,
+                          source_sql: str, params: list) -> int:
+        """Register the entity ids `source_sql` yields (columns entity_id, name) that the workspace
+        does not hold yet, numbering them on from its highest ent_no. Returns how many were new."""
+        return con.execute(
+            f"""INSERT INTO rel_entities (workspace_id, entity_id, kind, name, load_id, ent_no)
+                SELECT ?, s.entity_id, ?, s.name, ?, base.n + CAST(row_number() OVER (ORDER BY s.entity_id) AS INTEGER)
+                FROM (SELECT entity_id, max(name) AS name FROM ({source_sql}) WHERE entity_id IS NOT NULL
+                      GROUP BY entity_id) s,
+                     (SELECT CAST(coalesce(max(ent_no), 0) AS INTEGER) AS n FROM rel_entities WHERE workspace_id = ?) base
+                WHERE s.entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)""",
+            [workspace_id, kind, load_id, *params, workspace_id, workspace_id]).fetchall()[0][0]
+
+    @staticmethod
+    def number_rows(con: duckdb.DuckDBPyConnection, table: str, workspace_id: str, load_id: str) -> None:
+        """Give a load's rows (or coverage rows) the ent_no of their entity."""
+        con.execute(f"UPDATE {table} SET ent_no = e.ent_no FROM rel_entities e WHERE {table}.load_id = ? "
+                    f"AND {table}.workspace_id = ? AND e.workspace_id = ? AND e.entity_id = {table}.entity_id",
+                    [load_id, workspace_id, workspace_id])
+
+    def changed(self, workspace_id: str) -> None:
+        """A load or correction changed the workspace's rows: what was cached about them is stale."""
+        self._versions[workspace_id] = self._versions.get(workspace_id, 0) + 1
+        if len(self.cache) > 10_000:
+            self.cache.clear()
+
+    def version(self, workspace_id: str) -> int:
+        return self._versions.get(workspace_id, 0)
 
     def table_exists(self, name: str) -> bool:
         return self.cursor().execute(
@@ -153,6 +190,13 @@ class RelationStore:
         return dict(self.cursor().execute(
             "SELECT entity_id, name FROM rel_entities WHERE workspace_id = ? AND entity_id IN (SELECT unnest(?))",
             [workspace_id, entity_ids]).fetchall())
+
+    def names_by_number(self, workspace_id: str, numbers: list[int]) -> dict[str, str | None]:
+        if not numbers:
+            return {}
+        return dict(self.cursor().execute(
+            f"SELECT entity_id, name FROM rel_entities WHERE workspace_id = ? "
+            f"AND ent_no IN ({', '.join(str(int(n)) for n in numbers)})", [workspace_id]).fetchall())
 
     # Audit ---------------------------------------------------------------------------------------
     def record_audit(self, request_id: str, ts, verb: str, workspace_id: str | None, request: str,

@@ -47,6 +47,12 @@ class Constraint:
         return f"{self.relation}.{self.slot} {SYMBOL.get(self.op, self.op)} {value}"
 
 
+def sql_str(value: str) -> str:
+    """A SQL string literal (vocabulary terms are written into the SQL, so term tests are plain IN
+    lists the optimiser can fold)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _scalar(v) -> bool:
     return isinstance(v, (str, int, float)) and not isinstance(v, bool) and (not isinstance(v, str) or v.strip() != "")
 
@@ -139,20 +145,31 @@ class Bound:
         return self.c.op in ("gte", "lte")
 
     # SQL over one row of the relation's table, aliased r. Each returns (sql, params).
-    def predicate(self) -> tuple[str, list]:
+    def can_be_null(self, null_slots: set[str], withheld: bool) -> bool:
+        """Whether the verdict can be NULL over this data: a missing value, a span that may
+        straddle the threshold, or a number a loader could not read."""
+        return (self.slot.name in null_slots or self.kind == "span"
+                or (self.kind == "number" and withheld))
+
+    def predicate(self, nullable: bool = True, unplaceable: bool = True) -> tuple[str, list]:
         """TRUE / FALSE when the row's value decides the condition; NULL when it cannot (no value,
-        or a span that straddles the threshold)."""
+        or a span that straddles the threshold). `nullable` / `unplaceable` say whether this data
+        holds rows with no value / a value the vocabulary cannot place: the SQL is simplest when
+        it need not handle them (a term test is then a plain IN over integers or strings)."""
         s, op = self.slot.name, self.c.op
         v = f"r.v_{s}"
         if self.kind == "term":
             if op in ("gte", "lte"):
-                cmp = ">=" if op == "gte" else "<="
-                return (f"CASE WHEN {v} IS NULL THEN NULL WHEN r.r_{s} IS NULL THEN FALSE "
-                        f"ELSE r.r_{s} {cmp} ? END", [self.threshold])
-            test = f"list_contains(?, r.t_{s})"
-            if op == "ne":
-                test = f"NOT {test}"
-            return f"CASE WHEN {v} IS NULL THEN NULL WHEN r.t_{s} IS NULL THEN FALSE ELSE {test} END", [self.terms]
+                test = f"r.r_{s} {'>=' if op == 'gte' else '<='} {int(self.threshold)}"
+            else:
+                test = f"r.t_{s} IN ({', '.join(sql_str(t) for t in self.terms)})"
+                if op == "ne":
+                    test = f"NOT ({test})"
+            if unplaceable:
+                test = f"coalesce({test}, FALSE)"
+            if nullable:
+                test = f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END"
+            return test, []
         if self.kind == "literal":
             test = f"list_contains(?, lower(regexp_replace(trim({v}), '\\s+', ' ', 'g')))"
             if op == "ne":

@@ -3,18 +3,25 @@
 One scan per relation judges each current row against every group on that relation and every
 constraint alone (for counts.per_constraint), and aggregates per entity; the universe is then
 joined with those aggregates and with the coverage declarations, and each entity gets one status
-per group and one overall — all in one SQL statement, materialised as a temporary table that the
-warrant reads its counts, lists and the page of matches from.
+per group, per constraint alone and overall — all in one SQL statement, materialised as a
+temporary table that the warrant reads its counts, lists and page of matches from.
 
 A row is judged three-valued per condition: TRUE, FALSE, or NULL (no value for the slot, or a span
 that straddles the threshold). Per group, a row MATCHES when every condition is TRUE, it is
-active at as_of, not retired by a correction and not withheld by its loader; it is OPEN (cannot
-be judged) when no condition is FALSE, it is not inactive, and it does not match. Per entity and
-group: matched if a row matches, else undetermined if a row is open, else none if the relation was
-looked at for the entity (a coverage row or any row), else not_recorded.
+active at as_of, not retired by a correction and not withheld by its loader; it is OPEN when no
+condition is FALSE and it is not inactive (an open row that does not match cannot be judged). Per
+entity and group: matched if a row matches, else undetermined if a row is open, else none if the
+relation was looked at for the entity (a coverage row or any row), else not_recorded.
+
+Speed: a `Profile` of each relation (one cheap scan, cached until the workspace's next write: are
+there retired, withheld, valueless or unplaceable rows?) lets the SQL leave out every test this
+data cannot make true, so clean data is judged with plain comparisons; verdicts are computed once
+per row in layered projections and aggregated per entity as a few bit masks (bit_or) and packed
+counters, keyed by a dense integer entity number.
 """
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import date
@@ -26,6 +33,13 @@ from .packs import Relation
 from .workspaces import Space
 
 CAUSES = ("unrecorded", "open_period", "undated", "corrected", "withheld")
+# Status codes in the temp table (small integers compare faster than strings).
+MATCHED, NONE, NOT_RECORDED, UNDETERMINED = 0, 1, 2, 3
+STATUS = {"matched": MATCHED, "none": NONE, "not_recorded": NOT_RECORDED, "undetermined": UNDETERMINED}
+ACTIVE, INACTIVE, UNPLACEABLE = 0, 1, 2   # time states of a row at as_of
+BITS = 62            # flags per BIGINT mask
+FIELD = 21           # bits per packed row counter (an entity's rows of one relation < 2**21)
+FIELDS = 3           # packed counters per BIGINT
 
 
 @dataclass
@@ -68,171 +82,342 @@ class Plan:
         return list(seen.values())
 
 
-def time_sql(rel: Relation, as_of: tuple[date, date] | None) -> tuple[str, list, str]:
-    """(SQL giving 'active' | 'inactive' | 'unanswerable' for row r at as_of, params, SQL saying
-    whether the row is undated — has no tenure)."""
-    undated = f"r.v_{rel.period[0]} IS NULL" if rel.period else "TRUE"
-    if as_of is None:
-        return "'active'", [], undated
+@dataclass
+class Profile:
+    """What one relation's current rows in the workspace can hold, for the slots a search reads."""
+    rows: int = 0
+    retired: bool = False
+    withheld: bool = False
+    unattributed: bool = False
+    null: set[str] = field(default_factory=set)        # slots some row holds no value for
+    unplaced: set[str] = field(default_factory=set)    # term slots some row holds an unknown surface in
+
+
+def time_sql(rel: Relation, as_of: tuple[date, date]) -> tuple[str, list]:
+    """SQL giving ACTIVE / INACTIVE / UNPLACEABLE for row r at as_of, and its params."""
     _, end = as_of
-    params: list = []
     if rel.date_slot:
         d = rel.date_slot
-        undated_test = (f"CASE WHEN r.lo_{d} IS NULL THEN 'unanswerable' WHEN r.hi_{d} <= ? THEN 'active' "
-                        f"WHEN r.lo_{d} > ? THEN 'inactive' ELSE 'unanswerable' END")
+        undated = (f"CASE WHEN r.lo_{d} IS NULL THEN {UNPLACEABLE} WHEN r.hi_{d} <= ? THEN {ACTIVE} "
+                   f"WHEN r.lo_{d} > ? THEN {INACTIVE} ELSE {UNPLACEABLE} END")
         undated_params = [end, end]
     else:
-        undated_test, undated_params = "'unanswerable'", []
+        undated, undated_params = str(UNPLACEABLE), []
     if not rel.period:
-        return undated_test, undated_params, undated
+        return undated, undated_params
     pf, pt = rel.period
-    dated = (f"CASE WHEN r.hi_{pf} <= ? AND (r.v_{pt} IS NULL OR r.lo_{pt} > ?) THEN 'active' "
-             f"WHEN r.lo_{pf} > ? OR r.hi_{pt} <= ? THEN 'inactive' ELSE 'unanswerable' END")
-    params = [end, end, end, end] + undated_params
-    return f"CASE WHEN r.v_{pf} IS NOT NULL THEN {dated} ELSE {undated_test} END", params, undated
+    dated = (f"CASE WHEN r.hi_{pf} <= ? AND (r.v_{pt} IS NULL OR r.lo_{pt} > ?) THEN {ACTIVE} "
+             f"WHEN r.lo_{pf} > ? OR r.hi_{pt} <= ? THEN {INACTIVE} ELSE {UNPLACEABLE} END")
+    return f"CASE WHEN r.v_{pf} IS NOT NULL THEN {dated} ELSE {undated} END", [end] * 4 + undated_params
 
 
 def _all(parts: list[str], joiner: str, empty: str) -> str:
-    return f"({joiner.join(parts)})" if parts else empty
+    parts = [p for p in parts if p != empty]
+    if not parts:
+        return empty
+    return parts[0] if len(parts) == 1 else f"({joiner.join(parts)})"
+
+
+class Flags:
+    """Named per-row booleans of one relation, packed into BIGINT masks and OR-ed per entity."""
+
+    def __init__(self) -> None:
+        self.flags: list[tuple[str, str]] = []
+
+    def add(self, name: str, sql: str) -> None:
+        self.flags.append((name, sql))
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.flags]
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def masks(self) -> list[str]:
+        out = []
+        for k in range(0, len(self.flags), BITS):
+            chunk = self.flags[k:k + BITS]
+            out.append(" | ".join(f"(CAST({s} AS BIGINT) << {i})" for i, (_, s) in enumerate(chunk)))
+        return out
+
+    def bit(self, name: str) -> tuple[int, int]:
+        i = self.names.index(name)
+        return i // BITS, i % BITS
+
+    def detail_masks(self) -> list[int]:
+        """Per mask, the bits of the flags that say why (causes, unrecorded, unplaced)."""
+        out = []
+        for k in range(0, len(self.flags), BITS):
+            bits = 0
+            for i, (name, _) in enumerate(self.flags[k:k + BITS]):
+                if re.search(r"_(c_|z\d|u\d)", name):
+                    bits |= 1 << i
+            out.append(bits)
+        return out
+
+    def test(self, name: str, prefix: str) -> str:
+        """SQL testing the entity-level OR of a flag over the aggregated masks <prefix>0, 1, ..."""
+        if not self.has(name):
+            return "FALSE"
+        k, i = self.bit(name)
+        return f"coalesce(({prefix}{k} >> {i}) & 1 = 1, FALSE)"
 
 
 class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan):
+    def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan, cache: dict | None = None, version: int = 0):
         self.con = con
+        self.cache, self.version = cache, version
         self.plan = plan
         self.table = f"_rsearch_{secrets.token_hex(6)}"
+        self.profiles = {rel.name: self.profile(rel) for rel in plan.relations}
+        self.flag_sets: dict[str, Flags] = {rel.name: self.flags(rel) for rel in plan.relations}
 
-    def rows_sql(self, rel: Relation, extra_where: str = "", extra_cols: tuple[str, ...] = ()) -> tuple[str, list]:
-        """One relation's current rows with, per constraint on it, p<i> (its three-valued verdict),
-        z<i> (no value recorded), u<i> (a value the vocabulary cannot place), d<i> (distance from a
-        threshold); tm (time state), undated, retired_, withheld_."""
-        plan = self.plan
+    # What the data can hold ----------------------------------------------------------------------
+    def profile(self, rel: Relation) -> Profile:
+        slots = sorted({b.slot.name for b in self.plan.singles if b.rel.name == rel.name}
+                       | set(rel.period or ()) | ({rel.date_slot} if rel.date_slot else set()))
+        exprs = ["count(*)", "count(retired)", "count(withheld)", "count(*) - count(entity_id)"]
+        exprs += [f"count(*) - count(v_{s})" for s in slots]
+        terms = [s for s in slots if rel.slots[s].type == "term"]
+        exprs += [f"count(v_{s}) - count(t_{s})" for s in terms]
+        exprs += [f"count(t_{s}) - count(r_{s})" for s in terms]
+        table = self.plan.space.shape(rel).name
+        key = ("profile", self.plan.space.workspace_id, table, tuple(exprs), self.version)
+        row = self.cache.get(key) if self.cache is not None else None
+        if row is None:
+            row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE workspace_id = ? AND current",
+                                   [self.plan.space.workspace_id]).fetchone()
+            if self.cache is not None:
+                self.cache[key] = row
+        p = Profile(rows=row[0], retired=row[1] > 0, withheld=row[2] > 0, unattributed=row[3] > 0)
+        p.null = {s for s, n in zip(slots, row[4:4 + len(slots)]) if n}
+        unknown = row[4 + len(slots):4 + len(slots) + len(terms)]
+        unranked = row[4 + len(slots) + len(terms):]
+        for b in self.plan.singles:
+            if b.rel.name != rel.name or b.kind != "term":
+                continue
+            i = terms.index(b.slot.name)
+            if unknown[i] or (b.c.op in ("gte", "lte") and unranked[i]):
+                p.unplaced.add(b.slot.name)
+        return p
+
+    def nullable(self, b: Bound) -> bool:
+        p = self.profiles[b.rel.name]
+        return b.can_be_null(p.null, p.withheld)
+
+    def can_open(self, rel: Relation, bound: list[Bound]) -> bool:
+        """Whether any row can be open without matching: only then is undetermined possible."""
+        p = self.profiles[rel.name]
+        return (self.plan.as_of is not None or p.retired or p.withheld or any(self.nullable(b) for b in bound))
+
+    # Row verdicts --------------------------------------------------------------------------------
+    def rows_sql(self, rel: Relation, extra_where: str = "", extra_cols: tuple[str, ...] = (),
+                 attributed: bool = True) -> tuple[str, list]:
+        """One relation's current rows with, per constraint on it, p<i> (its verdict), z<i> (no
+        value recorded), u<i> (a value the vocabulary cannot place), d<i> (distance from a
+        threshold); tm (time state at as_of), undated, retired_, withheld_ — each only where this
+        data can make it other than constant."""
+        plan, prof = self.plan, self.profiles[rel.name]
         params: list = []
-        cols = ["r.entity_id", "r.row_id", "r.retired IS NOT NULL AS retired_", "r.withheld IS NOT NULL AS withheld_"]
-        tm, tparams, undated = time_sql(rel, plan.as_of)
-        cols.append(f"{tm} AS tm")
-        params += tparams
-        cols.append(f"{undated} AS undated")
+        cols = ["r.ent_no", "r.entity_id", "r.row_id"]
+        cols.append("r.retired IS NOT NULL AS retired_" if prof.retired else "FALSE AS retired_")
+        cols.append("r.withheld IS NOT NULL AS withheld_" if prof.withheld else "FALSE AS withheld_")
+        if plan.as_of is not None:
+            tm, tparams = time_sql(rel, plan.as_of)
+            cols.append(f"{tm} AS tm")
+            params += tparams
+        else:
+            cols.append(f"{ACTIVE} AS tm")
+        cols.append(f"r.v_{rel.period[0]} IS NULL AS undated" if rel.period else "TRUE AS undated")
         for b in plan.singles:
             if b.rel.name != rel.name:
                 continue
-            pred, pp = b.predicate()
+            pred, pp = b.predicate(self.nullable(b), b.slot.name in prof.unplaced)
             cols.append(f"{pred} AS p{b.index}")
             params += pp
-            cols.append(f"r.v_{b.slot.name} IS NULL AS z{b.index}")
-            up = b.unplaced()
-            cols.append(f"{up or 'FALSE'} AS u{b.index}")
+            cols.append(f"r.v_{b.slot.name} IS NULL AS z{b.index}" if b.slot.name in prof.null
+                        else f"FALSE AS z{b.index}")
+            cols.append(f"{b.unplaced()} AS u{b.index}" if b.slot.name in prof.unplaced else f"FALSE AS u{b.index}")
             dist = b.distance()
             if dist is not None:
                 cols.append(f"{dist[0]} AS d{b.index}")
                 params += dist[1]
         cols += [f"r.{c}" for c in extra_cols]
         table = plan.space.shape(rel).name
+        who = "r.ent_no IS NOT NULL" if attributed else "r.entity_id IS NULL"
         sql = (f"SELECT {', '.join(cols)} FROM {table} r WHERE r.workspace_id = ? AND r.current "
-               f"AND r.entity_id IS NOT NULL {extra_where}")
+               f"AND {who} {extra_where}")
         params.append(plan.space.workspace_id)
         return sql, params
 
-    @staticmethod
-    def verdicts(bound: list[Bound]) -> tuple[str, str, str]:
-        """(every condition TRUE, some condition FALSE, the row MATCHES) over rows_sql's columns."""
-        all_true = _all([f"p{b.index} IS TRUE" for b in bound], " AND ", "TRUE")
-        any_false = _all([f"p{b.index} IS FALSE" for b in bound], " OR ", "FALSE")
-        match = f"({all_true} AND tm = 'active' AND NOT retired_ AND NOT withheld_)"
-        return all_true, any_false, match
+    def verdicts(self, rel: Relation, bound: list[Bound]) -> tuple[str, str, str, str]:
+        """(every condition TRUE, some condition FALSE, the row MATCHES, the row is OPEN) as SQL
+        over rows_sql's columns."""
+        prof = self.profiles[rel.name]
+        all_true = _all([f"p{b.index} IS TRUE" if self.nullable(b) else f"p{b.index}" for b in bound],
+                        " AND ", "TRUE")
+        any_false = _all([f"p{b.index} IS FALSE" if self.nullable(b) else f"NOT p{b.index}" for b in bound],
+                         " OR ", "FALSE")
+        clean = _all([all_true] + (["NOT retired_"] if prof.retired else [])
+                     + (["NOT withheld_"] if prof.withheld else []), " AND ", "TRUE")
+        timely = f"tm = {ACTIVE}" if self.plan.as_of is not None else "TRUE"
+        match = _all([clean, timely], " AND ", "TRUE")
+        if not self.can_open(rel, bound):
+            return all_true, any_false, match, "FALSE"
+        opened = _all([f"NOT {any_false}" if any_false != "FALSE" else "TRUE"]
+                      + ([f"tm <> {INACTIVE}"] if self.plan.as_of is not None else []), " AND ", "TRUE")
+        return all_true, any_false, match, opened
 
-    def _aggregate(self, rel: Relation) -> tuple[str, list]:
+    def units(self, rel: Relation) -> list[tuple[str, list[Bound]]]:
         plan = self.plan
-        rows, params = self.rows_sql(rel)
-        aggs = ["count(*) FILTER (WHERE NOT retired_) AS n_live", "count(*) AS n_rows"]
-        units = [(f"g{g.index}", g.bound) for g in plan.groups if g.relation.name == rel.name]
-        units += [(f"s{b.index}", [b]) for b in plan.singles if b.rel.name == rel.name]
-        for name, bound in units:
-            all_true, any_false, match = self.verdicts(bound)
-            opened = f"(NOT {any_false} AND tm <> 'inactive' AND NOT {match})"
-            clean = f"{all_true} AND NOT retired_ AND NOT withheld_"
-            aggs += [f"bool_or({match}) AS {name}_m", f"bool_or({opened}) AS {name}_o",
-                     f"count(*) FILTER (WHERE {clean} AND tm = 'active') AS {name}_active"]
-            if not name.startswith("g"):
+        out = [(f"g{g.index}", g.bound) for g in plan.groups if g.relation.name == rel.name]
+        return out + [(f"s{b.index}", [b]) for b in plan.singles if b.rel.name == rel.name]
+
+    def unit_sql(self, rel: Relation) -> list[str]:
+        """Per unit (a group, or a constraint alone) its row verdicts as columns <unit>_m (the row
+        matches), <unit>_o (the row is open) and, for groups, <unit>_t (every condition TRUE on a
+        clean row, at any time) — computed once and read by every flag and counter."""
+        cols = []
+        prof = self.profiles[rel.name]
+        for name, bound in self.units(rel):
+            all_true, _, match, opened = self.verdicts(rel, bound)
+            cols += [f"{match} AS {name}_m", f"{opened} AS {name}_o"]
+            if name.startswith("g"):
+                clean = _all([all_true] + (["NOT retired_"] if prof.retired else [])
+                             + (["NOT withheld_"] if prof.withheld else []), " AND ", "TRUE")
+                cols.append(f"{clean} AS {name}_t")
+        return cols
+
+    def flags(self, rel: Relation) -> Flags:
+        """The per-row flags OR-ed per entity: live (a row not retired), per unit m / o, and for a
+        group why an open row cannot be judged and whether a value could not be placed — each
+        only where this data can raise it."""
+        f, prof, as_of = Flags(), self.profiles[rel.name], self.plan.as_of
+        if prof.retired:
+            f.add("live", "NOT retired_")
+        for name, bound in self.units(rel):
+            f.add(f"{name}_m", f"{name}_m")
+            if self.can_open(rel, bound):
+                f.add(f"{name}_o", f"{name}_o")
+            if not name.startswith("g") or (not self.can_open(rel, bound) and not prof.unplaced):
                 continue
-            aggs += [f"count(*) FILTER (WHERE {clean} AND tm = 'inactive') AS {name}_inactive",
-                     f"count(*) FILTER (WHERE {clean} AND undated) AS {name}_undated",
-                     f"count(*) FILTER (WHERE {clean} AND tm = 'unanswerable') AS {name}_unplaceable"]
-            value = [b for b in bound if not b.is_period]
-            period = [b for b in bound if b.is_period]
+            opened = f"{name}_o"
+            value = [b for b in bound if not b.is_period and b.slot.name in prof.null]
+            period = [b for b in bound if b.is_period and b.slot.name in prof.null]
             spans = [b for b in bound if b.is_span]
             causes = {
                 "unrecorded": _all([f"(p{b.index} IS NULL AND z{b.index})" for b in value], " OR ", "FALSE"),
                 "open_period": _all([f"(p{b.index} IS NULL AND z{b.index})" for b in period], " OR ", "FALSE"),
-                "undated": "(tm = 'unanswerable'" + "".join(
-                    f" OR (p{b.index} IS NULL AND NOT z{b.index})" for b in spans) + ")",
-                "corrected": "retired_",
-                "withheld": "withheld_",
+                "undated": _all(([f"tm = {UNPLACEABLE}"] if as_of is not None else [])
+                                + [f"(p{b.index} IS NULL AND NOT z{b.index})" for b in spans], " OR ", "FALSE"),
+                "corrected": "retired_" if prof.retired else "FALSE",
+                "withheld": "withheld_" if prof.withheld else "FALSE",
             }
             for cause, test in causes.items():
-                aggs.append(f"bool_or({opened} AND {test}) AS {name}_{cause}")
+                if test != "FALSE" and f.has(opened):
+                    f.add(f"{name}_c_{cause}", f"{opened} AND NOT {name}_m AND {test}")
             for b in value:
-                aggs.append(f"bool_or({opened} AND p{b.index} IS NULL AND z{b.index}) AS {name}_z{b.index}")
-                if b.unplaced() is not None:
-                    others = _all([f"p{o.index} IS FALSE" for o in bound if o is not b], " OR ", "FALSE")
-                    aggs.append(f"bool_or(u{b.index} AND NOT {others} AND tm <> 'inactive') AS {name}_u{b.index}")
+                f.add(f"{name}_z{b.index}", f"{opened} AND NOT {name}_m AND p{b.index} IS NULL AND z{b.index}")
             for b in bound:
-                if b.thresholded:
-                    aggs.append(f"min(d{b.index}) FILTER (WHERE {match}) AS {name}_d{b.index}")
-        return f"SELECT entity_id, {', '.join(aggs)} FROM ({rows}) GROUP BY entity_id", params
+                if b.slot.name in prof.unplaced and not b.is_period:
+                    others = _all([f"p{o.index} IS FALSE" if self.nullable(o) else f"NOT p{o.index}"
+                                   for o in bound if o is not b], " OR ", "FALSE")
+                    live = f" AND tm <> {INACTIVE}" if as_of is not None else ""
+                    f.add(f"{name}_u{b.index}", f"u{b.index} AND NOT {others}{live}")
+        return f
+
+    def counters(self, rel: Relation) -> dict[str, str]:
+        """Per-entity row counters the reply sums: rows satisfying each unit (active at as_of), and
+        per group the inactive / undated / unplaceable ones — only those this search can make
+        non-zero (without as_of nothing is inactive or unplaceable)."""
+        out = {}
+        for name, _ in self.units(rel):
+            out[f"{name}_active"] = f"{name}_m"
+            if not name.startswith("g"):
+                continue
+            if self.plan.as_of is not None:
+                out[f"{name}_inactive"] = f"{name}_t AND tm = {INACTIVE}"
+                out[f"{name}_unplaceable"] = f"{name}_t AND tm = {UNPLACEABLE}"
+            if rel.period:
+                out[f"{name}_undated"] = f"{name}_t AND undated"
+        return out
+
+    def packed(self, rel: Relation) -> list[list[str]]:
+        """The counters, FIELDS to a BIGINT (summed per entity, unpacked after)."""
+        names = list(self.counters(rel))
+        return [names[k:k + FIELDS] for k in range(0, len(names), FIELDS)]
+
+    def _aggregate(self, rel: Relation) -> tuple[str, list]:
+        """Per entity: the OR of every flag mask, its packed row counters, and per gte/lte
+        constraint of a group the distance of its nearest satisfying row."""
+        rows, params = self.rows_sql(rel)
+        rows = f"SELECT *, {', '.join(self.unit_sql(rel))} FROM ({rows})"
+        flags, counters = self.flag_sets[rel.name], self.counters(rel)
+        extra = [f"{m} AS mask{k}" for k, m in enumerate(flags.masks())]
+        aggs = [f"bit_or(mask{k}) AS mask{k}" for k in range(len(flags.masks()))]
+        wide = self.profiles[rel.name].rows >= 2 ** FIELD
+        for k, names in enumerate(self.packed(rel)):
+            if wide:  # an entity could hold more rows than a field counts: count each apart
+                aggs += [f"CAST(count_if({counters[n]}) AS BIGINT) AS n_{n}" for n in names]
+                continue
+            packed = " | ".join(f"(CAST({counters[n]} AS BIGINT) << {FIELD * j})" for j, n in enumerate(names))
+            extra.append(f"{packed} AS pk{k}")
+            aggs.append(f"CAST(sum(pk{k}) AS BIGINT) AS pk{k}")
+        for name, bound in self.units(rel):
+            if name.startswith("g"):
+                for b in bound:
+                    if b.thresholded:
+                        extra.append(f"CASE WHEN {name}_m THEN d{b.index} END AS {name}_d{b.index}")
+                        aggs.append(f"min({name}_d{b.index}) AS {name}_d{b.index}")
+        return (f"SELECT ent_no, {', '.join(aggs)} FROM (SELECT *, {', '.join(extra)} FROM ({rows})) "
+                f"GROUP BY ent_no"), params
 
     def run(self) -> str:
         plan = self.plan
-        params: list = []
-        ctes = []
-        params_u = [plan.space.workspace_id]
-        kinds = plan.kinds
-        ctes.append(f"u AS (SELECT DISTINCT entity_id FROM rel_entities WHERE workspace_id = ? "
-                    f"AND list_contains(?, kind))")
-        params_u.append(kinds)
-        params += params_u
-        select = ["u.entity_id"]
-        covered: dict[str, str] = {}
+        ws = plan.space.workspace_id
+        params: list = [ws, plan.kinds]
+        ctes = ["u AS (SELECT ent_no, entity_id FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind))"]
+        select = ["u.ent_no", "u.entity_id"]
+        joins = []
         for rel in plan.relations:
+            flags, prof = self.flag_sets[rel.name], self.profiles[rel.name]
             agg, ap = self._aggregate(rel)
-            ctes.append(f"a_{rel.name} AS ({agg})")
+            a, c = f"a_{rel.name}", f"c_{rel.name}"
+            ctes.append(f"{a} AS ({agg})")
             params += ap
-            ctes.append(f"c_{rel.name} AS (SELECT DISTINCT entity_id FROM rel_coverage "
-                        f"WHERE workspace_id = ? AND relation = ? AND current)")
-            params += [plan.space.workspace_id, rel.name]
-            covered[rel.name] = f"(c_{rel.name}.entity_id IS NOT NULL OR coalesce(a_{rel.name}.n_rows, 0) > 0)"
-            select += [f"{covered[rel.name]} AS cov_{rel.name}",
-                       f"coalesce(a_{rel.name}.n_live, 0) AS live_{rel.name}"]
-        joins = " ".join(f"LEFT JOIN a_{r.name} ON a_{r.name}.entity_id = u.entity_id "
-                         f"LEFT JOIN c_{r.name} ON c_{r.name}.entity_id = u.entity_id" for r in plan.relations)
-        units = [(f"g{g.index}", g.relation, g.bound) for g in plan.groups]
-        units += [(f"s{b.index}", b.rel, [b]) for b in plan.singles]
-        for name, rel, bound in units:
-            a = f"a_{rel.name}"
-            select.append(f"CASE WHEN {a}.{name}_m THEN 'matched' WHEN {a}.{name}_o THEN 'undetermined' "
-                          f"WHEN {covered[rel.name]} THEN 'none' ELSE 'not_recorded' END AS {name}")
-            select.append(f"coalesce({a}.{name}_active, 0) AS {name}_active")
-            if name.startswith("g"):
-                select += [f"coalesce({a}.{name}_{x}, 0) AS {name}_{x}" for x in ("inactive", "undated", "unplaceable")]
-                select += [f"coalesce({a}.{name}_{c}, FALSE) AS {name}_{c}" for c in CAUSES]
-                for b in bound:
-                    if not b.is_period:
-                        select.append(f"coalesce({a}.{name}_z{b.index}, FALSE) AS {name}_z{b.index}")
-                        if b.unplaced() is not None:
-                            select.append(f"coalesce({a}.{name}_u{b.index}, FALSE) AS {name}_u{b.index}")
-                    if b.thresholded:
-                        select.append(f"{a}.{name}_d{b.index} AS {name}_d{b.index}")
-        inner = f"SELECT {', '.join(select)} FROM u {joins}"
+            ctes.append(f"{c} AS (SELECT DISTINCT ent_no FROM rel_coverage WHERE workspace_id = ? AND relation = ? "
+                        f"AND current)")
+            params += [ws, rel.name]
+            joins.append(f"LEFT JOIN {a} ON {a}.ent_no = u.ent_no LEFT JOIN {c} ON {c}.ent_no = u.ent_no")
+            covered = f"({c}.ent_no IS NOT NULL OR {a}.ent_no IS NOT NULL)"
+            live = flags.test("live", f"{a}.mask") if prof.retired else f"{a}.ent_no IS NOT NULL"
+            select += [f"{covered} AS cov_{rel.name}", f"{live} AS live_{rel.name}"]
+            select += [f"coalesce({a}.mask{k}, 0) AS mask_{rel.name}_{k}" for k in range(len(flags.masks()))]
+            counters = list(self.counters(rel))
+            if prof.rows >= 2 ** FIELD:
+                select += [f"coalesce({a}.n_{n}, 0) AS n_{n}" for n in counters]
+            else:
+                for k, names in enumerate(self.packed(rel)):
+                    select += [f"coalesce(({a}.pk{k} >> {FIELD * j}) & {2 ** FIELD - 1}, 0) AS n_{n}"
+                               for j, n in enumerate(names)]
+            for name, bound in self.units(rel):
+                m, o = flags.test(f"{name}_m", f"{a}.mask"), flags.test(f"{name}_o", f"{a}.mask")
+                select.append(f"CAST(CASE WHEN {m} THEN {MATCHED} WHEN {o} THEN {UNDETERMINED} "
+                              f"WHEN {covered} THEN {NONE} ELSE {NOT_RECORDED} END AS TINYINT) AS {name}")
+                if name.startswith("g"):
+                    select += [f"{a}.{name}_d{b.index} AS {name}_d{b.index}" for b in bound if b.thresholded]
         required = [f"g{g.index}" for g in plan.groups if g.required]
         optional = [f"g{g.index}" for g in plan.groups if not g.required]
         status = "CASE " + "".join(
-            f"WHEN {_all([f'{g} = {s!r}' for g in required], ' OR ', 'FALSE')} THEN {s!r} "
-            for s in ("none", "not_recorded", "undetermined")) + "ELSE 'matched' END"
-        opt = " + ".join(f"CAST({g} = 'matched' AS INTEGER)" for g in optional) or "0"
+            f"WHEN {_all([f'{g} = {code}' for g in required], ' OR ', 'FALSE')} THEN {code} "
+            for code in (NONE, NOT_RECORDED, UNDETERMINED)) + f"ELSE {MATCHED} END"
+        opt = " + ".join(f"CAST({g} = {MATCHED} AS INTEGER)" for g in optional) or "0"
+        inner = f"SELECT {', '.join(select)} FROM u {' '.join(joins)}"
         sql = (f"CREATE TEMP TABLE {self.table} AS WITH {', '.join(ctes)} "
-               f"SELECT *, {status} AS status, {opt} AS opt FROM ({inner})")
+               f"SELECT *, CAST({status} AS TINYINT) AS status, {opt} AS opt FROM ({inner})")
         self.con.execute(sql, params)
         return self.table
 

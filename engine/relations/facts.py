@@ -150,6 +150,7 @@ def correct(rstore: RelationStore, req: CorrectionRequest) -> dict:
                      req.reason, _now()])
         con.execute(f"UPDATE {table} SET retired = ? WHERE workspace_id = ? AND row_id = ?",
                     [cid, space.workspace_id, req.row_id])
+    rstore.changed(space.workspace_id)
     return {"correction_id": cid, "row_id": req.row_id, "relation": rel.name, "entity_id": row["entity_id"],
             "retired": True, "reason": req.reason, "already": False}
 

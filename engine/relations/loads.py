@@ -70,6 +70,16 @@ class LoadRequest(BaseModel):
     coverage: list[CoverageDecl] = Field(default_factory=list, max_length=100)
 
 
+def _maybe_crash(point: str) -> None:
+    """Test-only fault injection: SIGKILL this process at a named point inside the load's
+    transaction (REFINDERY_TEST_CRASH_AT=load:<relation>; see tests/test_relations_loads.py)."""
+    import os
+    import signal
+
+    if os.environ.get("REFINDERY_TEST_CRASH_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -205,7 +215,7 @@ def _insert_rows(con, space: Space, rel: Relation, m: RelationMap, data: pa.Tabl
     cols = [c for c, _ in shape.columns()]
     con.execute(
         f"INSERT INTO {table} ({', '.join(cols)}) "
-        f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, nullif(trim(s.{_q(m.entity_column)}), ''), ?, ?, ?, "
+        f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, nullif(trim(s.{_q(m.entity_column)}), ''), CAST(NULL AS INTEGER), ?, ?, ?, "
         f"s.__key, md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, "
         + ", ".join(select)
         + f" FROM (SELECT *, row_number() OVER () AS __ord FROM load_src) s {' '.join(joins)}",
@@ -222,19 +232,18 @@ def _insert_rows(con, space: Space, rel: Relation, m: RelationMap, data: pa.Tabl
     stats = con.execute(
         f"SELECT count(*), count(*) FILTER (entity_id IS NULL), count(*) FILTER (withheld IS NOT NULL), "
         f"count(DISTINCT entity_id), count(*) FILTER (retired IS NOT NULL) FROM {table} WHERE load_id = ?",
-        [load_id]).fetchone()
+        [load_id]).fetchall()[0]
     unplaced = {}
     for slot in rel.slots.values():
         if slot.type == "term" and slot.axis is not None and slot.name in m.slots:
             n = con.execute(f"SELECT count(*) FROM {table} WHERE load_id = ? AND v_{slot.name} IS NOT NULL "
-                            f"AND t_{slot.name} IS NULL", [load_id]).fetchone()[0]
+                            f"AND t_{slot.name} IS NULL", [load_id]).fetchall()[0][0]
             if n:
                 unplaced[slot.name] = n
-    con.execute(
-        "INSERT INTO rel_entities SELECT DISTINCT ?, entity_id, ?, CAST(NULL AS VARCHAR), ? "
-        f"FROM {table} WHERE load_id = ? AND entity_id IS NOT NULL "
-        "AND entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)",
-        [space.workspace_id, rel.subject, load_id, load_id, space.workspace_id])
+    RelationStore.register_entities(con, space.workspace_id, rel.subject, load_id,
+                                    f"SELECT entity_id, CAST(NULL AS VARCHAR) AS name FROM {table} WHERE load_id = ?",
+                                    [load_id])
+    RelationStore.number_rows(con, table, space.workspace_id, load_id)
     return {"relation": rel.name, "table": m.table, "rows": stats[0], "entities": stats[3],
             "unattributed": stats[1], "withheld": stats[2], "retired_by_corrections": stats[4],
             "unknown_surfaces": unplaced, "unmapped_slots": [s for s in rel.slots if s not in m.slots]}
@@ -271,9 +280,10 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest) -> dict:
             table = space.shape(rel).name
             superseded = con.execute(
                 f"UPDATE {table} SET current = FALSE WHERE workspace_id = ? AND source_key = ? AND current",
-                [workspace_id, source_key]).fetchone()[0]
+                [workspace_id, source_key]).fetchall()[0][0]
             info = _insert_rows(con, space, rel, m, data, load_id, source_key)
             info["superseded"] = superseded
+            _maybe_crash(f"load:{rel.name}")
             summary["relations"].append(info)
         names_changed = 0
         if ent is not None:
@@ -285,14 +295,12 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest) -> dict:
             names_changed = con.execute(
                 "SELECT count(*) FROM load_entities l JOIN rel_entities e ON e.entity_id = l.entity_id "
                 "AND e.workspace_id = ? WHERE l.name IS NOT NULL AND e.name IS DISTINCT FROM l.name",
-                [workspace_id]).fetchone()[0]
+                [workspace_id]).fetchall()[0][0]
             con.execute("UPDATE rel_entities SET name = l.name FROM load_entities l WHERE rel_entities.workspace_id = ? "
                         "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL", [workspace_id])
-            added = con.execute(
-                "INSERT INTO rel_entities SELECT DISTINCT ?, entity_id, ?, name, ? FROM load_entities "
-                "WHERE entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)",
-                [workspace_id, kind, load_id, workspace_id]).fetchone()[0]
-            names_changed += con.execute("SELECT count(*) FROM load_entities WHERE name IS NOT NULL").fetchone()[0] \
+            added = RelationStore.register_entities(con, workspace_id, kind, load_id,
+                                                    "SELECT entity_id, name FROM load_entities", [])
+            names_changed += con.execute("SELECT count(*) FROM load_entities WHERE name IS NOT NULL").fetchall()[0][0] \
                 if added else 0
             con.unregister("load_entities")
             summary["entities"] = {"kind": kind, "listed": len(rows), "added": added,
@@ -302,11 +310,11 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest) -> dict:
             con.execute("UPDATE rel_coverage SET current = FALSE WHERE workspace_id = ? AND relation = ? "
                         "AND source_key = ? AND current", [workspace_id, rel.name, source_key])
             con.register("load_cov", pa.table({"entity_id": pa.array(ids, pa.string())}))
-            con.execute("INSERT INTO rel_coverage SELECT ?, ?, entity_id, ?, ?, 'source', ?, TRUE FROM load_cov",
+            RelationStore.register_entities(con, workspace_id, rel.subject, load_id,
+                                            "SELECT entity_id, CAST(NULL AS VARCHAR) AS name FROM load_cov", [])
+            con.execute("INSERT INTO rel_coverage SELECT ?, ?, entity_id, ?, ?, 'source', ?, TRUE, NULL FROM load_cov",
                         [workspace_id, rel.name, load_id, source_key, now])
-            con.execute("INSERT INTO rel_entities SELECT ?, entity_id, ?, CAST(NULL AS VARCHAR), ? FROM load_cov "
-                        "WHERE entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)",
-                        [workspace_id, rel.subject, load_id, workspace_id])
+            RelationStore.number_rows(con, "rel_coverage", workspace_id, load_id)
             con.unregister("load_cov")
             summary["coverage"].append({"relation": rel.name, "entities": len(ids), "declared_by": "source"})
         if names_changed:
@@ -315,4 +323,5 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest) -> dict:
         con.execute("INSERT INTO rel_loads VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [load_id, workspace_id, now, src.key, src.format,
                      json.dumps(req.model_dump()), json.dumps(summary)])
+    rstore.changed(workspace_id)
     return {"load_id": load_id, "workspace_id": workspace_id, "source": src.key, "format": src.format, **summary}

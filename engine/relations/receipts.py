@@ -86,6 +86,7 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
     if not page:
         return []
     ids = [p["entity_id"] for p in page]
+    numbers = [p["ent_no"] for p in page]
     plan = en.plan
     reader = ReceiptReader(rstore)
     delivered: dict[str, list[dict]] = defaultdict(list)
@@ -100,9 +101,10 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
                 extra.append(f"t_{s.name}")
             elif s.type == "number":
                 extra.append(f"n_{s.name}")
-        rows_sql, params = en.rows_sql(rel, "AND list_contains(?, r.entity_id)", tuple(extra))
-        params.append(ids)
-        matches = {g.index: Enumerator.verdicts(g.bound)[2] for g in rel_groups}
+        # the page's entity numbers as a literal IN list: a filter DuckDB pushes into the scan
+        rows_sql, params = en.rows_sql(rel, f"AND r.ent_no IN ({', '.join(str(int(n)) for n in numbers)})",
+                                       tuple(extra))
+        matches = {g.index: en.verdicts(rel, g.bound)[2] for g in rel_groups}
         sel = ", ".join(f"{m} AS m{i}" for i, m in matches.items())
         any_match = " OR ".join(f"m{i}" for i in matches)
         res = en.con.execute(f"SELECT * FROM (SELECT *, {sel} FROM ({rows_sql})) WHERE {any_match} "
@@ -123,7 +125,7 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
                        slot_receipts={k: v for k, v in receipts.items() if k in slots},
                        load_id=row["load_id"])
             delivered[row["entity_id"]].append(out)
-    names = rstore.names(plan.space.workspace_id, ids)
+    names = rstore.names_by_number(plan.space.workspace_id, numbers)
     out = []
     for p in page:
         rows = sorted(delivered.get(p["entity_id"], []), key=lambda r: (min(r["satisfies_groups"]), r["row_id"]))

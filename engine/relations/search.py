@@ -21,7 +21,7 @@ from indexes.relations import RelationStore
 from ..errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
 from ..querylog import LogEntry, QueryLog
 from .constraints import Bound, bind, parse_constraints, parse_span
-from .enumeration import CAUSES, Enumerator, Group, Plan, make_groups
+from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
 from .receipts import deliver_rows
 from .workspaces import open_space
 
@@ -94,7 +94,7 @@ class RelationSearch:
         span = parse_span(req.as_of) if req.as_of else None
         plan = Plan(space, groups, bound, span, kinds)
         con = self.rstore.cursor()
-        en = Enumerator(con, plan)
+        en = Enumerator(con, plan, self.rstore.cache, self.rstore.version(req.workspace_id))
         try:
             en.run()
             body = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups).build(request_id)
@@ -130,11 +130,6 @@ class Warrant:
         self.list_limit = LIST_DEFAULT if req.list_limit is None else req.list_limit
         self.restrict = req.entity_ids
 
-    def _one(self, exprs: dict[str, str]) -> dict[str, Any]:
-        names = list(exprs)
-        row = self.con.execute(f"SELECT {', '.join(exprs[n] for n in names)} FROM {self.t}").fetchone()
-        return dict(zip(names, row))
-
     def _ids(self, where: str, order: str = "entity_id", limit: int | None = None) -> list[str]:
         params: list = []
         if self.restrict is not None:
@@ -143,6 +138,25 @@ class Warrant:
         lim = self.list_limit if limit is None else limit
         return [r[0] for r in self.con.execute(
             f"SELECT entity_id FROM {self.t} WHERE {where} ORDER BY {order} LIMIT {int(lim)}", params).fetchall()]
+
+    def lists(self, specs: dict[str, str]) -> dict[str, list[str]]:
+        """Every bounded list of non-matches in one statement: up to list_limit ids each, by id."""
+        out: dict[str, list[str]] = {k: [] for k in specs}
+        if self.list_limit == 0 or not specs:
+            return out
+        keys, parts, params = list(specs), [], []
+        for i, key in enumerate(keys):
+            where = specs[key]
+            if self.restrict is not None:
+                where = f"({where}) AND list_contains(?, entity_id)"
+                params.append(self.restrict)
+            parts.append(f"(SELECT {i} AS k, entity_id FROM {self.t} WHERE {where} "
+                         f"ORDER BY entity_id LIMIT {int(self.list_limit)})")
+        for k, eid in self.con.execute(" UNION ALL ".join(parts), params).fetchall():
+            out[keys[k]].append(eid)
+        for ids in out.values():
+            ids.sort()  # the byte order DuckDB sorts VARCHAR in is the code point order Python uses
+        return out
 
     def order_by(self) -> str:
         keys = ["opt DESC"]
@@ -156,44 +170,24 @@ class Warrant:
 
     def build(self, request_id: str) -> dict:
         req, groups = self.req, self.groups
-        exprs = {"universe": "count(*)"}
-        for s in ("matched", *STATUSES):
-            exprs[s] = f"count(*) FILTER (WHERE status = '{s}')"
-        for g in groups:
-            rel, n = g.relation.name, f"g{g.index}"
-            exprs[f"{n}_covered"] = f"count(*) FILTER (WHERE cov_{rel})"
-            for s in ("matched", *STATUSES):
-                exprs[f"{n}_{s}"] = f"count(*) FILTER (WHERE {n} = '{s}')"
-            for x in ("active", "inactive", "undated", "unplaceable"):
-                exprs[f"{n}_{x}"] = f"sum({n}_{x})"
-            exprs[f"{n}_recorded"] = f"count(*) FILTER (WHERE live_{rel} > 0)"
-            exprs[f"{n}_absent"] = f"count(*) FILTER (WHERE cov_{rel} AND live_{rel} = 0)"
-            if g.required:
-                for c in CAUSES:
-                    exprs[f"{n}_why_{c}"] = f"coalesce(bool_or(status = 'undetermined' AND {n} = 'undetermined' AND {n}_{c}), FALSE)"
-                exprs[f"{n}_why_nr"] = f"coalesce(bool_or(status = 'not_recorded' AND {n} = 'not_recorded'), FALSE)"
-                for b in g.bound:
-                    if not b.is_period:
-                        exprs[f"{n}_unrec_{b.index}"] = f"coalesce(bool_or({n} = 'undetermined' AND {n}_z{b.index}), FALSE)"
-                        if b.unplaced() is not None:
-                            exprs[f"{n}_unpl_{b.index}"] = (f"coalesce(bool_or(status <> 'matched' AND {n} = 'none' "
-                                                            f"AND {n}_u{b.index}), FALSE)")
-        for b in self.bound:
-            n = f"s{b.index}"
-            for s in ("matched", *STATUSES):
-                exprs[f"{n}_{s}"] = f"count(*) FILTER (WHERE {n} = '{s}')"
-            exprs[f"{n}_rows"] = f"sum({n}_active)"
-        agg = self._one(exprs)
+        agg = self.tally()
 
         counts = {"universe": agg["universe"], "matched": agg["matched"], "none": agg["none"],
                   "not_recorded": agg["not_recorded"], "undetermined": agg["undetermined"],
                   "bound": agg["matched"] + agg["none"], "per_constraint": self.per_constraint(agg)}
-        matched_ids = self._ids("status = 'matched'", self.order_by(), MATCHED_IDS_MAX)
+        matched_ids = self._ids(f"status = {STATUS['matched']}", self.order_by(), MATCHED_IDS_MAX)
+        specs = {f"all:{s}": f"status = {STATUS[s]}" for s in STATUSES}
+        for g in groups:
+            rel = g.relation.name
+            specs.update({f"g{g.index}:{s}": f"g{g.index} = {STATUS[s]}" for s in STATUSES})
+            specs[f"abs{g.index}:none"] = f"cov_{rel} AND NOT live_{rel}"
+            specs[f"abs{g.index}:not_recorded"] = f"NOT cov_{rel}"
+        self.listed = self.lists(specs)
         entities = {"matched": matched_ids}
         for s in STATUSES:
-            entities[s] = self._ids(f"status = '{s}'")
+            entities[s] = self.listed[f"all:{s}"]
         listings = {s: [{"group": g.index, "relation": g.relation.name, "required": g.required,
-                         "entity_ids": self._ids(f"g{g.index} = '{s}'"), "total": agg[f"g{g.index}_{s}"]}
+                         "entity_ids": self.listed[f"g{g.index}:{s}"], "total": agg[f"g{g.index}_{s}"]}
                         for g in groups] for s in STATUSES}
         page = self.page()
         matches = deliver_rows(self.rstore, self.en, page, groups)
@@ -228,6 +222,80 @@ class Warrant:
         body["map_version"] = self.en.plan.space.map_version
         return body
 
+    def tally(self) -> dict[str, Any]:
+        """Every count the reply carries, from one GROUP BY over the status columns (the distinct
+        combinations are few; Python sums them): the partition, each group's and each lone
+        constraint's, the absence split, the row counters, and the reasons an entity is
+        undetermined or not recorded."""
+        en, groups = self.en, self.groups
+        rels = en.plan.relations
+        flags = en.flag_sets
+        dims = ["status"] + [f"g{g.index}" for g in groups] + [f"s{b.index}" for b in self.bound]
+        cols = list(dims)
+        for r in rels:
+            dims += [f"cov_{r.name}", f"live_{r.name}"]
+            cols += [f"cov_{r.name}", f"live_{r.name}"]
+            for k, bits in enumerate(flags[r.name].detail_masks()):
+                if bits:
+                    dims.append(f"dm_{r.name}_{k}")
+                    cols.append(f"mask_{r.name}_{k} & {bits} AS dm_{r.name}_{k}")
+        sums = [f"n_{name}" for r in rels for name in en.counters(r)]
+        res = self.con.execute(
+            f"SELECT {', '.join(cols)}, count(*), {', '.join(f'sum({c})' for c in sums)} "
+            f"FROM {self.t} GROUP BY ALL").fetchall()
+        combos = [(dict(zip(dims, row[:len(dims)])), row[len(dims)], row[len(dims) + 1:]) for row in res]
+        agg: dict[str, Any] = {"universe": sum(n for _, n, _ in combos)}
+        code = STATUS
+
+        def count(test) -> int:
+            return sum(n for d, n, _ in combos if test(d))
+
+        def bit(d: dict, rel: str, flag: str) -> bool:
+            if not flags[rel].has(flag):
+                return False
+            k, i = flags[rel].bit(flag)
+            return bool((d[f"dm_{rel}_{k}"] >> i) & 1)
+
+        for st in ("matched", *STATUSES):
+            agg[st] = count(lambda d, st=st: d["status"] == code[st])
+        for g in groups:
+            n, rel = f"g{g.index}", g.relation.name
+            agg[f"{n}_covered"] = count(lambda d: d[f"cov_{rel}"])
+            for st in ("matched", *STATUSES):
+                agg[f"{n}_{st}"] = count(lambda d, st=st: d[n] == code[st])
+            agg[f"{n}_recorded"] = count(lambda d: d[f"live_{rel}"])
+            agg[f"{n}_absent"] = count(lambda d: d[f"cov_{rel}"] and not d[f"live_{rel}"])
+            und = lambda d: d[n] == code["undetermined"]  # noqa: E731
+            for c in CAUSES:
+                agg[f"{n}_why_{c}"] = any(d["status"] == code["undetermined"] and und(d) and bit(d, rel, f"{n}_c_{c}")
+                                          for d, _, _ in combos)
+            agg[f"{n}_why_nr"] = any(d["status"] == code["not_recorded"] and d[n] == code["not_recorded"]
+                                     for d, _, _ in combos)
+            for b in g.bound:
+                if b.is_period:
+                    continue
+                z = f"{n}_z{b.index}"
+                agg[f"{n}_unrec_{b.index}"] = any((und(d) or not g.required) and bit(d, rel, z) for d, _, _ in combos)
+                if b.unplaced() is not None:
+                    agg[f"{n}_unpl_{b.index}"] = any(
+                        d["status"] != code["matched"] and d[n] == code["none"] and bit(d, rel, f"{n}_u{b.index}")
+                        for d, _, _ in combos)
+        for b in self.bound:
+            n = f"s{b.index}"
+            for st in ("matched", *STATUSES):
+                agg[f"{n}_{st}"] = count(lambda d, st=st: d[n] == code[st])
+        totals = {c[2:]: sum(int(v[i] or 0) for _, _, v in combos) for i, c in enumerate(sums)}
+        for g in groups:
+            n = f"g{g.index}"
+            agg[f"{n}_active"] = totals[f"{n}_active"]
+            agg[f"{n}_inactive"] = totals.get(f"{n}_inactive", 0)
+            agg[f"{n}_unplaceable"] = totals.get(f"{n}_unplaceable", 0)
+            agg[f"{n}_undated"] = totals.get(f"{n}_undated", agg[f"{n}_active"] + agg[f"{n}_inactive"]
+                                             + agg[f"{n}_unplaceable"])
+        for b in self.bound:
+            agg[f"s{b.index}_active"] = totals[f"s{b.index}_active"]
+        return agg
+
     def per_constraint(self, agg: dict) -> list[dict]:
         by_index = {b.index: b for b in self.bound}
         gap_of = {g.index: g for g in self.gaps}
@@ -236,7 +304,7 @@ class Warrant:
             entry: dict[str, Any] = {"index": c.index, "constraint": c.as_sent()}
             if c.index in by_index:
                 n = f"s{c.index}"
-                entry.update(status="bound", matched=agg[f"{n}_matched"], rows=int(agg[f"{n}_rows"] or 0),
+                entry.update(status="bound", matched=agg[f"{n}_matched"], rows=agg[f"{n}_active"],
                              none=agg[f"{n}_none"], not_recorded=agg[f"{n}_not_recorded"],
                              undetermined=agg[f"{n}_undetermined"])
             else:
@@ -248,33 +316,28 @@ class Warrant:
     def group(self, g: Group, agg: dict) -> dict:
         n, rel = f"g{g.index}", g.relation
         unrecorded = [b.slot.name for b in g.bound if not b.is_period and agg.get(f"{n}_unrec_{b.index}")]
-        if not g.required:
-            unrecorded = [b.slot.name for b in g.bound if not b.is_period and self._any(f"{n}_z{b.index}")]
         return {
             "index": g.index, "relation": rel.name, "required": g.required, "constraints": g.constraints,
             "covered": agg[f"{n}_covered"], "matched": agg[f"{n}_matched"], "none": agg[f"{n}_none"],
             "not_recorded": agg[f"{n}_not_recorded"], "undetermined": agg[f"{n}_undetermined"],
-            "active_rows": int(agg[f"{n}_active"] or 0), "inactive_rows": int(agg[f"{n}_inactive"] or 0),
-            "undated_rows": int(agg[f"{n}_undated"] or 0), "unplaceable_rows": int(agg[f"{n}_unplaceable"] or 0),
+            "active_rows": agg[f"{n}_active"], "inactive_rows": agg[f"{n}_inactive"],
+            "undated_rows": agg[f"{n}_undated"], "unplaceable_rows": agg[f"{n}_unplaceable"],
             "unrecorded_slots": unrecorded,
             "time_test": {"as_of": self.req.as_of, "date_slot": rel.date_slot, "rule": time_rule(rel, self.req.as_of)},
             "absence": self.absence(g, agg),
         }
 
-    def _any(self, column: str) -> bool:
-        return bool(self.con.execute(f"SELECT coalesce(bool_or({column}), FALSE) FROM {self.t}").fetchone()[0])
-
     def absence(self, g: Group, agg: dict) -> dict:
         """The relation's per-entity verdict: none (looked at, holds no row), not_recorded (never
         looked at), with the coverage rows that say who looked."""
         rel, n = g.relation.name, f"g{g.index}"
-        none_ids = self._ids(f"cov_{rel} AND live_{rel} = 0")
-        nr_ids = self._ids(f"NOT cov_{rel}")
+        none_ids = self.listed[f"abs{g.index}:none"]
+        nr_ids = self.listed[f"abs{g.index}:not_recorded"]
         coverage: dict[str, list] = {}
         if none_ids:
             for eid, load_id, by, at in self.con.execute(
                     "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-                    "AND relation = ? AND current AND list_contains(?, entity_id) ORDER BY declared_at, load_id",
+                    "AND relation = ? AND current AND entity_id IN (SELECT unnest(?)) ORDER BY declared_at, load_id",
                     [self.req.workspace_id, rel, none_ids]).fetchall():
                 coverage.setdefault(eid, []).append(
                     {"declared_by": by, "load_id": load_id, "declared_at": at.isoformat()})
@@ -295,13 +358,13 @@ class Warrant:
         if self.restrict is not None:
             where = "WHERE list_contains(?, entity_id)"
             params.append(self.restrict)
-        sel = ", ".join(["entity_id", "rank", "opt", *dcols])
+        sel = ", ".join(["entity_id", "rank", "opt", "ent_no", *dcols])
         rows = self.con.execute(
             f"SELECT {sel} FROM (SELECT *, row_number() OVER (ORDER BY {self.order_by()}) AS rank FROM {self.t} "
-            f"WHERE status = 'matched') {where} ORDER BY rank LIMIT ? OFFSET ?",
+            f"WHERE status = {STATUS['matched']}) {where} ORDER BY rank LIMIT ? OFFSET ?",
             params + [req.limit, req.offset]).fetchall()
-        return [{"entity_id": r[0], "rank": r[1],
-                 "rank_key": {"optional_groups_satisfied": r[2], "threshold_distance": list(r[3:]),
+        return [{"entity_id": r[0], "rank": r[1], "ent_no": r[3],
+                 "rank_key": {"optional_groups_satisfied": r[2], "threshold_distance": list(r[4:]),
                               "entity_id": r[0]}} for r in rows]
 
     def licence(self, agg: dict, truncated: bool) -> dict:
@@ -346,8 +409,9 @@ class Warrant:
     def _unattributed(self, g: Group) -> bool:
         """A row the loader could tie to no entity that does not fail the group: whoever it was
         about is in no list."""
-        rows, params = self.en.rows_sql(g.relation)
-        rows = rows.replace("AND r.entity_id IS NOT NULL", "AND r.entity_id IS NULL")
-        _, any_false, _ = Enumerator.verdicts(g.bound)
+        if not self.en.profiles[g.relation.name].unattributed:
+            return False
+        rows, params = self.en.rows_sql(g.relation, attributed=False)
+        _, any_false, _, _ = self.en.verdicts(g.relation, g.bound)
         return bool(self.con.execute(
-            f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> 'inactive'", params).fetchone()[0])
+            f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> {INACTIVE}", params).fetchone()[0])

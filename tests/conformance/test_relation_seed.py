@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.conformance.seed import RELATION_SEED, SEEDS, load_examples
+from .seed import RELATION_SEED, SEEDS, load_examples
 
 if not (SEEDS / RELATION_SEED).is_file():
     pytest.skip(f"the seed {RELATION_SEED} is not in {SEEDS} (a clone outside the workspace); "
