@@ -341,7 +341,7 @@ class Enumerator:
             if self.plan.as_of is not None:
                 out[f"{name}_inactive"] = f"{name}_t AND tm = {INACTIVE}"
                 out[f"{name}_unplaceable"] = f"{name}_t AND tm = {UNPLACEABLE}"
-            if rel.period:
+            if rel.period and rel.period[0] in self.profiles[rel.name].null:
                 out[f"{name}_undated"] = f"{name}_t AND undated"
         return out
 

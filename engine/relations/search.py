@@ -129,6 +129,7 @@ class Warrant:
         self.t = en.table
         self.list_limit = LIST_DEFAULT if req.list_limit is None else req.list_limit
         self.restrict = req.entity_ids
+        self.numbers: dict[str, int] = {}   # entity id -> entity number, for the ids the lists hold
 
     def _ids(self, where: str, order: str = "entity_id", limit: int | None = None) -> list[str]:
         params: list = []
@@ -150,10 +151,11 @@ class Warrant:
             if self.restrict is not None:
                 where = f"({where}) AND list_contains(?, entity_id)"
                 params.append(self.restrict)
-            parts.append(f"(SELECT {i} AS k, entity_id FROM {self.t} WHERE {where} "
+            parts.append(f"(SELECT {i} AS k, entity_id, ent_no FROM {self.t} WHERE {where} "
                          f"ORDER BY entity_id LIMIT {int(self.list_limit)})")
-        for k, eid in self.con.execute(" UNION ALL ".join(parts), params).fetchall():
+        for k, eid, number in self.con.execute(" UNION ALL ".join(parts), params).fetchall():
             out[keys[k]].append(eid)
+            self.numbers[eid] = number
         for ids in out.values():
             ids.sort()  # the byte order DuckDB sorts VARCHAR in is the code point order Python uses
         return out
@@ -290,8 +292,9 @@ class Warrant:
             agg[f"{n}_active"] = totals[f"{n}_active"]
             agg[f"{n}_inactive"] = totals.get(f"{n}_inactive", 0)
             agg[f"{n}_unplaceable"] = totals.get(f"{n}_unplaceable", 0)
-            agg[f"{n}_undated"] = totals.get(f"{n}_undated", agg[f"{n}_active"] + agg[f"{n}_inactive"]
-                                             + agg[f"{n}_unplaceable"])
+            every = agg[f"{n}_active"] + agg[f"{n}_inactive"] + agg[f"{n}_unplaceable"]
+            # a relation with a tenure whose every row states its start has no undated row
+            agg[f"{n}_undated"] = totals.get(f"{n}_undated", 0 if g.relation.period else every)
         for b in self.bound:
             agg[f"s{b.index}_active"] = totals[f"s{b.index}_active"]
         return agg
@@ -337,8 +340,8 @@ class Warrant:
         if none_ids:
             for eid, load_id, by, at in self.con.execute(
                     "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-                    "AND relation = ? AND current AND entity_id IN (SELECT unnest(?)) ORDER BY declared_at, load_id",
-                    [self.req.workspace_id, rel, none_ids]).fetchall():
+                    f"AND relation = ? AND current AND ent_no IN ({', '.join(str(self.numbers[e]) for e in none_ids)}) "
+                    "ORDER BY declared_at, load_id", [self.req.workspace_id, rel]).fetchall():
                 coverage.setdefault(eid, []).append(
                     {"declared_by": by, "load_id": load_id, "declared_at": at.isoformat()})
         return {
