@@ -20,12 +20,15 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/refindery ingest $(DEMO)
+	@$(BIN)/refindery relations demo > /dev/null && echo "Loaded the relation-search roster into workspace 'roster'."
 	@$(BIN)/refindery reranker status --brief
 	@echo ""
 	@echo "Refindery is serving the demo corpus at http://$(HOST):$(PORT)  (Ctrl-C stops it)"
 	@echo "Try:"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/search -H 'content-type: application/json' \\"
 	@echo "       -d '{\"query\": \"how do I pretty-print JSON\", \"k\": 5}'"
+	@echo "  curl -s http://$(HOST):$(PORT)/v1/public/search -H 'content-type: application/json' \\"
+	@echo "       -d '{\"workspace_id\": \"roster\", \"constraints\": [{\"relation\": \"held_role\", \"slot\": \"seniority\", \"op\": \"gte\", \"value\": \"VP\"}]}'"
 	@echo ""
 	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
 
@@ -36,6 +39,7 @@ bench: install
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/rerank.py
+	$(BIN)/python bench/relations.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
 # heading/passage and sentence/passage pairs with hybrid-search hard negatives. About 7 minutes

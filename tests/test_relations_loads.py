@@ -281,3 +281,20 @@ def test_a_load_killed_inside_its_transaction_leaves_nothing_and_re_runs(tmp_pat
     out = cli("search", "crew", "--constraints", str(constraints))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["entities"]["matched"] == ["halvard_quist", "isolde_marbrook", "yusuf_alderane"]
+
+
+def test_the_relations_demo_loads_the_roster_and_re_runs(tmp_path, monkeypatch, capsys):
+    from server.cli import main
+
+    monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "data"))
+    for _ in range(2):   # a second run supersedes the first load instead of duplicating it
+        assert main(["relations", "demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["rows"] == {"held_role": 6, "screening": 3}
+    constraints = tmp_path / "c.json"
+    constraints.write_text(json.dumps([c("screening", "outcome", "eq", "passed")]))
+    assert main(["relations", "search", "roster", "--constraints", str(constraints)]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["entities"]["matched"] == ["halvard_quist", "odile_fenwright"]
+    assert body["groups"][0]["active_rows"] == 2
+    assert main(["relations", "search", "nope", "--constraints", str(constraints)]) == 2
+    assert json.loads(capsys.readouterr().out)["detail"]["type"] == "workspace_not_found"
