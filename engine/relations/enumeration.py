@@ -296,8 +296,7 @@ class Enumerator:
         group why an open row cannot be judged and whether a value could not be placed — each
         only where this data can raise it."""
         f, prof, as_of = Flags(), self.profiles[rel.name], self.plan.as_of
-        if prof.retired:
-            f.add("live", "NOT retired_")
+        f.add("live", "NOT retired_" if prof.retired else "TRUE")
         for name, bound in self.units(rel):
             f.add(f"{name}_m", f"{name}_m")
             if self.can_open(rel, bound):
@@ -352,28 +351,46 @@ class Enumerator:
 
     def _aggregate(self, rel: Relation) -> tuple[str, list]:
         """Per entity: the OR of every flag mask, its packed row counters, and per gte/lte
-        constraint of a group the distance of its nearest satisfying row."""
+        constraint of a group the distance of its nearest satisfying row. The relation's coverage
+        rows are aggregated in the same pass (with nothing set), so an entity is covered exactly
+        when it has an aggregate row: no join, no DISTINCT."""
         rows, params = self.rows_sql(rel)
         rows = f"SELECT *, {', '.join(self.unit_sql(rel))} FROM ({rows})"
         flags, counters = self.flag_sets[rel.name], self.counters(rel)
-        extra = [f"{m} AS mask{k}" for k, m in enumerate(flags.masks())]
-        aggs = [f"bit_or(mask{k}) AS mask{k}" for k in range(len(flags.masks()))]
+        cols: list[tuple[str, str, str, str]] = []   # (name, row SQL, coverage-row SQL, aggregate)
+        for k, m in enumerate(flags.masks()):
+            cols.append((f"mask{k}", m, "CAST(0 AS BIGINT)", f"bit_or(mask{k})"))
         wide = self.profiles[rel.name].rows >= 2 ** FIELD
         for k, names in enumerate(self.packed(rel)):
             if wide:  # an entity could hold more rows than a field counts: count each apart
-                aggs += [f"CAST(count_if({counters[n]}) AS BIGINT) AS n_{n}" for n in names]
+                cols += [(f"n_{n}", f"CAST({counters[n]} AS BIGINT)", "CAST(0 AS BIGINT)",
+                          f"CAST(sum(n_{n}) AS BIGINT)") for n in names]
                 continue
             packed = " | ".join(f"(CAST({counters[n]} AS BIGINT) << {FIELD * j})" for j, n in enumerate(names))
-            extra.append(f"{packed} AS pk{k}")
-            aggs.append(f"CAST(sum(pk{k}) AS BIGINT) AS pk{k}")
+            cols.append((f"pk{k}", packed, "CAST(0 AS BIGINT)", f"CAST(sum(pk{k}) AS BIGINT)"))
         for name, bound in self.units(rel):
             if name.startswith("g"):
                 for b in bound:
                     if b.thresholded:
-                        extra.append(f"CASE WHEN {name}_m THEN d{b.index} END AS {name}_d{b.index}")
-                        aggs.append(f"min({name}_d{b.index}) AS {name}_d{b.index}")
-        return (f"SELECT ent_no, {', '.join(aggs)} FROM (SELECT *, {', '.join(extra)} FROM ({rows})) "
-                f"GROUP BY ent_no"), params
+                        d = f"{name}_d{b.index}"
+                        cols.append((d, f"CASE WHEN {name}_m THEN d{b.index} END", "CAST(NULL AS DOUBLE)", f"min({d})"))
+        from_rows = f"SELECT ent_no, {', '.join(f'{sql} AS {n}' for n, sql, _, _ in cols)} FROM ({rows})"
+        from_cov = (f"SELECT ent_no, {', '.join(f'{cov} AS {n}' for n, _, cov, _ in cols)} FROM rel_coverage "
+                    f"WHERE workspace_id = ? AND relation = ? AND current")
+        params += [self.plan.space.workspace_id, rel.name]
+        return (f"SELECT ent_no, {', '.join(f'{agg} AS {n}' for n, _, _, agg in cols)} "
+                f"FROM ({from_rows} UNION ALL {from_cov}) GROUP BY ent_no"), params
+
+    def counter_sql(self) -> dict[str, str]:
+        """Per counter, SQL over the temp table giving one entity's value (the warrant sums it)."""
+        out = {}
+        for rel in self.plan.relations:
+            if self.profiles[rel.name].rows >= 2 ** FIELD:
+                out.update({n: f"n_{n}" for n in self.counters(rel)})
+                continue
+            for k, names in enumerate(self.packed(rel)):
+                out.update({n: f"((pk_{rel.name}_{k} >> {FIELD * j}) & {2 ** FIELD - 1})" for j, n in enumerate(names)})
+        return out
 
     def run(self) -> str:
         plan = self.plan
@@ -385,24 +402,17 @@ class Enumerator:
         for rel in plan.relations:
             flags, prof = self.flag_sets[rel.name], self.profiles[rel.name]
             agg, ap = self._aggregate(rel)
-            a, c = f"a_{rel.name}", f"c_{rel.name}"
+            a = f"a_{rel.name}"
             ctes.append(f"{a} AS ({agg})")
             params += ap
-            ctes.append(f"{c} AS (SELECT DISTINCT ent_no FROM rel_coverage WHERE workspace_id = ? AND relation = ? "
-                        f"AND current)")
-            params += [ws, rel.name]
-            joins.append(f"LEFT JOIN {a} ON {a}.ent_no = u.ent_no LEFT JOIN {c} ON {c}.ent_no = u.ent_no")
-            covered = f"({c}.ent_no IS NOT NULL OR {a}.ent_no IS NOT NULL)"
-            live = flags.test("live", f"{a}.mask") if prof.retired else f"{a}.ent_no IS NOT NULL"
-            select += [f"{covered} AS cov_{rel.name}", f"{live} AS live_{rel.name}"]
+            joins.append(f"LEFT JOIN {a} ON {a}.ent_no = u.ent_no")
+            covered = f"({a}.ent_no IS NOT NULL)"
+            select += [f"{covered} AS cov_{rel.name}", f"{flags.test('live', f'{a}.mask')} AS live_{rel.name}"]
             select += [f"coalesce({a}.mask{k}, 0) AS mask_{rel.name}_{k}" for k in range(len(flags.masks()))]
-            counters = list(self.counters(rel))
             if prof.rows >= 2 ** FIELD:
-                select += [f"coalesce({a}.n_{n}, 0) AS n_{n}" for n in counters]
+                select += [f"coalesce({a}.n_{n}, 0) AS n_{n}" for n in self.counters(rel)]
             else:
-                for k, names in enumerate(self.packed(rel)):
-                    select += [f"coalesce(({a}.pk{k} >> {FIELD * j}) & {2 ** FIELD - 1}, 0) AS n_{n}"
-                               for j, n in enumerate(names)]
+                select += [f"coalesce({a}.pk{k}, 0) AS pk_{rel.name}_{k}" for k in range(len(self.packed(rel)))]
             for name, bound in self.units(rel):
                 m, o = flags.test(f"{name}_m", f"{a}.mask"), flags.test(f"{name}_o", f"{a}.mask")
                 select.append(f"CAST(CASE WHEN {m} THEN {MATCHED} WHEN {o} THEN {UNDETERMINED} "

@@ -241,9 +241,10 @@ class Warrant:
                 if bits:
                     dims.append(f"dm_{r.name}_{k}")
                     cols.append(f"mask_{r.name}_{k} & {bits} AS dm_{r.name}_{k}")
-        sums = [f"n_{name}" for r in rels for name in en.counters(r)]
+        counter_sql = en.counter_sql()
+        sums = list(counter_sql)
         res = self.con.execute(
-            f"SELECT {', '.join(cols)}, count(*), {', '.join(f'sum({c})' for c in sums)} "
+            f"SELECT {', '.join(cols)}, count(*), {', '.join(f'sum({counter_sql[c]})' for c in sums)} "
             f"FROM {self.t} GROUP BY ALL").fetchall()
         combos = [(dict(zip(dims, row[:len(dims)])), row[len(dims)], row[len(dims) + 1:]) for row in res]
         agg: dict[str, Any] = {"universe": sum(n for _, n, _ in combos)}
@@ -286,7 +287,7 @@ class Warrant:
             n = f"s{b.index}"
             for st in ("matched", *STATUSES):
                 agg[f"{n}_{st}"] = count(lambda d, st=st: d[n] == code[st])
-        totals = {c[2:]: sum(int(v[i] or 0) for _, _, v in combos) for i, c in enumerate(sums)}
+        totals = {c: sum(int(v[i] or 0) for _, _, v in combos) for i, c in enumerate(sums)}
         for g in groups:
             n = f"g{g.index}"
             agg[f"{n}_active"] = totals[f"{n}_active"]
