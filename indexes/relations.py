@@ -128,7 +128,8 @@ class RelationStore:
                 SELECT ?, s.entity_id, ?, s.name, ?, base.n + CAST(row_number() OVER (ORDER BY s.entity_id) AS INTEGER)
                 FROM (SELECT entity_id, max(name) AS name FROM ({source_sql}) WHERE entity_id IS NOT NULL
                       GROUP BY entity_id) s,
-                     (SELECT CAST(coalesce(max(ent_no), 0) AS INTEGER) AS n FROM rel_entities WHERE workspace_id = ?) base
+                     (SELECT CAST(coalesce(max(ent_no), 0) AS INTEGER) AS n FROM rel_entities
+                      WHERE workspace_id = ?) base
                 WHERE s.entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)""",
             [workspace_id, kind, load_id, *params, workspace_id, workspace_id]).fetchall()[0][0]
 

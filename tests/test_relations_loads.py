@@ -12,7 +12,7 @@ import sys
 import duckdb
 import pytest
 from conftest import ROOT
-from relations_helpers import (SCREEN_COLS, c, export, load, load_body, loaded, new_workspace, role, screening,
+from relations_helpers import (c, export, load, load_body, loaded, new_workspace, role, screening,
                                search, write_duckdb)
 
 
@@ -43,18 +43,18 @@ def test_a_load_reports_what_it_wrote(client, tmp_path):
     assert info["entities"] == {"person": 2} and [x["load_id"] for x in info["loads"]] == [out["load_id"]]
 
 
+def _one(relation="held_role", table="roles", slots=None, **kw):
+    return {"relations": [{"relation": relation, "table": table, "entity_column": "person_id",
+                           "slots": slots or {"function": "function"}, **kw}]}
+
+
 @pytest.mark.parametrize("patch, reason", [
     ({"source": "/nowhere/export.duckdb"}, "source_not_found"),
-    ({"relations": [{"relation": "held_role", "table": "nope", "entity_column": "person_id", "slots": {"function": "function"}}]},
-     "load_table_unknown"),
-    ({"relations": [{"relation": "held_role", "table": "roles", "entity_column": "person_id", "slots": {"function": "fn"}}]},
-     "load_column_unknown"),
-    ({"relations": [{"relation": "held_role", "table": "roles", "entity_column": "person_id", "slots": {"hair": "function"}}]},
-     "slot_unknown"),
-    ({"relations": [{"relation": "board_seat", "table": "roles", "entity_column": "person_id", "slots": {"x": "function"}}]},
-     "relation_unknown"),
-    ({"relations": [{"relation": "held_role", "table": "roles", "entity_column": "person_id", "key_column": "function",
-                     "slots": {"function": "function"}}]}, "load_key_not_unique"),
+    (_one(table="nope"), "load_table_unknown"),
+    (_one(slots={"function": "fn"}), "load_column_unknown"),
+    (_one(slots={"hair": "function"}), "slot_unknown"),
+    (_one(relation="board_seat", slots={"x": "function"}), "relation_unknown"),
+    (_one(key_column="function"), "load_key_not_unique"),
 ])
 def test_a_bad_load_is_422_and_writes_nothing(client, tmp_path, patch, reason):
     src = export(tmp_path / "x.duckdb", ["a", "b"], roles=[role("a"), role("b")])

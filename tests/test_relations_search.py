@@ -6,7 +6,7 @@ loaded from a real DuckDB file by the product's SQL load.
 from __future__ import annotations
 
 import pytest
-from relations_helpers import c, export, load, load_body, loaded, new_workspace, role, screening, search
+from relations_helpers import c, load, loaded, new_workspace, role, screening, search, write_duckdb
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +19,7 @@ def client(tmp_path_factory):
 
 
 VP_DACH = [c("held_role", "seniority", "gte", "VP"), c("held_role", "geography", "eq", "DACH")]
+SALES = [c("held_role", "function", "eq", "Sales")]
 
 
 # The partition -------------------------------------------------------------------------------
@@ -224,7 +225,6 @@ def test_unbound_constraints_are_gaps_that_do_not_run(client, tmp_path):
 
 def test_numbers_compare_as_numbers_and_rank_by_distance_in_units(client, tmp_path):
     src = tmp_path / "eng.duckdb"
-    from relations_helpers import write_duckdb
     write_duckdb(src, {"eng": (["id", "person_id", "topic", "rate"],
                                [{"id": "e1", "person_id": "a", "topic": "pricing", "rate": "150"},
                                 {"id": "e2", "person_id": "b", "topic": "pricing", "rate": "99.5"},
@@ -315,7 +315,7 @@ def test_malformed_constraints_are_422_search_constraint_invalid(client, constra
 
 def test_brief_and_constraints_are_exactly_one_and_a_brief_needs_a_model(client):
     ws = new_workspace(client)
-    for body in ({"workspace_id": ws}, {"workspace_id": ws, "brief": "x", "constraints": [c("held_role", "function", "eq", "Sales")]}):
+    for body in ({"workspace_id": ws}, {"workspace_id": ws, "brief": "x", "constraints": SALES}):
         r = client.post("/v1/public/search", json=body)
         assert r.status_code == 422
         assert r.json()["detail"]["title"] == "send exactly one of `brief` and `constraints`"
@@ -328,12 +328,12 @@ def test_brief_and_constraints_are_exactly_one_and_a_brief_needs_a_model(client)
                                    {"offset": -1}, {"detail": "verbose"}, {"surprise": 1}])
 def test_malformed_request_fields_are_422(client, extra):
     ws = new_workspace(client)
-    r = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": [c("held_role", "function", "eq", "Sales")], **extra})
+    r = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES, **extra})
     assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error"
 
 
 def test_an_unknown_workspace_is_404(client):
-    r = client.post("/v1/public/search", json={"workspace_id": "nope", "constraints": [c("held_role", "function", "eq", "Sales")]})
+    r = client.post("/v1/public/search", json={"workspace_id": "nope", "constraints": SALES})
     assert r.status_code == 404 and r.json()["detail"]["type"] == "workspace_not_found"
 
 

@@ -282,7 +282,8 @@ def _bind_term(c: Constraint, rel: Relation, slot: Slot, vocabulary: Vocabulary)
     if c.op == "eq" and not via:
         line = f"{slot.name}: {c.value} is a term of axis {axis.name}"
     else:
-        line = f"{slot.name}: {prefix}{shown} → {'not ' if c.op == 'ne' else ''}{_fmt(terms)}" + (f" via {via}" if via else "")
+        negation = "not " if c.op == "ne" else ""
+        line = f"{slot.name}: {prefix}{shown} → {negation}{_fmt(terms)}" + (f" via {via}" if via else "")
     return Bound(c, rel, slot, "term", line, terms=terms)
 
 

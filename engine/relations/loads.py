@@ -300,7 +300,8 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest) -> dict:
                 "SELECT count(*) FROM load_entities l JOIN rel_entities e ON e.entity_id = l.entity_id "
                 "AND e.workspace_id = ? WHERE l.name IS NOT NULL AND e.name IS DISTINCT FROM l.name",
                 [workspace_id]).fetchall()[0][0]
-            con.execute("UPDATE rel_entities SET name = l.name FROM load_entities l WHERE rel_entities.workspace_id = ? "
+            con.execute("UPDATE rel_entities SET name = l.name FROM load_entities l "
+                        "WHERE rel_entities.workspace_id = ? "
                         "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL", [workspace_id])
             added = RelationStore.register_entities(con, workspace_id, kind, load_id,
                                                     "SELECT entity_id, name FROM load_entities", [])
