@@ -39,3 +39,25 @@ BASE = {"name": "p", "relations": [{"name": "r", "subject": "thing", "slots": [{
 def test_a_pack_that_cannot_be_used_is_refused(change, message):
     with pytest.raises(PackError, match=message):
         parse_pack({**BASE, **change})
+
+
+def test_a_yaml_pack_reads_like_a_toml_one(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(
+        "name: tiny\n"
+        "relations:\n"
+        "  - name: owns\n"
+        "    subject: company\n"
+        "    slots:\n"
+        "      - {name: asset, type: term, axis: asset}\n"
+        "      - {name: since, type: month}\n"
+        "    date_slot: since\n"
+        "vocabulary:\n"
+        "  asset:\n"
+        "    terms: [Plant, Fleet, Ship]\n"
+        "    hierarchy: {Fleet: [Ship]}\n")
+    pack = load_pack("tiny", tmp_path)
+    assert pack.schema.relation("owns").date_slot == "since"
+    assert pack.vocabulary.axis("asset").covered("Fleet") == ["Fleet", "Ship"]
+    (tmp_path / "tiny.toml").write_text('name = "tiny"\n')
+    with pytest.raises(PackError, match="written twice"):
+        load_pack("tiny", tmp_path)

@@ -1,6 +1,7 @@
 """Relation packs: typed relations over subject kinds, and the vocabulary their term slots read.
 
-A pack is a TOML file in configs/packs/ (see expert_network.toml for the format). `load_pack(name)`
+A pack is a TOML or YAML file in configs/packs/ (see expert_network.toml for the format; a YAML
+pack has the same keys). `load_pack(name)`
 returns a `Pack` with `.schema` (relations and their slots) and `.vocabulary` (one axis per term
 slot family: terms, synonyms, a hierarchy and an optional order).
 """
@@ -212,12 +213,23 @@ def parse_pack(data: dict, path: Path | None = None) -> Pack:
     return Pack(name, data.get("description", ""), Schema(relations), vocabulary, path)
 
 
+EXTENSIONS = (".toml", ".yaml", ".yml")
+
+
 @lru_cache(maxsize=64)
 def _load(path: Path, mtime: float) -> Pack:
+    text = path.read_text(encoding="utf-8")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # tomllib.TOMLDecodeError, yaml.YAMLError: the file is not valid as written
         raise PackError(f"{path.name}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PackError(f"{path.name}: a pack is a mapping of name, relations and vocabulary")
     pack = parse_pack(data, path)
     if pack.name != path.stem:
         raise PackError(f"{path.name} declares pack {pack.name!r}; the file name must match")
@@ -225,17 +237,20 @@ def _load(path: Path, mtime: float) -> Pack:
 
 
 def pack_names(pack_dir: Path = PACK_DIR) -> list[str]:
-    return sorted(p.stem for p in pack_dir.glob("*.toml"))
+    return sorted({p.stem for ext in EXTENSIONS for p in pack_dir.glob(f"*{ext}")})
 
 
 def load_pack(name: str, pack_dir: Path = PACK_DIR) -> Pack:
-    """The pack configs/packs/<name>.toml, parsed and checked (cached until the file changes)."""
+    """The pack configs/packs/<name>.toml (or .yaml / .yml), parsed and checked (cached until the
+    file changes)."""
     if not isinstance(name, str) or not NAME.match(name):
         raise PackNotFound(f"no pack named {name!r}")
-    path = pack_dir / f"{name}.toml"
-    if not path.is_file():
+    found = [pack_dir / f"{name}{ext}" for ext in EXTENSIONS if (pack_dir / f"{name}{ext}").is_file()]
+    if not found:
         raise PackNotFound(f"no pack named {name!r} in {pack_dir}")
-    return _load(path, path.stat().st_mtime)
+    if len(found) > 1:
+        raise PackError(f"pack {name!r} is written twice: {', '.join(p.name for p in found)}")
+    return _load(found[0], found[0].stat().st_mtime)
 
 
 def combine(packs: list[Pack]) -> tuple[Schema, Vocabulary]:
