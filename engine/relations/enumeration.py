@@ -292,13 +292,13 @@ class Enumerator:
         return cols
 
     def flags(self, rel: Relation) -> Flags:
-        """The per-row flags OR-ed per entity: live (a row not retired), per unit m / o, and for a
+        """The per-row flags OR-ed per entity: live (a row not retired), per unit o, and for a
         group why an open row cannot be judged and whether a value could not be placed — each
         only where this data can raise it."""
         f, prof, as_of = Flags(), self.profiles[rel.name], self.plan.as_of
         f.add("live", "NOT retired_" if prof.retired else "TRUE")
         for name, bound in self.units(rel):
-            f.add(f"{name}_m", f"{name}_m")
+            # whether a row matches is read off the unit's row counter (> 0), not a flag
             if self.can_open(rel, bound):
                 f.add(f"{name}_o", f"{name}_o")
             if not name.startswith("g") or (not self.can_open(rel, bound) and not prof.unplaced):
@@ -381,6 +381,15 @@ class Enumerator:
         return (f"SELECT ent_no, {', '.join(f'{agg} AS {n}' for n, _, _, agg in cols)} "
                 f"FROM ({from_rows} UNION ALL {from_cov}) GROUP BY ent_no"), params
 
+    def counter_expr(self, rel: Relation, counter: str, agg: str) -> str:
+        """SQL reading one entity's counter off its aggregate row `agg`."""
+        if self.profiles[rel.name].rows >= 2 ** FIELD:
+            return f"{agg}.n_{counter}"
+        for k, names in enumerate(self.packed(rel)):
+            if counter in names:
+                return f"(({agg}.pk{k} >> {FIELD * names.index(counter)}) & {2 ** FIELD - 1})"
+        raise KeyError(counter)
+
     def counter_sql(self) -> dict[str, str]:
         """Per counter, SQL over the temp table giving one entity's value (the warrant sums it)."""
         out = {}
@@ -414,7 +423,8 @@ class Enumerator:
             else:
                 select += [f"coalesce({a}.pk{k}, 0) AS pk_{rel.name}_{k}" for k in range(len(self.packed(rel)))]
             for name, bound in self.units(rel):
-                m, o = flags.test(f"{name}_m", f"{a}.mask"), flags.test(f"{name}_o", f"{a}.mask")
+                m, o = f"coalesce({self.counter_expr(rel, f'{name}_active', a)} > 0, FALSE)", \
+                    flags.test(f"{name}_o", f"{a}.mask")
                 select.append(f"CAST(CASE WHEN {m} THEN {MATCHED} WHEN {o} THEN {UNDETERMINED} "
                               f"WHEN {covered} THEN {NONE} ELSE {NOT_RECORDED} END AS TINYINT) AS {name}")
                 if name.startswith("g"):
