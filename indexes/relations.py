@@ -185,20 +185,6 @@ class RelationStore:
                                     [load_id]).fetchone()
         return None if row is None else {"source": row[0], "format": row[1], "spec": row[2]}
 
-    def names(self, workspace_id: str, entity_ids: list[str]) -> dict[str, str | None]:
-        if not entity_ids:
-            return {}
-        return dict(self.cursor().execute(
-            "SELECT entity_id, name FROM rel_entities WHERE workspace_id = ? AND entity_id IN (SELECT unnest(?))",
-            [workspace_id, entity_ids]).fetchall())
-
-    def names_by_number(self, workspace_id: str, numbers: list[int]) -> dict[str, str | None]:
-        if not numbers:
-            return {}
-        return dict(self.cursor().execute(
-            f"SELECT entity_id, name FROM rel_entities WHERE workspace_id = ? "
-            f"AND ent_no IN ({', '.join(str(int(n)) for n in numbers)})", [workspace_id]).fetchall())
-
     # Audit ---------------------------------------------------------------------------------------
     def record_audit(self, request_id: str, ts, verb: str, workspace_id: str | None, request: str,
                      rows: str, spans: str, summary: str) -> None:

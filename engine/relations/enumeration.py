@@ -405,8 +405,9 @@ class Enumerator:
         plan = self.plan
         ws = plan.space.workspace_id
         params: list = [ws, plan.kinds]
-        ctes = ["u AS (SELECT ent_no, entity_id FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind))"]
-        select = ["u.ent_no", "u.entity_id"]
+        ctes = ["u AS (SELECT ent_no, entity_id, name FROM rel_entities WHERE workspace_id = ? "
+                "AND list_contains(?, kind))"]
+        select = ["u.ent_no", "u.entity_id", "u.name"]
         joins = []
         for rel in plan.relations:
             flags, prof = self.flag_sets[rel.name], self.profiles[rel.name]

@@ -125,10 +125,9 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
                        slot_receipts={k: v for k, v in receipts.items() if k in slots},
                        load_id=row["load_id"])
             delivered[row["entity_id"]].append(out)
-    names = rstore.names_by_number(plan.space.workspace_id, numbers)
     out = []
     for p in page:
         rows = sorted(delivered.get(p["entity_id"], []), key=lambda r: (min(r["satisfies_groups"]), r["row_id"]))
-        out.append({"entity_id": p["entity_id"], "name": names.get(p["entity_id"]), "rank": p["rank"],
+        out.append({"entity_id": p["entity_id"], "name": p["name"], "rank": p["rank"],
                     "rank_key": p["rank_key"], "rows": rows})
     return out

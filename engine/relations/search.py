@@ -362,13 +362,13 @@ class Warrant:
         if self.restrict is not None:
             where = "WHERE list_contains(?, entity_id)"
             params.append(self.restrict)
-        sel = ", ".join(["entity_id", "rank", "opt", "ent_no", *dcols])
+        sel = ", ".join(["entity_id", "rank", "opt", "ent_no", "name", *dcols])
         rows = self.con.execute(
             f"SELECT {sel} FROM (SELECT *, row_number() OVER (ORDER BY {self.order_by()}) AS rank FROM {self.t} "
             f"WHERE status = {STATUS['matched']}) {where} ORDER BY rank LIMIT ? OFFSET ?",
             params + [req.limit, req.offset]).fetchall()
-        return [{"entity_id": r[0], "rank": r[1], "ent_no": r[3],
-                 "rank_key": {"optional_groups_satisfied": r[2], "threshold_distance": list(r[4:]),
+        return [{"entity_id": r[0], "rank": r[1], "ent_no": r[3], "name": r[4],
+                 "rank_key": {"optional_groups_satisfied": r[2], "threshold_distance": list(r[5:]),
                               "entity_id": r[0]}} for r in rows]
 
     def licence(self, agg: dict, truncated: bool) -> dict:
