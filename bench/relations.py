@@ -161,7 +161,8 @@ def main() -> None:
     con = rstore.cursor()
 
     def enumerate_only():
-        en = Enumerator(con, Plan(space, make_groups(bound), bound, None, ["person"]))
+        en = Enumerator(con, Plan(space, make_groups(bound), bound, None, ["person"]), rstore.cache,
+                        rstore.version(ws))
         en.run()
         en.drop()
 

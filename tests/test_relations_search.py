@@ -346,3 +346,18 @@ def test_the_same_request_gives_the_same_answer(client, tmp_path):
         body.pop("request_id")
     assert one == two
     assert one["entities"]["matched"] == ["b", "c", "a"]   # distance 0, 0 (by id), then 1 rung
+
+
+def test_in_ne_and_contains(client, tmp_path):
+    ws = loaded(client, tmp_path, ["s", "m", "o"],
+                roles=[role("s", company="Kestrel Pumps AG"), role("m", function="Marketing", company="Lumen"),
+                       role("o", function="Ops", company="Corvid Freight")])
+    body = search(client, ws, [c("held_role", "function", "in", ["Sales", "Operations"])])
+    assert body["entities"]["matched"] == ["o", "s"]
+    assert body["expansion"] == ["function: in Sales, Operations → {Sales, Operations}"]
+    body = search(client, ws, [c("held_role", "function", "ne", "Sales")])
+    assert body["entities"]["matched"] == ["m", "o"] and body["entities"]["none"] == ["s"]
+    assert body["expansion"] == ["function: ≠ Sales → not {Sales}"]
+    body = search(client, ws, [c("held_role", "company", "contains", "pumps")])
+    assert body["entities"]["matched"] == ["s"]
+
