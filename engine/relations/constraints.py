@@ -287,7 +287,7 @@ def _bind_term(c: Constraint, rel: Relation, slot: Slot, vocabulary: Vocabulary)
     return Bound(c, rel, slot, "term", line, terms=terms)
 
 
-def _bind(c: Constraint, rel: Relation, slot: Slot, vocabulary: Vocabulary) -> Bound:
+def bind_one(c: Constraint, rel: Relation, slot: Slot, vocabulary: Vocabulary) -> Bound:
     values = c.value if c.op == "in" else [c.value]
     sym = SYMBOL[c.op]
     shown = "[" + ", ".join(map(str, values)) + "]" if c.op == "in" else str(c.value)
@@ -338,5 +338,5 @@ def bind(constraints: list[Constraint], schema, vocabulary: Vocabulary) -> tuple
         if slot.type == "term" and slot.axis is None:
             gaps.append(Gap(c.index, c, f"vocabulary_unbound:{c.slot}"))
             continue
-        bound.append(_bind(c, rel, slot, vocabulary))
+        bound.append(bind_one(c, rel, slot, vocabulary))
     return bound, gaps
