@@ -22,11 +22,13 @@ from ..errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestI
 from ..querylog import LogEntry, QueryLog
 from .constraints import Bound, bind, parse_constraints, parse_span
 from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
+from .compact import about_lines, compact_reply
 from .receipts import deliver_rows
 from .workspaces import open_space
 
 RANKING = "deterministic: optional-groups, threshold-distance, entity_id"
 LIST_DEFAULT = 200
+FULL_LIMIT, COMPACT_LIMIT = 50, 25
 MATCHED_IDS_MAX = 200
 STATUSES = ("none", "not_recorded", "undetermined")
 CAUSE_REASON = {"undated": "undated_rows_unanswerable", "open_period": "open_period_rows_unanswerable",
@@ -43,13 +45,16 @@ class RelationSearchRequest(BaseModel):
                               description="The request in plain language (needs a compile model).")
     as_of: str | None = Field(default=None, pattern=r"^\d{4}-(0[1-9]|1[0-2])$",
                               description="YYYY-MM: the month the rows are tested at.")
-    limit: int = Field(default=50, ge=0, le=500, description="Matches on this page (the counts stay whole).")
+    limit: int | None = Field(default=None, ge=0, le=500,
+                              description="Matches on this page (default 50; 25 with detail compact); "
+                                          "the counts stay whole.")
     offset: int = Field(default=0, ge=0)
     list_limit: int | None = Field(default=None, ge=0, le=200,
                                    description="Bound on every list of non-matches (default 200).")
     entity_ids: list[str] | None = Field(default=None, max_length=500,
                                          description="Deliver only these entities (counts stay of the whole set).")
-    detail: Literal["full"] = "full"
+    detail: Literal["full", "compact"] = Field(
+        default="full", description="full: the whole warrant; compact: the matches, why, who, counts of the rest")
 
 
 def _utcnow() -> datetime:
@@ -81,6 +86,8 @@ class RelationSearch:
             raise SearchRequestInvalid("send exactly one of `brief` and `constraints`")
         if req.brief is not None:
             raise CompileUnavailable()
+        req = req.model_copy(update={"limit": req.limit if req.limit is not None
+                                     else (COMPACT_LIMIT if req.detail == "compact" else FULL_LIMIT)})
         constraints = parse_constraints(req.constraints)
         bound, gaps = bind(constraints, space.schema, space.vocabulary)
         kinds = sorted({b.rel.subject for b in bound})
@@ -97,11 +104,15 @@ class RelationSearch:
         en = Enumerator(con, plan, self.rstore.cache, self.rstore.version(req.workspace_id))
         try:
             en.run()
-            body = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups).build(request_id)
+            warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups)
+            body = warrant.build(request_id)
         finally:
             en.drop()
         elapsed = round((time.perf_counter() - t0) * 1000, 2)
         self._record(request_id, req, body, elapsed)
+        if req.detail == "compact":
+            about = about_lines(self.rstore, space, warrant.page_numbers)
+            return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True))
         return body
 
     def _record(self, request_id: str, req: RelationSearchRequest, body: dict, elapsed_ms: float) -> None:
@@ -130,6 +141,7 @@ class Warrant:
         self.list_limit = LIST_DEFAULT if req.list_limit is None else req.list_limit
         self.restrict = req.entity_ids
         self.numbers: dict[str, int] = {}   # entity id -> entity number, for the ids the lists hold
+        self.page_numbers: dict[str, int] = {}   # entity id -> entity number, for the page's matches
 
     def _ids(self, where: str, order: str = "entity_id", limit: int | None = None) -> list[str]:
         params: list = []
@@ -192,6 +204,7 @@ class Warrant:
                          "entity_ids": self.listed[f"g{g.index}:{s}"], "total": agg[f"g{g.index}_{s}"]}
                         for g in groups] for s in STATUSES}
         page = self.page()
+        self.page_numbers = {p["entity_id"]: p["ent_no"] for p in page}
         matches = deliver_rows(self.rstore, self.en, page, groups)
         truncated = len(matches) < counts["matched"]
         provenance = {"declared": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "declared"),

@@ -17,7 +17,6 @@ if not (SEEDS / RELATION_SEED).is_file():
 
 EXAMPLES = load_examples()
 LATER = [
-    ('"detail": "compact"', "the compact reply (issue 7)"),
     ("over_mcp", "the MCP tool limma_search (issue 8)"),
 ]
 
