@@ -116,6 +116,12 @@ class Corpus:
         self.querylog.add_feedback(query_id, page_id, kind)
         return {"query_id": query_id, "page_id": page_id, "kind": kind, "stored": True}
 
+    def brief_compiler(self):
+        """The relation-search brief compiler configured in settings ([compiler]), or None."""
+        from models.compiler import compiler_from
+
+        return compiler_from(**self.settings.compiler.model_dump())
+
     def reranker_status(self) -> dict:
         """The configured reranker: whether a rerank request can be served, and if not, why and how."""
         from models.registry import ModelNotFound

@@ -98,3 +98,8 @@ class CompileUnavailable(EngineError):
 
 class WorkspaceExists(EngineError):
     status, type = 409, "workspace_exists"
+
+
+class CompileFailed(EngineError):
+    """The configured compile endpoint failed (unreachable, refused, or did not call the tool)."""
+    status, type = 502, "compile_failed"

@@ -69,6 +69,15 @@ class SearchSettings(BaseModel):
     snippets_per_page: int = Field(2, ge=1)
 
 
+class CompilerSettings(BaseModel):
+    base_url: str = ""
+    model: str = ""
+    api_key: str = ""
+    uds: str = ""
+    timeout_s: float = Field(60.0, gt=0)
+    max_tokens: int = Field(2000, ge=64)
+
+
 class LogSettings(BaseModel):
     enabled: bool = True
     queue_size: int = Field(10_000, ge=1)
@@ -101,6 +110,7 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    compiler: CompilerSettings = Field(default_factory=CompilerSettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import SearchConstraintInvalid
 from .packs import OPS, Relation, Slot, Vocabulary, norm
 
-KEYS = {"relation", "slot", "op", "value", "brief_span", "quote", "required"}
+# span_relocated_from is accepted (and not read) so a brief's compiled.constraints can be sent back as is.
+KEYS = {"relation", "slot", "op", "value", "brief_span", "quote", "required", "span_relocated_from"}
 SYMBOL = {"eq": "=", "ne": "≠", "gte": "≥", "lte": "≤", "in": "in", "contains": "contains"}
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 SPAN = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?$")

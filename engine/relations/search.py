@@ -17,11 +17,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.relations import RelationStore
+from models.compiler import ChatCompletionsCompiler
 
 from ..errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
 from ..querylog import LogEntry, QueryLog
 from .constraints import Bound, bind, parse_constraints, parse_span
 from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
+from .brief import BriefCompile, compile_brief
 from .compact import about_lines, compact_reply
 from .receipts import deliver_rows
 from .workspaces import open_space
@@ -74,9 +76,11 @@ def time_rule(rel, as_of: str | None) -> str:
 
 
 class RelationSearch:
-    def __init__(self, rstore: RelationStore, querylog: QueryLog | None = None):
+    def __init__(self, rstore: RelationStore, querylog: QueryLog | None = None,
+                 compiler: ChatCompletionsCompiler | None = None):
         self.rstore = rstore
         self.querylog = querylog
+        self.compiler = compiler
 
     def search(self, req: RelationSearchRequest) -> dict:
         t0 = time.perf_counter()
@@ -84,11 +88,20 @@ class RelationSearch:
         space = open_space(self.rstore, req.workspace_id)
         if (req.brief is None) == (req.constraints is None):
             raise SearchRequestInvalid("send exactly one of `brief` and `constraints`")
+        default_limit = COMPACT_LIMIT if req.detail == "compact" else FULL_LIMIT
+        req = req.model_copy(update={"limit": req.limit if req.limit is not None else default_limit})
+        brief, as_of_source = None, "request" if req.as_of else None
         if req.brief is not None:
-            raise CompileUnavailable()
-        req = req.model_copy(update={"limit": req.limit if req.limit is not None
-                                     else (COMPACT_LIMIT if req.detail == "compact" else FULL_LIMIT)})
-        constraints = parse_constraints(req.constraints)
+            if self.compiler is None:
+                raise CompileUnavailable()
+            brief = compile_brief(self.compiler, req.brief, space)
+            if req.as_of is None and brief.compiled.as_of:   # a request's as_of wins over the brief's
+                req, as_of_source = req.model_copy(update={"as_of": brief.compiled.as_of}), "compiled"
+            if not brief.compiled.constraints:
+                return self._nothing_compiled(request_id, req, space, brief, as_of_source)
+            constraints = parse_constraints([k.as_constraint() for k in brief.compiled.constraints])
+        else:
+            constraints = parse_constraints(req.constraints)
         bound, gaps = bind(constraints, space.schema, space.vocabulary)
         kinds = sorted({b.rel.subject for b in bound})
         if len(kinds) > 1:
@@ -104,7 +117,7 @@ class RelationSearch:
         en = Enumerator(con, plan, self.rstore.cache, self.rstore.version(req.workspace_id))
         try:
             en.run()
-            warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups)
+            warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups, brief, as_of_source)
             body = warrant.build(request_id)
         finally:
             en.drop()
@@ -113,6 +126,32 @@ class RelationSearch:
         if req.detail == "compact":
             about = about_lines(self.rstore, space, warrant.page_numbers)
             return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True))
+        return body
+
+    def _nothing_compiled(self, request_id: str, req: RelationSearchRequest, space, brief: BriefCompile,
+                          as_of_source: str | None) -> dict:
+        """A brief of which no constraint compiled: nothing ran, and the reply says so instead of
+        answering a question nobody asked (no entity is placed in any set)."""
+        kinds = space.subject_kinds()
+        universe = self.rstore.cursor().execute(
+            "SELECT count(*) FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind)",
+            [space.workspace_id, kinds]).fetchone()[0]
+        compiled = brief.as_dict()
+        narrowed = [r for r, present in (("constraints_dropped", compiled["dropped"]),
+                                         ("brief_uncompiled", compiled["uncompiled"])) if present]
+        body = {"request_id": request_id, "workspace_id": space.workspace_id, "bound": False,
+                "unbound_because": "nothing_compiled", "ranking": RANKING, "as_of": req.as_of,
+                "as_of_source": as_of_source, "constraints": [], "expansion": [],
+                "counts": {"universe": universe, "matched": 0, "none": 0, "not_recorded": 0, "undetermined": 0,
+                           "bound": 0, "per_constraint": []},
+                "entities": {"matched": [], "none": [], "not_recorded": [], "undetermined": []}, "groups": [],
+                "none": [], "not_recorded": [], "undetermined": [], "matches": [], "truncated": False,
+                "limit": req.limit, "offset": req.offset, "provenance": {"declared": 0, "extracted": 0},
+                "gaps": {"unbound": [], "dropped": compiled["dropped"], "uncompiled": compiled["uncompiled"]},
+                "coverage": {"completeness_licensed": False, "withheld_because": "narrowed",
+                             "narrowed_by": narrowed or ["brief_uncompiled"]},
+                "map_version": space.map_version, "compiled": compiled}
+        self._record(request_id, req, body, 0.0)
         return body
 
     def _record(self, request_id: str, req: RelationSearchRequest, body: dict, elapsed_ms: float) -> None:
@@ -125,7 +164,8 @@ class RelationSearch:
         if self.querylog is not None:
             self.querylog.record(LogEntry(
                 query_id=request_id, endpoint="/v1/public/search", workspace=req.workspace_id,
-                query=json.dumps(req.constraints), params={k: v for k, v in request.items() if k != "constraints"},
+                query=req.brief if req.brief is not None else json.dumps(req.constraints),
+                params={k: v for k, v in request.items() if k not in ("constraints", "brief")},
                 models=[], timings={"total_ms": elapsed_ms}, total=body["counts"]["matched"],
                 returned=len(body["matches"])))
 
@@ -134,7 +174,8 @@ class Warrant:
     """Reads the enumeration's temp table into the reply."""
 
     def __init__(self, rstore, con, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
-                 gaps, groups: list[Group]):
+                 gaps, groups: list[Group], brief: BriefCompile | None = None, as_of_source: str | None = None):
+        self.brief, self.as_of_source = brief, as_of_source
         self.rstore, self.con, self.en, self.req = rstore, con, en, req
         self.constraints, self.bound, self.gaps, self.groups = constraints, bound, gaps, groups
         self.t = en.table
@@ -215,7 +256,7 @@ class Warrant:
             "bound": not self.gaps,
             "ranking": RANKING,
             "as_of": req.as_of,
-            "as_of_source": "request" if req.as_of else None,
+            "as_of_source": self.as_of_source,
             "constraints": [{"index": c.index, **c.as_sent()} for c in self.constraints],
             "expansion": [b.expansion for b in self.bound],
             "counts": counts,
@@ -232,9 +273,14 @@ class Warrant:
         if self.restrict is not None:
             body["entity_ids"] = self.restrict
         body["provenance"] = provenance
-        body["gaps"] = {"unbound": [g.as_dict() for g in self.gaps], "dropped": [], "uncompiled": []}
+        compiled = self.brief.as_dict() if self.brief is not None else None
+        body["gaps"] = {"unbound": [g.as_dict() for g in self.gaps],
+                        "dropped": compiled["dropped"] if compiled else [],
+                        "uncompiled": compiled["uncompiled"] if compiled else []}
         body["coverage"] = self.licence(agg, truncated)
         body["map_version"] = self.en.plan.space.map_version
+        if compiled is not None:
+            body["compiled"] = compiled
         return body
 
     def tally(self) -> dict[str, Any]:
@@ -386,6 +432,9 @@ class Warrant:
 
     def licence(self, agg: dict, truncated: bool) -> dict:
         narrowed: list[str] = []
+        if self.brief is not None:   # part of the brief did not compile: that part was not searched
+            narrowed += ["constraints_dropped"] if self.brief.compiled.dropped else []
+            narrowed += ["brief_uncompiled"] if self.brief.compiled.uncompiled else []
         required = [g for g in self.groups if g.required]
         narrowed += [f"constraint_unbound:{g.index}" for g in self.gaps if g.constraint.required]
         for b in self.bound:

@@ -1,0 +1,157 @@
+"""The brief path against a FAKE OpenAI-compatible chat completions server: real HTTP, a canned tool
+call. The fake listens on a Unix socket rather than 127.0.0.1 because the suite must pass under
+`unshare -n`, where loopback TCP is unreachable; the compiler speaks the same HTTP either way."""
+from __future__ import annotations
+
+import http.server
+import json
+import socketserver
+import threading
+
+import pytest
+from relations_helpers import loaded, role, screening
+
+BRIEF = "Find VP-level Sales leaders in DACH. They must have passed a compliance screening. Fluent in German."
+
+
+def at(words: str) -> list[int]:
+    start = BRIEF.index(words)
+    return [start, start + len(words)]
+
+
+CANNED = {"constraints": [
+    {"relation": "held_role", "slot": "seniority", "op": "gte", "value": "VP", "quote": "VP-level",
+     "brief_span": at("VP-level"), "required": True},
+    {"relation": "held_role", "slot": "geography", "op": "eq", "value": "DACH", "quote": "DACH",
+     "brief_span": [0, 4], "required": True},                                   # mis-counted: relocated
+    {"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed", "quote": "passed",
+     "brief_span": at("passed"), "required": True},
+    {"relation": "screening", "slot": "kind", "op": "eq", "value": "compliance", "quote": "a compliance check",
+     "brief_span": [0, 5], "required": True},                                   # not in the brief: dropped
+], "as_of": "2024-06"}
+
+
+class FakeChatCompletions(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A fake OpenAI-compatible endpoint: records each request, answers with the canned tool call
+    (or with `status` when set)."""
+    daemon_threads = True
+
+    def __init__(self, path):
+        self.requests, self.status, self.arguments = [], 200, CANNED
+        super().__init__(path, Handler)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def address_string(self):   # a Unix socket has no client address
+        return "fake"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.requests.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
+        tool = body["tools"][0]["function"]["name"]
+        reply = {"model": "fake-compiler-1", "usage": {"prompt_tokens": 900, "completion_tokens": 120},
+                 "choices": [{"message": {"role": "assistant", "tool_calls": [
+                     {"id": "call_1", "type": "function",
+                      "function": {"name": tool, "arguments": json.dumps(self.server.arguments)}}]}}]}
+        data = json.dumps(reply if self.server.status == 200 else {"error": "overloaded"}).encode()
+        self.send_response(self.server.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fake-llm") / "chat.sock"
+    server = FakeChatCompletions(str(path))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory, fake):
+    from fastapi.testclient import TestClient
+
+    from engine.corpus import open_corpus
+    from engine.settings import load_settings
+    from server.app import create_app
+
+    settings = load_settings(data_dir=str(tmp_path_factory.mktemp("brief")), compiler={
+        "base_url": "http://fake-llm/v1", "model": "fake-compiler-1", "api_key": "sk-test",
+        "uds": fake.server_address})
+    corpus = open_corpus(settings)
+    cl = TestClient(create_app(settings, corpus))
+    yield cl
+    corpus.close()
+
+
+@pytest.fixture
+def ws(client, tmp_path):
+    return loaded(client, tmp_path, ["a", "b", "c"],
+                  roles=[role("a", "VP", geography="Austria"), role("b", "SVP", geography="Germany"),
+                         role("c", "IC")],
+                  screenings=[screening("a", on="2024-01"), screening("b", on="2024-09")], screened=["a", "b", "c"])
+
+
+def test_a_brief_is_compiled_by_one_forced_tool_call_then_checked(client, fake, ws):
+    fake.status, fake.arguments = 200, CANNED
+    n = len(fake.requests)
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF}).json()
+    assert len(fake.requests) == n + 1
+    sent = fake.requests[-1]
+    assert sent["path"] == "/v1/chat/completions" and sent["auth"] == "Bearer sk-test"
+    assert sent["body"]["tool_choice"]["function"]["name"] == "compile_search_brief"
+    assert sent["body"]["messages"][-1]["content"] == BRIEF
+    compiled = body["compiled"]
+    assert [(k["slot"], k["brief_span"]) for k in compiled["constraints"]] == \
+        [("seniority", at("VP-level")), ("geography", at("DACH")), ("outcome", at("passed"))]
+    assert compiled["constraints"][1]["span_relocated_from"] == [0, 4]
+    assert [d["reason"] for d in compiled["dropped"]] == ["quote_not_in_brief"]
+    assert compiled["uncompiled"] == [{"span": at("Fluent in German."), "text": "Fluent in German."}]
+    assert (compiled["model"], compiled["usage"]["prompt_tokens"]) == ("fake-compiler-1", 900)
+    assert body["gaps"]["dropped"] == compiled["dropped"] and body["gaps"]["uncompiled"] == compiled["uncompiled"]
+    assert body["coverage"]["narrowed_by"][:2] == ["constraints_dropped", "brief_uncompiled"]
+    # the brief pinned June 2024: b's screening (September) had not happened yet
+    assert (body["as_of"], body["as_of_source"]) == ("2024-06", "compiled")
+    assert body["entities"]["matched"] == ["a"]
+    # compiled.constraints is the shape the constraints field takes: sending it back runs the same search
+    again = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": compiled["constraints"],
+                                                   "as_of": "2024-06"}).json()
+    assert again["entities"] == body["entities"]
+
+
+def test_a_requests_as_of_wins_over_the_briefs(client, fake, ws):
+    fake.status, fake.arguments = 200, CANNED
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF, "as_of": "2024-12"}).json()
+    assert (body["as_of"], body["as_of_source"]) == ("2024-12", "request")
+    assert body["entities"]["matched"] == ["a", "b"]
+
+
+def test_a_brief_of_which_nothing_compiles_runs_nothing(client, fake, ws):
+    fake.status, fake.arguments = 200, {"constraints": [
+        {"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales", "quote": "Sales people",
+         "brief_span": [0, 3], "required": True}]}
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF}).json()
+    assert body["bound"] is False and body["unbound_because"] == "nothing_compiled"
+    assert body["entities"]["matched"] == [] and body["counts"]["universe"] == 3
+    assert body["coverage"]["narrowed_by"] == ["constraints_dropped", "brief_uncompiled"]
+
+
+def test_a_failing_endpoint_is_502_compile_failed(client, fake, ws):
+    fake.status = 503
+    r = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF})
+    fake.status = 200
+    assert r.status_code == 502 and r.json()["detail"]["type"] == "compile_failed"
+
+
+def test_the_compact_reply_serves_a_brief_too(client, fake, ws):
+    fake.status, fake.arguments = 200, CANNED
+    reply = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF, "detail": "compact"}).json()
+    assert [m["entity_id"] for m in reply["matches"]] == ["a"]
+    assert reply["incomplete_because"][:2] == ["constraints_dropped: 1", "brief_uncompiled: 1"]
