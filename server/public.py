@@ -39,7 +39,7 @@ def public_search(body: RelationSearchRequest, request: Request) -> dict:
     """Constraints over typed relations -> the closed set with its warrant: matched / none /
     not_recorded / undetermined, counts, groups, absence verdicts, receipts and the licence."""
     c = request.app.state.corpus
-    return RelationSearch(c.relations, c.querylog, c.brief_compiler()).search(body)
+    return RelationSearch(c.relations, c.querylog, c.brief_compiler(), request.app.state.search).search(body)
 
 
 @router.post("/v1/public/facts", tags=["relations"])

@@ -21,6 +21,8 @@ from models.compiler import ChatCompletionsCompiler
 
 from ..errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
 from ..querylog import LogEntry, QueryLog
+from ..readers.ideas import answer_idea
+from ..search import SearchService
 from .constraints import Bound, bind, parse_constraints, parse_span
 from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
 from .brief import BriefCompile, compile_brief
@@ -30,7 +32,7 @@ from .workspaces import open_space
 
 RANKING = "deterministic: optional-groups, threshold-distance, entity_id"
 LIST_DEFAULT = 200
-FULL_LIMIT, COMPACT_LIMIT = 50, 25
+FULL_LIMIT, COMPACT_LIMIT, IDEA_LIMIT = 50, 25, 10
 MATCHED_IDS_MAX = 200
 STATUSES = ("none", "not_recorded", "undetermined")
 CAUSE_REASON = {"undated": "undated_rows_unanswerable", "open_period": "open_period_rows_unanswerable",
@@ -45,6 +47,8 @@ class RelationSearchRequest(BaseModel):
         default=None, description="[{relation, slot, op, value, brief_span?, required?}] — or send `brief`.")
     brief: str | None = Field(default=None, max_length=4000,
                               description="The request in plain language (needs a compile model).")
+    idea: str | None = Field(default=None, min_length=1, max_length=2000,
+                             description="A question about an idea, answered over the parts of the documents.")
     as_of: str | None = Field(default=None, pattern=r"^\d{4}-(0[1-9]|1[0-2])$",
                               description="YYYY-MM: the month the rows are tested at.")
     limit: int | None = Field(default=None, ge=0, le=500,
@@ -77,15 +81,24 @@ def time_rule(rel, as_of: str | None) -> str:
 
 class RelationSearch:
     def __init__(self, rstore: RelationStore, querylog: QueryLog | None = None,
-                 compiler: ChatCompletionsCompiler | None = None):
+                 compiler: ChatCompletionsCompiler | None = None, pages: SearchService | None = None):
         self.rstore = rstore
         self.querylog = querylog
         self.compiler = compiler
+        self.pages = pages   # the page search pipeline, which ideas are answered with
 
     def search(self, req: RelationSearchRequest) -> dict:
         t0 = time.perf_counter()
         request_id = f"rq_{secrets.token_hex(8)}"
         space = open_space(self.rstore, req.workspace_id)
+        if req.idea is not None:
+            if req.brief is not None or req.constraints is not None:
+                raise SearchRequestInvalid("send `idea` on its own: an idea is answered over the parts of "
+                                           "documents, not over relations")
+            if self.pages is None:
+                raise SearchRequestInvalid("ideas need the page search pipeline, which this caller has not got")
+            return answer_idea(self.pages, req.workspace_id, req.idea, req.limit or IDEA_LIMIT,
+                               space.map_version, request_id)
         if (req.brief is None) == (req.constraints is None):
             raise SearchRequestInvalid("send exactly one of `brief` and `constraints`")
         default_limit = COMPACT_LIMIT if req.detail == "compact" else FULL_LIMIT
