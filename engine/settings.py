@@ -78,6 +78,13 @@ class CompilerSettings(BaseModel):
     max_tokens: int = Field(2000, ge=64)
 
 
+class CriteriaSettings(BaseModel):
+    stated_min: float = Field(0.70, ge=-1, le=1)
+    plausible_min: float = Field(0.50, ge=-1, le=1)
+    passages: int = Field(4, ge=1, le=50)
+    reads_per_call: int = Field(50, ge=1, le=10_000)
+
+
 class LogSettings(BaseModel):
     enabled: bool = True
     queue_size: int = Field(10_000, ge=1)
@@ -111,6 +118,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     compiler: CompilerSettings = Field(default_factory=CompilerSettings)
+    criteria: CriteriaSettings = Field(default_factory=CriteriaSettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -10,6 +10,9 @@ Fixed tables:
   rel_coverage(workspace_id, relation, entity_id, load_id, source_key, declared_by, declared_at, current, ent_no)
                                                    who a load says it looked at, per relation
   rel_corrections(correction_id, workspace_id, relation, row_id, source_key, row_key, vhash, reason, created_at)
+  criterion_judgments(workspace_id, criterion_key, entity_id, doc_key, state, quote, page_id, ...)
+                                                   what a criterion's reader found in an entity's own
+                                                   documents, keyed by the documents' content
   audit_events(request_id, ts, verb, workspace_id, request, rows, spans, summary)
 
 One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loaded row:
@@ -46,6 +49,10 @@ DDL = [
         correction_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, relation VARCHAR NOT NULL,
         row_id VARCHAR NOT NULL, source_key VARCHAR, row_key VARCHAR, vhash VARCHAR, reason VARCHAR NOT NULL,
         created_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS criterion_judgments (
+        workspace_id VARCHAR NOT NULL, criterion_key VARCHAR NOT NULL, entity_id VARCHAR NOT NULL,
+        doc_key VARCHAR NOT NULL, state VARCHAR NOT NULL, quote VARCHAR, page_id VARCHAR, url VARCHAR,
+        chunk_id BIGINT, char_start INTEGER, char_end INTEGER, score DOUBLE, read_at TIMESTAMP NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS audit_events (
         request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
         request JSON, rows JSON, spans JSON, summary JSON)""",

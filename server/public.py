@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
+from engine.readers.criteria import CriterionReader
 from engine.relations.facts import (CorrectionRequest, FactsRequest, RegionRequest, audit_events, correct, facts,
                                     region)
 from engine.relations.loads import LoadRequest, load
@@ -39,7 +40,8 @@ def public_search(body: RelationSearchRequest, request: Request) -> dict:
     """Constraints over typed relations -> the closed set with its warrant: matched / none /
     not_recorded / undetermined, counts, groups, absence verdicts, receipts and the licence."""
     c = request.app.state.corpus
-    return RelationSearch(c.relations, c.querylog, c.brief_compiler(), request.app.state.search).search(body)
+    pages = request.app.state.search
+    return RelationSearch(c.relations, c.querylog, c.brief_compiler(), pages, CriterionReader(c, pages)).search(body)
 
 
 @router.post("/v1/public/facts", tags=["relations"])

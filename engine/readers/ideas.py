@@ -26,18 +26,27 @@ def part_at(section_path: list[str], text: str, at: int) -> list[str]:
     return path
 
 
+def split_sentences(text: str) -> list[tuple[str, int]]:
+    """The sentences of a passage (not its Markdown headings), each with its offset in the passage."""
+    out, at = [], 0
+    for sentence in SENTENCE_END.split(text):
+        offset = text.find(sentence, at)
+        at = offset + len(sentence)
+        stripped = sentence.strip()
+        if stripped and not stripped.startswith("#"):
+            out.append((stripped, offset + len(sentence) - len(sentence.lstrip())))
+    return out
+
+
 def best_quote(text: str, idea: str) -> tuple[str, int]:
     """The sentence of a passage sharing most words with the idea (the first on ties), cut to
     QUOTE_MAX characters at a word boundary, and its offset in the passage."""
     words = {w.lower() for w in WORD.findall(idea) if len(w) > 2}
-    best, best_score, best_at, at = "", -1, 0, 0
-    for sentence in SENTENCE_END.split(text):
-        offset = text.find(sentence, at)
-        at = offset + len(sentence)
+    best, best_score, best_at = "", -1, 0
+    for sentence, offset in split_sentences(text):
         score = len(words & {w.lower() for w in WORD.findall(sentence)})
-        if score > best_score and sentence.strip() and not sentence.lstrip().startswith("#"):
-            best, best_score = sentence.strip(), score
-            best_at = offset + len(sentence) - len(sentence.lstrip())
+        if score > best_score:
+            best, best_score, best_at = sentence, score, offset
     if len(best) > QUOTE_MAX:
         best = best[:QUOTE_MAX].rsplit(" ", 1)[0] + "…"
     return best, best_at

@@ -145,7 +145,7 @@ def reason_count(reason: str, full: dict) -> int:
 
 
 def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str, list[str]],
-                  request: dict) -> dict:
+                  request: dict, criteria: list[dict] | None = None) -> dict:
     counts, coverage = full["counts"], full["coverage"]
     matches = full["matches"]
     groups_of = {b: g.index for g in groups for b in g.constraints}
@@ -166,14 +166,18 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
         reply["truncated"] = total - len(matches)
     entries = []
     for m in matches:
-        entry = {"entity_id": m["entity_id"], "name": m["name"], "why": why(m, bound, groups_of)}
+        lines = why(m, bound, groups_of)
+        lines += [{"condition": c["criterion"], "value": c["judgments"][m["entity_id"]].quote, "from": "text"}
+                  for c in criteria or []]
+        entry = {"entity_id": m["entity_id"], "name": m["name"], "why": lines}
         if m["entity_id"] in about:
             entry["about"] = about[m["entity_id"]]
         entries.append(entry)
     reply["matches"] = entries
     close: list = []   # a criterion's candidates one condition short (criteria: issue 7's second half)
+    no_documents = len({e for c in criteria or [] for e, j in c["judgments"].items() if j.state == "no_documents"})
     reply["others"] = {"ruled_out": counts["none"], "cannot_tell": counts["undetermined"] - len(close),
-                       "not_read": counts["not_recorded"], "no_documents": 0}
+                       "not_read": counts["not_recorded"] - no_documents, "no_documents": no_documents}
     reply["close"] = {"matches": close}
     search = {k: v for k, v in request.items() if k not in ("detail", "limit", "offset", "list_limit", "entity_ids")}
     ws = full["workspace_id"]
@@ -187,6 +191,12 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
         "receipt": {"method": "POST", "path": "/v1/public/region",
                     "body": {"workspace_id": ws, "row_id": "<row_id>", "slot": "<slot>"}},
     }
+    if criteria:
+        reply["candidates"] = criteria[0]["candidates"]
+        if "reading" in full:
+            reply["reading"] = full["reading"]
+        reply["more"]["criterion"] = {"method": "POST", "path": "/v1/public/search",
+                                      "body": {**search, "entity_ids": [], "detail": "full"}}
     reply["map_version"] = full["map_version"]
     reply["request_id"] = full["request_id"]
     return reply

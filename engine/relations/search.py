@@ -12,9 +12,10 @@ import json
 import secrets
 import time
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from indexes.relations import RelationStore
 from models.compiler import ChatCompletionsCompiler
@@ -25,6 +26,8 @@ from ..readers.ideas import answer_idea
 from ..search import SearchService
 from .constraints import Bound, bind, parse_constraints, parse_span
 from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
+from ..readers.criteria import CODE as CRITERION_CODE
+from ..readers.criteria import CriterionReader
 from .brief import BriefCompile, compile_brief
 from .compact import about_lines, compact_reply
 from .receipts import deliver_rows
@@ -49,6 +52,9 @@ class RelationSearchRequest(BaseModel):
                               description="The request in plain language (needs a compile model).")
     idea: str | None = Field(default=None, min_length=1, max_length=2000,
                              description="A question about an idea, answered over the parts of the documents.")
+    criteria: list[Annotated[str, StringConstraints(min_length=3, max_length=500)]] | None = Field(
+        default=None, max_length=5,
+        description="Conditions no relation expresses, read from each candidate's own documents.")
     as_of: str | None = Field(default=None, pattern=r"^\d{4}-(0[1-9]|1[0-2])$",
                               description="YYYY-MM: the month the rows are tested at.")
     limit: int | None = Field(default=None, ge=0, le=500,
@@ -81,11 +87,13 @@ def time_rule(rel, as_of: str | None) -> str:
 
 class RelationSearch:
     def __init__(self, rstore: RelationStore, querylog: QueryLog | None = None,
-                 compiler: ChatCompletionsCompiler | None = None, pages: SearchService | None = None):
+                 compiler: ChatCompletionsCompiler | None = None, pages: SearchService | None = None,
+                 reader: CriterionReader | None = None):
         self.rstore = rstore
         self.querylog = querylog
         self.compiler = compiler
-        self.pages = pages   # the page search pipeline, which ideas are answered with
+        self.pages = pages     # the page search pipeline, which ideas are answered with
+        self.reader = reader   # reads criteria from each candidate's own documents
 
     def search(self, req: RelationSearchRequest) -> dict:
         t0 = time.perf_counter()
@@ -130,7 +138,9 @@ class RelationSearch:
         en = Enumerator(con, plan, self.rstore.cache, self.rstore.version(req.workspace_id))
         try:
             en.run()
-            warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups, brief, as_of_source)
+            criteria = self._read_criteria(con, en, req) if req.criteria else None
+            warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups, brief, as_of_source,
+                              criteria)
             body = warrant.build(request_id)
         finally:
             en.drop()
@@ -138,8 +148,44 @@ class RelationSearch:
         self._record(request_id, req, body, elapsed)
         if req.detail == "compact":
             about = about_lines(self.rstore, space, warrant.page_numbers)
-            return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True))
+            return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True), criteria)
         return body
+
+    def _read_criteria(self, con, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
+        """Read each criterion for the candidates the ordinary conditions leave (the matched), and
+        move each candidate the documents do not prove: no documents or not read yet -> not
+        recorded; stated but not verified, or not stated -> undetermined. Never none: a document
+        that does not say something is not a record that it is false."""
+        if self.reader is None:
+            raise SearchRequestInvalid("criteria are read from documents, which this caller cannot search")
+        t = en.table
+        candidates = con.execute(f"SELECT entity_id, ent_no FROM {t} WHERE status = {STATUS['matched']} "
+                                 "ORDER BY entity_id").fetchall()
+        ids = [e for e, _ in candidates]
+        numbers = dict(candidates)
+        budget = self.reader.settings.reads_per_call
+        out = []
+        for i, text in enumerate(req.criteria):
+            judgments, read_now = self.reader.read(req.workspace_id, text, ids, budget)
+            budget -= read_now
+            out.append({"index": i, "criterion": text, "candidates": len(ids), "read_now": read_now,
+                        "judgments": judgments})
+            con.execute(f"ALTER TABLE {t} ADD COLUMN crit{i} TINYINT")
+            if judgments:
+                con.register("crit_codes", pa.table({
+                    "ent_no": pa.array([numbers[e] for e in judgments], pa.int32()),
+                    "code": pa.array([CRITERION_CODE[j.state] for j in judgments.values()], pa.int8())}))
+                con.execute(f"UPDATE {t} SET crit{i} = c.code FROM crit_codes c WHERE {t}.ent_no = c.ent_no")
+                con.unregister("crit_codes")
+        if ids:
+            cols = [f"crit{i}" for i in range(len(req.criteria))]
+            unrecorded = " OR ".join(f"{c} >= {CRITERION_CODE['no_documents']}" for c in cols)
+            unproved = " OR ".join(f"{c} IN ({CRITERION_CODE['stated_not_verified']}, {CRITERION_CODE['not_stated']})"
+                                   for c in cols)
+            con.execute(f"UPDATE {t} SET status = CASE WHEN {unrecorded} THEN {STATUS['not_recorded']} "
+                        f"WHEN {unproved} THEN {STATUS['undetermined']} ELSE status END "
+                        f"WHERE status = {STATUS['matched']}")
+        return out
 
     def _nothing_compiled(self, request_id: str, req: RelationSearchRequest, space, brief: BriefCompile,
                           as_of_source: str | None) -> dict:
@@ -187,8 +233,9 @@ class Warrant:
     """Reads the enumeration's temp table into the reply."""
 
     def __init__(self, rstore, con, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
-                 gaps, groups: list[Group], brief: BriefCompile | None = None, as_of_source: str | None = None):
-        self.brief, self.as_of_source = brief, as_of_source
+                 gaps, groups: list[Group], brief: BriefCompile | None = None, as_of_source: str | None = None,
+                 criteria: list[dict] | None = None):
+        self.brief, self.as_of_source, self.criteria = brief, as_of_source, criteria
         self.rstore, self.con, self.en, self.req = rstore, con, en, req
         self.constraints, self.bound, self.gaps, self.groups = constraints, bound, gaps, groups
         self.t = en.table
@@ -261,8 +308,13 @@ class Warrant:
         self.page_numbers = {p["entity_id"]: p["ent_no"] for p in page}
         matches = deliver_rows(self.rstore, self.en, page, groups)
         truncated = len(matches) < counts["matched"]
+        if self.criteria:
+            for m in matches:   # a match holds every criterion stated: the sentence that says so
+                m["criteria"] = [{"index": c["index"], **c["judgments"][m["entity_id"]].as_dict()}
+                                 for c in self.criteria]
         provenance = {"declared": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "declared"),
-                      "extracted": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "extracted")}
+                      "extracted": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "extracted")
+                      + sum(len(m.get("criteria", [])) for m in matches)}
         body: dict[str, Any] = {
             "request_id": request_id,
             "workspace_id": req.workspace_id,
@@ -294,7 +346,27 @@ class Warrant:
         body["map_version"] = self.en.plan.space.map_version
         if compiled is not None:
             body["compiled"] = compiled
+        if self.criteria:
+            body["criteria"] = [self.criterion_block(c) for c in self.criteria]
+            unread = sum(1 for c in self.criteria for j in c["judgments"].values() if j.state == "not_read")
+            if unread:
+                body["reading"] = {"read_this_call": sum(c["read_now"] for c in self.criteria), "remaining": unread,
+                                   "next": "call again with the same request: each call reads the next ones"}
         return body
+
+    def criterion_block(self, c: dict) -> dict:
+        """A criterion's own working: its facet, how many candidates it was read for, what the
+        reader found per state, and the judgments (bounded by list_limit, by id)."""
+        states: dict[str, int] = {s: 0 for s in CRITERION_CODE}
+        for j in c["judgments"].values():
+            states[j.state] += 1
+        listed = sorted(c["judgments"])
+        if self.restrict is not None:
+            listed = [e for e in listed if e in self.restrict]
+        return {"index": c["index"], "criterion": c["criterion"],
+                "facets": [{"facet": c["criterion"], "substance": True}],
+                "candidates": c["candidates"], "read_this_call": c["read_now"], "states": states,
+                "judgments": [c["judgments"][e].as_dict() for e in listed[:self.list_limit]]}
 
     def tally(self) -> dict[str, Any]:
         """Every count the reply carries, from one GROUP BY over the status columns (the distinct
@@ -479,6 +551,11 @@ class Warrant:
             reason = f"{CAUSE_REASON['unrecorded']}:{g.relation.name}"
             if agg[f"g{g.index}_why_unrecorded"] and reason not in narrowed:
                 narrowed.append(reason)
+        for c in self.criteria or []:   # a criterion its documents did not prove for every candidate
+            found = {j.state for j in c["judgments"].values()}
+            narrowed += [f"{reason}:{c['index']}" for reason, states in (
+                ("criterion_unproved", {"stated_not_verified", "not_stated"}),
+                ("criterion_no_documents", {"no_documents"}), ("criterion_not_read", {"not_read"})) if found & states]
         if narrowed:
             return {"completeness_licensed": False, "withheld_because": "narrowed", "narrowed_by": narrowed}
         if truncated:

@@ -1,0 +1,150 @@
+"""Criteria: a condition no relation expresses ("twenty years marketing baby formula in European
+markets"), read from each candidate's own documents — the workspace's pages linked to the entity.
+
+The reader works offline: the hybrid search pipeline, restricted to the candidate's pages, finds
+the passages nearest the criterion; each of their sentences is scored against the criterion by the
+active embedder (cosine); the best sentence decides — stated (with it as the quote, at most 160
+characters), stated_not_verified, or not_stated. A candidate with no documents is its own state.
+Judgments are stored keyed by the criterion (with the thresholds and model that judged it), the
+entity and a key of its documents' content, so a repeated call reads nothing until a document
+changes.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from ..corpus import Corpus
+from ..search import SearchFilters, SearchRequest, SearchService
+from .ideas import split_sentences
+
+QUOTE_MAX = 160
+STATES = ("stated", "stated_not_verified", "not_stated", "no_documents", "not_read")
+CODE = {s: i for i, s in enumerate(STATES)}
+
+
+@dataclass
+class Judgment:
+    entity_id: str
+    state: str
+    quote: str | None = None
+    page_id: str | None = None
+    url: str | None = None
+    chunk_id: int | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+    score: float | None = None
+    cached: bool = False
+
+    def as_dict(self) -> dict:
+        out = {"entity_id": self.entity_id, "state": self.state}
+        if self.quote is not None:
+            out.update(quote=self.quote, page_id=self.page_id, url=self.url,
+                       location={"chunk_id": self.chunk_id, "char_start": self.char_start, "char_end": self.char_end},
+                       score=round(self.score, 4))
+        return out
+
+
+def _quote(sentence: str) -> str:
+    return sentence if len(sentence) <= QUOTE_MAX else sentence[:QUOTE_MAX - 1].rsplit(" ", 1)[0] + "…"
+
+
+class CriterionReader:
+    def __init__(self, corpus: Corpus, pages: SearchService):
+        self.corpus = corpus
+        self.pages = pages
+        self.settings = corpus.settings.criteria
+        self.model = corpus.settings.models.active
+
+    def key(self, criterion: str) -> str:
+        s = self.settings
+        basis = f"{' '.join(criterion.split()).lower()}|{self.model}|{s.stated_min}|{s.plausible_min}|{s.passages}"
+        return hashlib.md5(basis.encode()).hexdigest()
+
+    def doc_keys(self, workspace_id: str, entity_ids: list[str]) -> dict[str, str]:
+        """Per entity with documents, a key of their content (ids and content hashes): a changed
+        or added document changes it. Entities linked to no page are absent."""
+        if not entity_ids:
+            return {}
+        rows = self.corpus.store.cursor().execute(
+            """WITH c AS (SELECT unnest(?) AS rid),
+                    m AS (SELECT DISTINCT c.rid, e.entity_id AS sid FROM c JOIN entities e ON e.workspace_id = ?
+                          AND (e.entity_id = c.rid OR lower(e.canonical) = lower(c.rid)
+                               OR list_contains(list_transform(coalesce(e.aliases, []), lambda a: lower(a)),
+                                                lower(c.rid))))
+               SELECT m.rid, md5(string_agg(DISTINCT p.page_id || ':' || p.content_hash, ',' ORDER BY
+                                 p.page_id || ':' || p.content_hash))
+               FROM m JOIN page_entities pe ON pe.entity_id = m.sid
+                      JOIN pages p ON p.page_id = pe.page_id AND p.workspace_id = ?
+               GROUP BY m.rid""", [entity_ids, workspace_id, workspace_id]).fetchall()
+        return dict(rows)
+
+    def judge(self, workspace_id: str, criterion: str, entity_id: str) -> Judgment:
+        res = self.pages.search(SearchRequest(query=criterion, workspace=workspace_id, k=self.settings.passages,
+                                              filters=SearchFilters(entity=[entity_id])))
+        found = []
+        for page in res.pages:
+            for snip in page.snippets:
+                for sentence, at in split_sentences(snip.text):
+                    found.append((sentence, page, snip, at))
+        if not found:
+            return Judgment(entity_id, "not_stated")
+        embedder = self.corpus.embedder()
+        q = embedder.encode_query(criterion)
+        vectors = embedder.encode_documents([s for s, *_ in found])
+        scores = vectors @ q
+        best = int(np.argmax(scores))
+        sentence, page, snip, at = found[best]
+        score = float(scores[best])
+        if score >= self.settings.stated_min:
+            state = "stated"
+        elif score >= self.settings.plausible_min:
+            state = "stated_not_verified"
+        else:
+            return Judgment(entity_id, "not_stated", score=score)
+        quote = _quote(sentence)
+        start = snip.char_start + at
+        return Judgment(entity_id, state, quote, page.page_id, page.url, snip.chunk_id, start,
+                        start + len(quote.rstrip("…")), score)
+
+    def read(self, workspace_id: str, criterion: str, entity_ids: list[str], budget: int) -> tuple[dict, int]:
+        """A judgment per entity (stored ones reused), reading at most `budget` new ones; the rest
+        are not_read. Returns (judgments, how many were read now)."""
+        key = self.key(criterion)
+        docs = self.doc_keys(workspace_id, entity_ids)
+        out: dict[str, Judgment] = {}
+        cur = self.corpus.store.cursor()
+        stored = {}
+        if docs:
+            for row in cur.execute(
+                    "SELECT entity_id, doc_key, state, quote, page_id, url, chunk_id, char_start, char_end, score "
+                    "FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
+                    "AND entity_id IN (SELECT unnest(?))", [workspace_id, key, list(docs)]).fetchall():
+                stored[(row[0], row[1])] = row
+        fresh: list[tuple[Judgment, str]] = []
+        for eid in entity_ids:
+            if eid not in docs:
+                out[eid] = Judgment(eid, "no_documents")
+                continue
+            row = stored.get((eid, docs[eid]))
+            if row is not None:
+                out[eid] = Judgment(eid, row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], cached=True)
+            elif len(fresh) < budget:
+                j = self.judge(workspace_id, criterion, eid)
+                out[eid] = j
+                fresh.append((j, docs[eid]))
+            else:
+                out[eid] = Judgment(eid, "not_read")
+        if fresh:
+            now = datetime.now(timezone.utc).replace(tzinfo=None)
+            with self.corpus.store.transaction() as con:
+                con.execute("DELETE FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
+                            "AND entity_id IN (SELECT unnest(?))", [workspace_id, key, [j.entity_id for j, _ in fresh]])
+                con.executemany(
+                    "INSERT INTO criterion_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [[workspace_id, key, j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id,
+                      j.char_start, j.char_end, j.score, now] for j, doc in fresh])
+        return out, len(fresh)

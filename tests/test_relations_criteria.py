@@ -1,0 +1,106 @@
+"""Criteria read from each candidate's own documents, with the real hybrid pipeline and the bundled
+MiniLM: a stated criterion with its quote, a not-stated one, a candidate with no documents, and a
+repeated call served from stored judgments."""
+from __future__ import annotations
+
+import pytest
+
+CRITERION = "twenty years marketing baby formula in European markets"
+SALES = [{"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]
+PROFILES = [
+    {"url": "https://profiles.example/isolde", "title": "Isolde Marbrook",
+     "entities": ["isolde_marbrook"],
+     "body_text": "# Isolde Marbrook\n\nIsolde spent twenty years marketing infant formula across European markets. "
+                  "She now runs sales for a Swiss glassmaker."},
+    {"url": "https://profiles.example/halvard", "title": "Halvard Quist",
+     "entities": ["halvard_quist"],
+     "body_text": "# Halvard Quist\n\nHalvard sells industrial pumps to utilities. He is a keen sailor."},
+    {"url": "https://profiles.example/odile", "title": "Odile Fenwright", "entities": ["odile_fenwright"],
+     "body_text": "# Odile Fenwright\n\nOdile marketed baby food in Europe for a few years."},
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, pool):
+    from fastapi.testclient import TestClient
+
+    from docs.examples.roster import roster
+    from engine.corpus import open_corpus
+    from engine.settings import load_settings
+    from server.app import create_app
+
+    data = tmp_path_factory.mktemp("criteria")
+    settings = load_settings(data_dir=str(data))
+    corpus = open_corpus(settings, pool)
+    cl = TestClient(create_app(settings, corpus))
+    cl.data_dir = data
+    ws = roster(cl).workspace_id
+    r = cl.post("/v1/pages", json={"workspace": ws, "pages": PROFILES})
+    assert r.status_code == 200 and not r.json()["errors"]
+    yield cl, ws, corpus
+    corpus.close()
+
+
+def page_searches(corpus) -> int:
+    corpus.querylog.flush()
+    return corpus.store.cursor().execute("SELECT count(*) FROM log_queries WHERE endpoint = 'search'").fetchone()[0]
+
+
+def test_a_criterion_is_read_from_each_candidates_own_documents(setup):
+    client, ws, corpus = setup
+    before = page_searches(corpus)
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES,
+                                                  "criteria": [CRITERION]}).json()
+    # Sales roles: halvard, isolde, yusuf — the candidates the criterion is read for
+    block = body["criteria"][0]
+    assert block["candidates"] == 3 and block["read_this_call"] == 2   # yusuf has no documents to read
+    states = {j["entity_id"]: j for j in block["judgments"]}
+    assert states["isolde_marbrook"]["state"] == "stated"
+    assert states["isolde_marbrook"]["quote"] == \
+        "Isolde spent twenty years marketing infant formula across European markets."
+    assert states["halvard_quist"]["state"] == "not_stated"
+    assert states["yusuf_alderane"]["state"] == "no_documents"
+    assert body["entities"]["matched"] == ["isolde_marbrook"]
+    assert body["entities"]["undetermined"] == ["halvard_quist"]      # a document not saying it is no "no"
+    assert "yusuf_alderane" in body["entities"]["not_recorded"]
+    assert body["matches"][0]["criteria"][0]["page_id"]
+    assert body["provenance"] == {"declared": 1, "extracted": 1}
+    assert body["coverage"]["narrowed_by"] == ["criterion_unproved:0", "criterion_no_documents:0"]
+    assert page_searches(corpus) == before + 2
+
+
+def test_a_repeated_call_reads_nothing(setup):
+    client, ws, corpus = setup
+    client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES, "criteria": [CRITERION]})
+    before = page_searches(corpus)
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES,
+                                                  "criteria": [CRITERION]}).json()
+    assert body["criteria"][0]["read_this_call"] == 0 and page_searches(corpus) == before
+    assert body["entities"]["matched"] == ["isolde_marbrook"]
+
+
+def test_a_changed_document_is_read_again(setup):
+    client, ws, corpus = setup
+    client.post("/v1/pages", json={"workspace": ws, "pages": [{
+        **PROFILES[1], "body_text": "# Halvard Quist\n\nBefore pumps, Halvard spent twenty years marketing baby "
+                                    "formula in European markets."}]})
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES,
+                                                  "criteria": [CRITERION]}).json()
+    assert body["criteria"][0]["read_this_call"] == 1
+    assert body["entities"]["matched"] == ["halvard_quist", "isolde_marbrook"]
+    client.post("/v1/pages", json={"workspace": ws, "pages": [PROFILES[1]]})   # put it back
+
+
+def test_a_plausible_sentence_is_stated_not_verified_and_compact_counts_the_rest(setup):
+    client, ws, _ = setup
+    passed = [{"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed"}]
+    reply = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": passed,
+                                                   "criteria": [CRITERION], "detail": "compact"}).json()
+    # passed screenings: halvard (not stated) and odile ("baby food in Europe for a few years")
+    assert reply["matched"]["total"] == 0 and reply["candidates"] == 2
+    assert reply["others"] == {"ruled_out": 2, "cannot_tell": 2, "not_read": 1, "no_documents": 0}
+    full = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": passed,
+                                                  "criteria": [CRITERION]}).json()
+    odile = next(j for j in full["criteria"][0]["judgments"] if j["entity_id"] == "odile_fenwright")
+    assert odile["state"] == "stated_not_verified"
+    assert odile["quote"] == "Odile marketed baby food in Europe for a few years."
