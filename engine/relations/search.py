@@ -29,6 +29,7 @@ from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make
 from ..readers.criteria import CODE as CRITERION_CODE
 from ..readers.criteria import CriterionReader
 from .brief import BriefCompile, compile_brief
+from .compile import read_compile_output
 from .compact import about_lines, compact_reply
 from .receipts import deliver_rows
 from .workspaces import open_space
@@ -113,6 +114,11 @@ class RelationSearch:
         req = req.model_copy(update={"limit": req.limit if req.limit is not None else default_limit})
         brief, as_of_source = None, "request" if req.as_of else None
         if req.brief is not None:
+            if not space.schema.relations:   # nothing to compile to: no model call
+                brief = BriefCompile(read_compile_output(req.brief, space.schema, space.vocabulary, {}), None, {})
+                body = self._nothing_compiled(request_id, req, space, brief, as_of_source)
+                body["unbound_because"] = "workspace_declares_no_relation"
+                return body
             if self.compiler is None:
                 raise CompileUnavailable()
             brief = compile_brief(self.compiler, req.brief, space)
