@@ -104,3 +104,31 @@ def test_a_plausible_sentence_is_stated_not_verified_and_compact_counts_the_rest
     odile = next(j for j in full["criteria"][0]["judgments"] if j["entity_id"] == "odile_fenwright")
     assert odile["state"] == "stated_not_verified"
     assert odile["quote"] == "Odile marketed baby food in Europe for a few years."
+
+
+def test_with_a_cross_encoder_configured_it_picks_the_quote_among_the_stated_sentences(tmp_path, pool, tiny_reranker):
+    from fastapi.testclient import TestClient
+
+    from docs.examples.roster import roster
+    from engine.corpus import open_corpus
+    from engine.settings import CONFIG_DIR, load_settings
+    from server.app import create_app
+
+    reg = tmp_path / "models.toml"
+    reg.write_text((CONFIG_DIR / "models.toml").read_text()
+                   + f'\n[rerankers.tiny-ce]\nsource = "path"\npath = "{tiny_reranker}"\nmax_seq_length = 128\n')
+    settings = load_settings(data_dir=str(tmp_path / "data"), models={"registry": str(reg), "reranker": "tiny-ce"})
+    corpus = open_corpus(settings, pool)
+    try:
+        client = TestClient(create_app(settings, corpus))
+        client.data_dir = tmp_path / "data"
+        ws = roster(client).workspace_id
+        client.post("/v1/pages", json={"workspace": ws, "pages": PROFILES})
+        body = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES,
+                                                      "criteria": [CRITERION]}).json()
+        block = body["criteria"][0]
+        assert block["judged_by"] == ["embedder:all-minilm-l6-v2", "cross-encoder:tiny-ce"]
+        states = {j["entity_id"]: j["state"] for j in block["judgments"]}
+        assert states == {"halvard_quist": "not_stated", "isolde_marbrook": "stated", "yusuf_alderane": "no_documents"}
+    finally:
+        corpus.close()

@@ -3,8 +3,9 @@ markets"), read from each candidate's own documents — the workspace's pages li
 
 The reader works offline: the hybrid search pipeline, restricted to the candidate's pages, finds
 the passages nearest the criterion; each of their sentences is scored against the criterion by the
-active embedder (cosine); the best sentence decides — stated (with it as the quote, at most 160
-characters), stated_not_verified, or not_stated. A candidate with no documents is its own state.
+active embedder (cosine), whose calibrated thresholds decide — stated, stated_not_verified, or
+not_stated — and among the sentences at that strength the configured cross-encoder (when one can be
+loaded) picks the quote, at most 160 characters. A candidate with no documents is its own state.
 Judgments are stored keyed by the criterion (with the thresholds and model that judged it), the
 entity and a key of its documents' content, so a repeated call reads nothing until a document
 changes.
@@ -17,6 +18,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from models.reranker import RerankerUnavailable, load_reranker
+
 from ..corpus import Corpus
 from ..search import SearchFilters, SearchRequest, SearchService
 from .ideas import split_sentences
@@ -24,6 +27,7 @@ from .ideas import split_sentences
 QUOTE_MAX = 160
 STATES = ("stated", "stated_not_verified", "not_stated", "no_documents", "not_read")
 CODE = {s: i for i, s in enumerate(STATES)}
+_UNSET = object()
 
 
 @dataclass
@@ -58,10 +62,27 @@ class CriterionReader:
         self.pages = pages
         self.settings = corpus.settings.criteria
         self.model = corpus.settings.models.active
+        self._cross = _UNSET
+
+    def cross_encoder(self):
+        """The configured cross-encoder when it can be loaded, else None (the embedder judges alone)."""
+        if self._cross is _UNSET:
+            try:
+                self._cross = load_reranker(self.corpus.registry, self.corpus.settings.models.reranker,
+                                            self.corpus.settings.models.device)
+            except RerankerUnavailable:
+                self._cross = None
+        return self._cross
+
+    @property
+    def judged_by(self) -> list[str]:
+        return [f"embedder:{self.model}"] + (
+            [f"cross-encoder:{self.corpus.settings.models.reranker}"] if self.cross_encoder() is not None else [])
 
     def key(self, criterion: str) -> str:
         s = self.settings
-        basis = f"{' '.join(criterion.split()).lower()}|{self.model}|{s.stated_min}|{s.plausible_min}|{s.passages}"
+        basis = (f"{' '.join(criterion.split()).lower()}|{'|'.join(self.judged_by)}|{s.stated_min}|"
+                 f"{s.plausible_min}|{s.passages}")
         return hashlib.md5(basis.encode()).hexdigest()
 
     def doc_keys(self, workspace_id: str, entity_ids: list[str]) -> dict[str, str]:
@@ -96,15 +117,24 @@ class CriterionReader:
         q = embedder.encode_query(criterion)
         vectors = embedder.encode_documents([s for s, *_ in found])
         scores = vectors @ q
-        best = int(np.argmax(scores))
+        top = float(scores.max())
+        if top >= self.settings.stated_min:
+            state, floor = "stated", self.settings.stated_min
+        elif top >= self.settings.plausible_min:
+            state, floor = "stated_not_verified", self.settings.plausible_min
+        else:
+            return Judgment(entity_id, "not_stated", score=top)
+        # The embedder says how strongly the documents state it (its thresholds are the calibrated
+        # ones); among the sentences at that strength, a cross-encoder, when one is configured,
+        # picks the one that says it best.
+        tier = [i for i in np.argsort(-scores) if scores[i] >= floor]
+        best = int(tier[0])
+        cross = self.cross_encoder()
+        if cross is not None and len(tier) > 1:
+            ce = cross.score(criterion, [found[i][0] for i in tier])
+            best = int(tier[int(np.argmax(ce))])
         sentence, page, snip, at = found[best]
         score = float(scores[best])
-        if score >= self.settings.stated_min:
-            state = "stated"
-        elif score >= self.settings.plausible_min:
-            state = "stated_not_verified"
-        else:
-            return Judgment(entity_id, "not_stated", score=score)
         quote = _quote(sentence)
         start = snip.char_start + at
         return Judgment(entity_id, state, quote, page.page_id, page.url, snip.chunk_id, start,

@@ -175,7 +175,7 @@ class RelationSearch:
             judgments, read_now = self.reader.read(req.workspace_id, text, ids, budget)
             budget -= read_now
             out.append({"index": i, "criterion": text, "candidates": len(ids), "read_now": read_now,
-                        "judgments": judgments})
+                        "judgments": judgments, "judged_by": self.reader.judged_by})
             con.execute(f"ALTER TABLE {t} ADD COLUMN crit{i} TINYINT")
             if judgments:
                 con.register("crit_codes", pa.table({
@@ -370,7 +370,7 @@ class Warrant:
         if self.restrict is not None:
             listed = [e for e in listed if e in self.restrict]
         return {"index": c["index"], "criterion": c["criterion"],
-                "facets": [{"facet": c["criterion"], "substance": True}],
+                "facets": [{"facet": c["criterion"], "substance": True}], "judged_by": c["judged_by"],
                 "candidates": c["candidates"], "read_this_call": c["read_now"], "states": states,
                 "judgments": [c["judgments"][e].as_dict() for e in listed[:self.list_limit]]}
 
