@@ -132,3 +132,19 @@ def test_with_a_cross_encoder_configured_it_picks_the_quote_among_the_stated_sen
         assert states == {"halvard_quist": "not_stated", "isolde_marbrook": "stated", "yusuf_alderane": "no_documents"}
     finally:
         corpus.close()
+
+
+def test_a_candidate_one_criterion_short_is_a_close_match(setup):
+    client, ws, _ = setup
+    pumps = "sells industrial pumps to utilities"
+    body = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES,
+                                                  "criteria": [CRITERION, pumps]}).json()
+    assert body["entities"]["matched"] == []
+    close = {c["entity_id"]: (c["criterion"], c["because"]) for c in body["close"]["matches"]}
+    # each states one criterion and not the other: one condition open, one of substance established
+    assert close == {"halvard_quist": (0, "not_stated"), "isolde_marbrook": (1, "not_stated")}
+    reply = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES, "detail": "compact",
+                                                   "criteria": [CRITERION, pumps]}).json()
+    assert [c["entity_id"] for c in reply["close"]["matches"]] == ["halvard_quist", "isolde_marbrook"]
+    assert reply["close"]["matches"][0]["about"][0].startswith("Austria, Director, Sales")
+    assert reply["others"]["cannot_tell"] == body["counts"]["undetermined"] - 2

@@ -178,3 +178,73 @@ class CriterionReader:
                     [[workspace_id, key, j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id,
                       j.char_start, j.char_end, j.score, now] for j, doc in fresh])
         return out, len(fresh)
+
+
+# Facets ------------------------------------------------------------------------------------------
+@dataclass
+class Facet:
+    """One condition of a criterion, and what it is about: `types` names a vocabulary axis, "length"
+    or "time"; None is a condition of substance. Without a decomposition (not built: the embedder's
+    thresholds, calibrated on whole criteria, do not carry over to short facets) a criterion is one
+    facet of substance."""
+    facet: str
+    types: str | None = None
+    quote: str | None = None
+
+    @property
+    def substance(self) -> bool:
+        return self.types is None
+
+    def as_dict(self) -> dict:
+        return {"facet": self.facet, "types": self.types, "substance": self.substance, "quote": self.quote}
+
+
+def combine(entity_id: str, facets: list[Facet], judged: list[Judgment]) -> Judgment:
+    """One criterion's state for an entity from its facets' states."""
+    states = [j.state for j in judged]
+    if all(s == "stated" for s in states):
+        best = next((j for f, j in zip(facets, judged) if f.substance), judged[0])
+        return Judgment(**{**best.__dict__, "entity_id": entity_id, "state": "stated"})
+    for state in ("no_documents", "not_read", "not_stated"):
+        if state in states:
+            return Judgment(entity_id, state)
+    return next(j for j in judged if j.state == "stated_not_verified")
+
+
+def read_criteria(reader: CriterionReader, workspace_id: str, criteria: list[str],
+                  ids: list[str]) -> tuple[list[dict], list[dict]]:
+    """Every criterion read for the candidates: per criterion its facets, per facet the judgments,
+    and the combined judgment per candidate; then close.matches — candidates with exactly one facet
+    open whose documents establish a facet of substance."""
+    budget = reader.settings.reads_per_call
+    blocks = []
+    for i, text in enumerate(criteria):
+        facets = [Facet(text)]
+        per_facet = []
+        read_now = 0
+        for f in facets:
+            judged, n = reader.read(workspace_id, f.facet, ids, budget)
+            budget -= n
+            read_now += n
+            per_facet.append(judged)
+        combined = {e: combine(e, facets, [pf[e] for pf in per_facet]) for e in ids}
+        blocks.append({"index": i, "criterion": text, "facets": facets, "candidates": len(ids), "read_now": read_now,
+                       "judgments": combined, "facet_judgments": per_facet, "judged_by": reader.judged_by,
+                       "decomposed_by": None})
+    close = []
+    for e in ids:
+        open_, established = [], []
+        for b in blocks:
+            for f, pf in zip(b["facets"], b["facet_judgments"]):
+                j = pf[e]
+                if j.state in ("stated_not_verified", "not_stated"):
+                    open_.append((b, f, j))
+                elif j.state == "stated":
+                    established.append(f)
+        if len(open_) == 1 and any(f.substance for f in established):
+            b, f, j = open_[0]
+            entry = {"entity_id": e, "criterion": b["index"], "facet": f.facet, "because": j.state}
+            if j.state == "stated_not_verified":
+                entry["quote"] = j.quote
+            close.append(entry)
+    return blocks, close

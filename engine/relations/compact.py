@@ -145,7 +145,7 @@ def reason_count(reason: str, full: dict) -> int:
 
 
 def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str, list[str]],
-                  request: dict, criteria: list[dict] | None = None) -> dict:
+                  request: dict, criteria: list[dict] | None = None, close: list[dict] | None = None) -> dict:
     counts, coverage = full["counts"], full["coverage"]
     matches = full["matches"]
     groups_of = {b: g.index for g in groups for b in g.constraints}
@@ -174,7 +174,7 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
             entry["about"] = about[m["entity_id"]]
         entries.append(entry)
     reply["matches"] = entries
-    close: list = []   # a criterion's candidates one condition short (criteria: issue 7's second half)
+    close = [{**c, **({"about": about[c["entity_id"]]} if c["entity_id"] in about else {})} for c in close or []]
     no_documents = len({e for c in criteria or [] for e, j in c["judgments"].items() if j.state == "no_documents"})
     reply["others"] = {"ruled_out": counts["none"], "cannot_tell": counts["undetermined"] - len(close),
                        "not_read": counts["not_recorded"] - no_documents, "no_documents": no_documents}
@@ -193,6 +193,8 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
     }
     if criteria:
         reply["candidates"] = criteria[0]["candidates"]
+        if "spent" in full:
+            reply["spent"] = full["spent"]
         if "reading" in full:
             reply["reading"] = full["reading"]
         reply["more"]["criterion"] = {"method": "POST", "path": "/v1/public/search",

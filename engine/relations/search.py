@@ -27,7 +27,7 @@ from ..search import SearchService
 from .constraints import Bound, bind, parse_constraints, parse_span
 from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
 from ..readers.criteria import CODE as CRITERION_CODE
-from ..readers.criteria import CriterionReader
+from ..readers.criteria import CriterionReader, read_criteria
 from .brief import BriefCompile, compile_brief
 from .compile import read_compile_output
 from .compact import about_lines, compact_reply
@@ -95,6 +95,9 @@ class RelationSearch:
         self.compiler = compiler
         self.pages = pages     # the page search pipeline, which ideas are answered with
         self.reader = reader   # reads criteria from each candidate's own documents
+        self.close: list[dict] = []
+        self.spent: dict | None = None
+        self.close_numbers: dict[str, int] = {}
 
     def search(self, req: RelationSearchRequest) -> dict:
         t0 = time.perf_counter()
@@ -146,15 +149,16 @@ class RelationSearch:
             en.run()
             criteria = self._read_criteria(con, en, req) if req.criteria else None
             warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups, brief, as_of_source,
-                              criteria)
+                              criteria, self.close, self.spent)
             body = warrant.build(request_id)
         finally:
             en.drop()
         elapsed = round((time.perf_counter() - t0) * 1000, 2)
         self._record(request_id, req, body, elapsed)
         if req.detail == "compact":
-            about = about_lines(self.rstore, space, warrant.page_numbers)
-            return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True), criteria)
+            about = about_lines(self.rstore, space, {**warrant.page_numbers, **self.close_numbers})
+            return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True), criteria,
+                                 self.close)
         return body
 
     def _read_criteria(self, con, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
@@ -165,17 +169,17 @@ class RelationSearch:
         if self.reader is None:
             raise SearchRequestInvalid("criteria are read from documents, which this caller cannot search")
         t = en.table
-        candidates = con.execute(f"SELECT entity_id, ent_no FROM {t} WHERE status = {STATUS['matched']} "
+        candidates = con.execute(f"SELECT entity_id, ent_no, name FROM {t} WHERE status = {STATUS['matched']} "
                                  "ORDER BY entity_id").fetchall()
-        ids = [e for e, _ in candidates]
-        numbers = dict(candidates)
-        budget = self.reader.settings.reads_per_call
-        out = []
-        for i, text in enumerate(req.criteria):
-            judgments, read_now = self.reader.read(req.workspace_id, text, ids, budget)
-            budget -= read_now
-            out.append({"index": i, "criterion": text, "candidates": len(ids), "read_now": read_now,
-                        "judgments": judgments, "judged_by": self.reader.judged_by})
+        ids = [e for e, _, _ in candidates]
+        numbers = {e: n for e, n, _ in candidates}
+        names = {e: name for e, _, name in candidates}
+        out, close = read_criteria(self.reader, req.workspace_id, req.criteria, ids)
+        self.close = [{"entity_id": c["entity_id"], "name": names[c["entity_id"]],
+                       **{k: v for k, v in c.items() if k != "entity_id"}} for c in close]
+        self.close_numbers = {c["entity_id"]: numbers[c["entity_id"]] for c in self.close}
+        for block in out:
+            i, judgments = block["index"], block["judgments"]
             con.execute(f"ALTER TABLE {t} ADD COLUMN crit{i} TINYINT")
             if judgments:
                 con.register("crit_codes", pa.table({
@@ -240,8 +244,9 @@ class Warrant:
 
     def __init__(self, rstore, con, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
                  gaps, groups: list[Group], brief: BriefCompile | None = None, as_of_source: str | None = None,
-                 criteria: list[dict] | None = None):
+                 criteria: list[dict] | None = None, close: list[dict] | None = None, spent: dict | None = None):
         self.brief, self.as_of_source, self.criteria = brief, as_of_source, criteria
+        self.close, self.spent = close or [], spent
         self.rstore, self.con, self.en, self.req = rstore, con, en, req
         self.constraints, self.bound, self.gaps, self.groups = constraints, bound, gaps, groups
         self.t = en.table
@@ -354,6 +359,9 @@ class Warrant:
             body["compiled"] = compiled
         if self.criteria:
             body["criteria"] = [self.criterion_block(c) for c in self.criteria]
+            body["close"] = {"matches": self.close}
+            if self.spent is not None:
+                body["spent"] = self.spent
             unread = sum(1 for c in self.criteria for j in c["judgments"].values() if j.state == "not_read")
             if unread:
                 body["reading"] = {"read_this_call": sum(c["read_now"] for c in self.criteria), "remaining": unread,
@@ -369,8 +377,14 @@ class Warrant:
         listed = sorted(c["judgments"])
         if self.restrict is not None:
             listed = [e for e in listed if e in self.restrict]
-        return {"index": c["index"], "criterion": c["criterion"],
-                "facets": [{"facet": c["criterion"], "substance": True}], "judged_by": c["judged_by"],
+        facets = []
+        for f, judged in zip(c["facets"], c["facet_judgments"]):
+            counts = {s: 0 for s in CRITERION_CODE}
+            for j in judged.values():
+                counts[j.state] += 1
+            facets.append({**f.as_dict(), "states": counts})
+        return {"index": c["index"], "criterion": c["criterion"], "facets": facets,
+                "decomposed_by": c["decomposed_by"], "judged_by": c["judged_by"],
                 "candidates": c["candidates"], "read_this_call": c["read_now"], "states": states,
                 "judgments": [c["judgments"][e].as_dict() for e in listed[:self.list_limit]]}
 
