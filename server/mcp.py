@@ -1,0 +1,112 @@
+"""The engine's faces as MCP tools (the official `mcp` SDK, 1.x: FastMCP).
+
+Each tool calls the same engine function as its HTTP route, and its input schema is built from the
+same pydantic model as the route's body. A refusal reaches the agent as a tool error whose text is
+the route's own HTTP body as JSON — {status, path, detail}, with detail exactly as the route wrote
+it — after the SDK's "Error executing tool <name>: " prefix. Match on detail.type.
+
+This is the in-process server (docs/examples/over_mcp.py drives it through a real client session);
+the stdio and streamable-HTTP transports are issue 8's remaining work.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Annotated, Any, Callable
+
+import anyio
+from fastapi import FastAPI
+from mcp.server.fastmcp import FastMCP
+from pydantic import BaseModel, Field, ValidationError
+
+from engine.errors import EngineError, PageNotFound
+from engine.readers.criteria import CriterionReader
+from engine.relations.facts import FactsRequest, facts
+from engine.relations.search import RelationSearch, RelationSearchRequest
+from engine.search import SearchRequest
+
+INSTRUCTIONS = (
+    "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
+    "questions over typed relations with their warrant (limma_search, limma_facts).")
+
+
+class PageRef(BaseModel):
+    page_id: str = Field(min_length=1, max_length=100, description="A page id from refind_search.")
+
+
+class Refusal(Exception):
+    """A refusal as the route would have written it: its text is the JSON the agent reads."""
+
+    def __init__(self, status: int, path: str, detail: dict):
+        super().__init__(json.dumps({"status": status, "path": path, "detail": detail}))
+
+
+def _refusal(exc: Exception, path: str) -> Refusal:
+    if isinstance(exc, EngineError):
+        return Refusal(exc.status, path, exc.body())
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
+    return Refusal(422, path, {"type": "validation_error", "title": "the request is malformed", "errors": errors})
+
+
+def tool_function(model: type[BaseModel], call: Callable[[BaseModel], Any], path: str,
+                  defaults: dict[str, Any] | None = None) -> Callable:
+    """An async function whose keyword parameters are the model's fields (types, constraints and
+    descriptions), so the SDK derives the tool's input schema from the route's own model."""
+    params = []
+    for name, f in model.model_fields.items():
+        default = (defaults or {}).get(name, inspect.Parameter.empty if f.is_required() else f.default)
+        annotation = Annotated[(f.annotation, *f.metadata, Field(description=f.description))]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+
+    async def fn(**kwargs):
+        def run():
+            try:
+                return call(model(**kwargs))
+            except (EngineError, ValidationError) as exc:
+                raise _refusal(exc, path) from exc
+        return await anyio.to_thread.run_sync(run)
+
+    fn.__signature__ = inspect.Signature(params)
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn
+
+
+def build_mcp(app: FastAPI) -> FastMCP:
+    """The MCP server over an app's engine (its corpus and page search)."""
+    server = FastMCP("refindery", instructions=INSTRUCTIONS)
+
+    def corpus():
+        return app.state.corpus
+
+    def limma_search(req: RelationSearchRequest) -> dict:
+        c, pages = corpus(), app.state.search
+        return RelationSearch(c.relations, c.querylog, c.brief_compiler(), pages, CriterionReader(c, pages)).search(req)
+
+    def get_page(ref: PageRef) -> dict:
+        page = corpus().store.page(ref.page_id)
+        if page is None:
+            raise PageNotFound(f"no page with id {ref.page_id!r}", ref=ref.page_id)
+        page["chunks"] = corpus().store.page_chunks(ref.page_id)
+        return json.loads(json.dumps(page, default=str))
+
+    server.add_tool(tool_function(RelationSearchRequest, limma_search, "/v1/public/search", {"detail": "compact"}),
+                    name="limma_search", description=(
+                        "Who exactly matches these conditions — and are these all of them? Send `constraints` "
+                        "[{relation, slot, op, value}] (or a plain-language `brief`) for a workspace. The reply is "
+                        "the closed set with its warrant; detail defaults to \"compact\" here: `matched.total` is "
+                        "the whole set, page with `offset` = `matched.next_offset`; `complete` false means the "
+                        "set may not be whole, and `incomplete_because` says why; `more` names the calls that "
+                        "fetch rows and receipts."))
+    server.add_tool(tool_function(FactsRequest, lambda r: facts(corpus().relations, r), "/v1/public/facts"),
+                    name="limma_facts", description=(
+                        "One entity's rows of one relation, with their receipts and the absence verdict: "
+                        "`absence.kind` is recorded, none (looked at, holds no row) or not_recorded (never looked "
+                        "at — not a \"no\")."))
+    server.add_tool(tool_function(SearchRequest, lambda r: app.state.search.search(r).model_dump(mode="json"),
+                                  "/v1/search"),
+                    name="refind_search", description=(
+                        "Find again a page you saw: what you remember of it, or its URL. Ranked `pages` with the "
+                        "matched passages as `snippets`; `total` is the ranked set, page with `offset`."))
+    server.add_tool(tool_function(PageRef, get_page, "/v1/pages/{id}"), name="get_page",
+                    description="A page by id, with its whole text and its chunks (section paths and offsets).")
+    return server

@@ -1,0 +1,108 @@
+"""The MCP tools through a real client session (the SDK's in-memory transport) over a real app."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from docs.examples.over_mcp import call_tool
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory, pool):
+    from fastapi.testclient import TestClient
+
+    from docs.examples.roster import roster
+    from engine.corpus import open_corpus
+    from engine.settings import load_settings
+    from server.app import create_app
+
+    data = tmp_path_factory.mktemp("mcp")
+    settings = load_settings(data_dir=str(data))
+    corpus = open_corpus(settings, pool)
+    cl = TestClient(create_app(settings, corpus))
+    cl.data_dir = data
+    cl.ws = roster(cl).workspace_id
+    cl.post("/v1/pages", json={"workspace": cl.ws, "pages": [
+        {"url": "https://notes.example/pumps", "title": "Pump notes",
+         "body_text": "Centrifugal pumps move water through the mains."}]})
+    yield cl
+    corpus.close()
+
+
+def result(res) -> dict:
+    assert res.isError is False, res.content[0].text
+    return json.loads(res.content[0].text)
+
+
+def test_the_tools_are_listed_with_the_routes_schemas(client):
+    import anyio
+    from mcp.shared.memory import create_connected_server_and_client_session
+
+    from engine.relations.search import RelationSearchRequest
+    from server.mcp import build_mcp
+
+    async def listing():
+        async with create_connected_server_and_client_session(build_mcp(client.app)) as session:
+            return (await session.list_tools()).tools
+
+    tools = {t.name: t for t in anyio.run(listing)}
+    assert set(tools) == {"limma_search", "limma_facts", "refind_search", "get_page"}
+    schema = tools["limma_search"].inputSchema
+    assert set(schema["properties"]) == set(RelationSearchRequest.model_fields)
+    assert schema["required"] == ["workspace_id"]
+    assert schema["properties"]["detail"]["default"] == "compact"
+    assert schema["properties"]["limit"]["anyOf"][0]["maximum"] == 500
+
+
+def test_limma_search_defaults_to_the_compact_reply(client):
+    passed = [{"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed"}]
+    reply = result(call_tool(client, "limma_search", {"workspace_id": client.ws, "constraints": passed}))
+    assert reply["detail"] == "compact" and reply["matched"]["total"] == 2
+    http = client.post("/v1/public/search", json={"workspace_id": client.ws, "constraints": passed,
+                                                  "detail": "compact"}).json()
+    assert {k: v for k, v in reply.items() if k != "request_id"} == {k: v for k, v in http.items() if k != "request_id"}
+    full = result(call_tool(client, "limma_search", {"workspace_id": client.ws, "constraints": passed,
+                                                     "detail": "full"}))
+    assert full["counts"]["matched"] == 2
+
+
+def test_limma_facts_refind_search_and_get_page(client):
+    facts = result(call_tool(client, "limma_facts", {"workspace_id": client.ws, "entity_id": "teodor_brask",
+                                                     "relation": "screening"}))
+    assert facts["absence"]["kind"] == "none"
+    found = result(call_tool(client, "refind_search", {"query": "centrifugal pumps", "workspace": client.ws}))
+    assert found["pages"][0]["url"] == "https://notes.example/pumps"
+    page = result(call_tool(client, "get_page", {"page_id": found["pages"][0]["page_id"]}))
+    assert page["body_text"].startswith("Centrifugal pumps")
+
+
+def test_a_refusal_is_a_tool_error_carrying_the_routes_body(client):
+    res = call_tool(client, "limma_facts", {"workspace_id": client.ws, "entity_id": "nobody", "relation": "screening"})
+    prefix, _, body = res.content[0].text.partition(": ")
+    assert res.isError is True and prefix == "Error executing tool limma_facts"
+    refusal = json.loads(body)
+    assert (refusal["status"], refusal["path"], refusal["detail"]["type"]) == \
+        (404, "/v1/public/facts", "entity_not_found")
+    res = call_tool(client, "limma_search", {"workspace_id": client.ws, "constraints": []})
+    assert json.loads(res.content[0].text.partition(": ")[2])["detail"]["title"] == "`constraints` is empty"
+
+
+def test_arguments_that_fail_validation_are_tool_errors_not_a_crash(client):
+    import anyio
+    from mcp.shared.memory import create_connected_server_and_client_session
+
+    from server.mcp import build_mcp
+
+    async def session_calls():
+        async with create_connected_server_and_client_session(build_mcp(client.app)) as session:
+            bad = await session.call_tool("limma_search", {"workspace_id": client.ws, "limit": 10_000})
+            missing = await session.call_tool("get_page", {})
+            good = await session.call_tool("limma_facts", {"workspace_id": client.ws, "entity_id": "yusuf_alderane",
+                                                           "relation": "screening"})
+            return bad, missing, good
+
+    bad, missing, good = anyio.run(session_calls)
+    assert bad.isError is True and "limit" in bad.content[0].text
+    assert missing.isError is True and "page_id" in missing.content[0].text
+    assert result(good)["absence"]["kind"] == "not_recorded"   # the same session still answers
