@@ -21,6 +21,7 @@ from engine.settings import Settings, load_settings
 from models.registry import ModelNotFound
 
 from .errors import install_error_handlers, not_found
+from .mcp import build_mcp
 from .public import router as public_router
 
 log = logging.getLogger("refindery.server")
@@ -77,7 +78,8 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
 
         task = asyncio.create_task(flusher())
         try:
-            yield
+            async with app.state.mcp.session_manager.run():   # the streamable-HTTP MCP sessions
+                yield
         finally:
             task.cancel()
             if owns_corpus:
@@ -90,6 +92,9 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
     app.include_router(public_router)
+    # MCP over streamable HTTP at /mcp: the same tools as `refindery mcp` (stdio), on this app.
+    app.state.mcp = build_mcp(app, (settings.server.host if settings else "127.0.0.1"))
+    app.router.routes.extend(app.state.mcp.streamable_http_app().routes)
     if corpus is not None:  # usable without the lifespan too (a TestClient outside `with`)
         app.state.corpus = corpus
         app.state.search = SearchService(corpus)

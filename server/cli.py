@@ -387,6 +387,21 @@ def _relations_demo(corpus, workspace: str) -> dict:
             "rows": {r["relation"]: r["rows"] for r in summary["relations"]}}
 
 
+def cmd_mcp(args) -> int:
+    """The MCP tools over stdio, for desktop agent clients (logs go to stderr: stdout is the protocol)."""
+    from engine.corpus import open_corpus
+
+    from .app import create_app
+
+    settings = _settings(args)
+    corpus = open_corpus(settings)
+    try:
+        create_app(settings, corpus).state.mcp.run("stdio")
+        return 0
+    finally:
+        corpus.close()
+
+
 def cmd_status(args) -> int:
     from engine.corpus import open_corpus
 
@@ -517,6 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--as-of", default=None, help="search: YYYY-MM")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=cmd_relations)
+
+    s = sub.add_parser("mcp", help="serve the MCP tools over stdio (for desktop agent clients)")
+    s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("status", help="counts and index generations")
     s.set_defaults(func=cmd_status)

@@ -5,8 +5,9 @@ same pydantic model as the route's body. A refusal reaches the agent as a tool e
 the route's own HTTP body as JSON — {status, path, detail}, with detail exactly as the route wrote
 it — after the SDK's "Error executing tool <name>: " prefix. Match on detail.type.
 
-This is the in-process server (docs/examples/over_mcp.py drives it through a real client session);
-the stdio and streamable-HTTP transports are issue 8's remaining work.
+Transports: in-process (docs/examples/over_mcp.py drives it through a real client session), stdio
+(`refindery mcp`, for desktop agent clients) and streamable HTTP at /mcp on the API's own app
+(`refindery serve`).
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from fastapi import FastAPI
 from mcp.server.fastmcp import FastMCP
 from pydantic import BaseModel, Field, ValidationError
 
+from engine.compare import CompareRequest, compare
 from engine.errors import EngineError, PageNotFound
 from engine.readers.criteria import CriterionReader
 from engine.relations.facts import FactsRequest, facts
 from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.search import SearchRequest
+from engine.similar import MEDIATIONS, similar_pages
 
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
@@ -32,6 +35,14 @@ INSTRUCTIONS = (
 
 class PageRef(BaseModel):
     page_id: str = Field(min_length=1, max_length=100, description="A page id from refind_search.")
+
+
+class SimilarRequest(BaseModel):
+    page_id: str = Field(min_length=1, max_length=100, description="A page id from refind_search.")
+    mediation: str = Field(default="vector", pattern="^(" + "|".join(MEDIATIONS) + ")$",
+                           description="vector: page-vector cosine; cluster: co-members of its cluster; "
+                                       "entity: shared entities (IDF-weighted Jaccard).")
+    k: int = Field(default=10, ge=1, le=200, description="Pages to return.")
 
 
 class Refusal(Exception):
@@ -71,9 +82,22 @@ def tool_function(model: type[BaseModel], call: Callable[[BaseModel], Any], path
     return fn
 
 
-def build_mcp(app: FastAPI) -> FastMCP:
-    """The MCP server over an app's engine (its corpus and page search)."""
-    server = FastMCP("refindery", instructions=INSTRUCTIONS)
+def refind_reply(full: dict, explain: bool) -> dict:
+    """The page list an agent reads: rank, id, url, title, last seen, score and the passages;
+    the full search reply (timings, depth, every stage's scores) only when explain is asked."""
+    if explain:
+        return full
+    return {"query_id": full["query_id"], "total": full["total"], "offset": full["offset"], "k": full["k"],
+            "pages": [{"rank": p["rank"], "page_id": p["page_id"], "url": p["url"], "title": p["title"],
+                       "last_seen": p["last_seen"], "score": p["score"], "pinned": p["pinned"],
+                       "snippets": [{"text": s["text"], "section": " > ".join(s["section_path"])}
+                                    for s in p["snippets"]]} for p in full["pages"]]}
+
+
+def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
+    """The MCP server over an app's engine (its corpus and page search). `host` is the host the
+    HTTP transport is served on: the SDK's DNS-rebinding protection admits that host's names."""
+    server = FastMCP("refindery", instructions=INSTRUCTIONS, host=host, streamable_http_path="/mcp")
 
     def corpus():
         return app.state.corpus
@@ -102,11 +126,25 @@ def build_mcp(app: FastAPI) -> FastMCP:
                         "One entity's rows of one relation, with their receipts and the absence verdict: "
                         "`absence.kind` is recorded, none (looked at, holds no row) or not_recorded (never looked "
                         "at — not a \"no\")."))
-    server.add_tool(tool_function(SearchRequest, lambda r: app.state.search.search(r).model_dump(mode="json"),
-                                  "/v1/search"),
+    def refind_search(req: SearchRequest) -> dict:
+        return refind_reply(app.state.search.search(req).model_dump(mode="json"), req.explain)
+
+    server.add_tool(tool_function(SearchRequest, refind_search, "/v1/search"),
                     name="refind_search", description=(
-                        "Find again a page you saw: what you remember of it, or its URL. Ranked `pages` with the "
-                        "matched passages as `snippets`; `total` is the ranked set, page with `offset`."))
+                        "Find again a page you saw: send what you remember of it (words, a topic, its URL) as "
+                        "`query`. The reply lists `pages` in rank order, each with its url, title, when it was "
+                        "last seen and the matched passages (`snippets`); `total` is the size of the ranked set — "
+                        "page through it with `offset` (+ `k`). `explain: true` returns the full reply with every "
+                        "stage's scores."))
     server.add_tool(tool_function(PageRef, get_page, "/v1/pages/{id}"), name="get_page",
                     description="A page by id, with its whole text and its chunks (section paths and offsets).")
+    server.add_tool(tool_function(SimilarRequest, lambda r: {
+        "page_id": r.page_id, "mediation": r.mediation,
+        "pages": similar_pages(corpus(), r.page_id, r.mediation, r.k)}, "/v1/pages/{id}/similar"),
+        name="similar_pages", description="Pages related to a page: by vector, by cluster, or by shared entities.")
+    server.add_tool(tool_function(CompareRequest, lambda r: compare(app.state.search, r).model_dump(mode="json"),
+                                  "/v1/compare"),
+                    name="refind_compare", description=(
+                        "The same search once per embedder (`models`), with how far the rankings agree "
+                        "(Jaccard@k, RBO, Kendall's tau over the pages both share)."))
     return server

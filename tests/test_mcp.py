@@ -47,7 +47,9 @@ def test_the_tools_are_listed_with_the_routes_schemas(client):
             return (await session.list_tools()).tools
 
     tools = {t.name: t for t in anyio.run(listing)}
-    assert set(tools) == {"limma_search", "limma_facts", "refind_search", "get_page"}
+    assert set(tools) == {"limma_search", "limma_facts", "refind_search", "refind_compare", "get_page",
+                          "similar_pages"}
+    assert all(len(t.description) > 40 for t in tools.values())
     schema = tools["limma_search"].inputSchema
     assert set(schema["properties"]) == set(RelationSearchRequest.model_fields)
     assert schema["required"] == ["workspace_id"]
@@ -73,8 +75,21 @@ def test_limma_facts_refind_search_and_get_page(client):
     assert facts["absence"]["kind"] == "none"
     found = result(call_tool(client, "refind_search", {"query": "centrifugal pumps", "workspace": client.ws}))
     assert found["pages"][0]["url"] == "https://notes.example/pumps"
+    assert set(found["pages"][0]) == {"rank", "page_id", "url", "title", "last_seen", "score", "pinned", "snippets"}
+    explained = result(call_tool(client, "refind_search", {"query": "centrifugal pumps", "workspace": client.ws,
+                                                           "explain": True}))
+    assert "timings_ms" in explained and explained["pages"][0]["explain"] is not None
     page = result(call_tool(client, "get_page", {"page_id": found["pages"][0]["page_id"]}))
     assert page["body_text"].startswith("Centrifugal pumps")
+
+
+def test_similar_pages_and_compare_refusals(client):
+    found = result(call_tool(client, "refind_search", {"query": "centrifugal pumps", "workspace": client.ws}))
+    similar = result(call_tool(client, "similar_pages", {"page_id": found["pages"][0]["page_id"]}))
+    assert similar["mediation"] == "vector" and isinstance(similar["pages"], list)
+    res = call_tool(client, "refind_compare", {"query": "pumps", "models": ["all-minilm-l6-v2", "no-such-model"]})
+    refusal = json.loads(res.content[0].text.partition(": ")[2])
+    assert res.isError is True and refusal["path"] == "/v1/compare" and refusal["status"] in (404, 422, 503)
 
 
 def test_a_refusal_is_a_tool_error_carrying_the_routes_body(client):
