@@ -29,6 +29,7 @@ demo: install
 	@echo "       -d '{\"query\": \"how do I pretty-print JSON\", \"k\": 5}'"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/public/search -H 'content-type: application/json' \\"
 	@echo "       -d '{\"workspace_id\": \"roster\", \"constraints\": [{\"relation\": \"held_role\", \"slot\": \"seniority\", \"op\": \"gte\", \"value\": \"VP\"}]}'"
+	@echo "  MCP (streamable HTTP): http://$(HOST):$(PORT)/mcp   (stdio: $(BIN)/refindery mcp)"
 	@echo ""
 	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
 
