@@ -21,6 +21,7 @@ from indexes.store import CorpusStore
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
+from .errors import PageNotFound
 from .querylog import QueryLog
 from .settings import Settings
 
@@ -274,3 +275,12 @@ def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bo
     if repair:
         corpus.sync()
     return corpus
+
+
+def read_page(corpus: Corpus, page_id: str) -> dict:
+    """A page with its whole text and its chunks (GET /v1/pages/{id}, and the MCP get_page tool)."""
+    page = corpus.store.page(page_id)
+    if page is None:
+        raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
+    page["chunks"] = corpus.store.page_chunks(page_id)
+    return page

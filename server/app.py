@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from engine.clusters import refit_clusters
 from engine.compare import CompareRequest, CompareResponse, compare
-from engine.corpus import Corpus, open_corpus
+from engine.corpus import Corpus, open_corpus, read_page
 from engine.entities import EntityUpsert, upsert_entity
 from engine.ingest import Ingester, delete_page
 from engine.search import SearchRequest, SearchResponse, SearchService
@@ -121,11 +121,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
 
     @app.get("/v1/pages/{page_id}", tags=["pages"])
     def get_page(page_id: str, c: Corpus = Depends(get_corpus)) -> dict:
-        page = c.store.page(page_id)
-        if page is None:
-            raise not_found("page", page_id)
-        page["chunks"] = c.store.page_chunks(page_id)
-        return page
+        return read_page(c, page_id)
 
     @app.delete("/v1/pages/{page_id}", tags=["pages"])
     def remove_page(page_id: str, c: Corpus = Depends(get_corpus)) -> dict:

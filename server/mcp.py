@@ -21,7 +21,8 @@ from mcp.server.fastmcp import FastMCP
 from pydantic import BaseModel, Field, ValidationError
 
 from engine.compare import CompareRequest, compare
-from engine.errors import EngineError, PageNotFound
+from engine.corpus import read_page
+from engine.errors import EngineError
 from engine.readers.criteria import CriterionReader
 from engine.relations.facts import FactsRequest, facts
 from engine.relations.search import RelationSearch, RelationSearchRequest
@@ -107,11 +108,7 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
         return RelationSearch(c.relations, c.querylog, c.brief_compiler(), pages, CriterionReader(c, pages)).search(req)
 
     def get_page(ref: PageRef) -> dict:
-        page = corpus().store.page(ref.page_id)
-        if page is None:
-            raise PageNotFound(f"no page with id {ref.page_id!r}", ref=ref.page_id)
-        page["chunks"] = corpus().store.page_chunks(ref.page_id)
-        return json.loads(json.dumps(page, default=str))
+        return json.loads(json.dumps(read_page(corpus(), ref.page_id), default=str))
 
     server.add_tool(tool_function(RelationSearchRequest, limma_search, "/v1/public/search", {"detail": "compact"}),
                     name="limma_search", description=(

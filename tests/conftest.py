@@ -186,3 +186,19 @@ document_prefix = "passage: "
     corpus.close()
 
 
+def serving_on(sock, timeout_s: float = 120.0, base_url: str = "http://refindery"):
+    """An httpx client over a Unix socket, once `refindery serve --uds sock` answers /healthz."""
+    import time
+
+    import httpx
+
+    client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url=base_url)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if client.get("/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return client
+

@@ -139,8 +139,7 @@ def test_a_killed_server_keeps_what_the_writer_had_committed(tmp_path, make_corp
     import sys
     import time
 
-    import httpx
-    from conftest import ROOT
+    from conftest import ROOT, serving_on
 
     data = tmp_path / "data"
     seed = make_corpus(data)
@@ -153,14 +152,7 @@ def test_a_killed_server_keeps_what_the_writer_had_committed(tmp_path, make_corp
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://refindery")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if client.get("/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        client = serving_on(sock)
         ids = [client.post("/v1/search", json={"query": f"cormorants {i}"}, timeout=30).json()["query_id"]
                for i in range(5)]
         time.sleep(1.5)  # several flush intervals

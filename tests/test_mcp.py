@@ -10,24 +10,16 @@ from docs.examples.over_mcp import call_tool
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory, pool):
-    from fastapi.testclient import TestClient
-
+    from docs.examples import make_client
     from docs.examples.roster import roster
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
-    from server.app import create_app
 
-    data = tmp_path_factory.mktemp("mcp")
-    settings = load_settings(data_dir=str(data))
-    corpus = open_corpus(settings, pool)
-    cl = TestClient(create_app(settings, corpus))
-    cl.data_dir = data
+    cl = make_client(tmp_path_factory.mktemp("mcp"), pool)
     cl.ws = roster(cl).workspace_id
     cl.post("/v1/pages", json={"workspace": cl.ws, "pages": [
         {"url": "https://notes.example/pumps", "title": "Pump notes",
          "body_text": "Centrifugal pumps move water through the mains."}]})
     yield cl
-    corpus.close()
+    cl.corpus.close()
 
 
 def result(res) -> dict:

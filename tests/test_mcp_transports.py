@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import anyio
 import httpx
 import pytest
-from conftest import ROOT
+from conftest import ROOT, serving_on
 
 SCREENED = {"workspace_id": "roster", "entity_id": "teodor_brask", "relation": "screening"}
 
@@ -78,14 +77,7 @@ def test_over_streamable_http_on_the_api_app(data, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
                             env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        probe = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://localhost:8000")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if probe.get("/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        serving_on(sock)
 
         async def run():
             over_the_socket = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock)), timeout=60)

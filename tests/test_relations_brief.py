@@ -76,19 +76,13 @@ def fake(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory, fake):
-    from fastapi.testclient import TestClient
+    from docs.examples import make_client
 
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
-    from server.app import create_app
-
-    settings = load_settings(data_dir=str(tmp_path_factory.mktemp("brief")), compiler={
+    cl = make_client(tmp_path_factory.mktemp("brief"), compiler={
         "base_url": "http://fake-llm/v1", "model": "fake-compiler-1", "api_key": "sk-test",
         "uds": fake.server_address})
-    corpus = open_corpus(settings)
-    cl = TestClient(create_app(settings, corpus))
     yield cl
-    corpus.close()
+    cl.corpus.close()
 
 
 @pytest.fixture

@@ -22,18 +22,11 @@ PROFILES = [
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, pool):
-    from fastapi.testclient import TestClient
-
+    from docs.examples import make_client
     from docs.examples.roster import roster
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
-    from server.app import create_app
 
-    data = tmp_path_factory.mktemp("criteria")
-    settings = load_settings(data_dir=str(data))
-    corpus = open_corpus(settings, pool)
-    cl = TestClient(create_app(settings, corpus))
-    cl.data_dir = data
+    cl = make_client(tmp_path_factory.mktemp("criteria"), pool)
+    corpus = cl.corpus
     ws = roster(cl).workspace_id
     r = cl.post("/v1/pages", json={"workspace": ws, "pages": PROFILES})
     assert r.status_code == 200 and not r.json()["errors"]
@@ -107,21 +100,15 @@ def test_a_plausible_sentence_is_stated_not_verified_and_compact_counts_the_rest
 
 
 def test_with_a_cross_encoder_configured_it_picks_the_quote_among_the_stated_sentences(tmp_path, pool, tiny_reranker):
-    from fastapi.testclient import TestClient
-
+    from docs.examples import make_client
     from docs.examples.roster import roster
-    from engine.corpus import open_corpus
-    from engine.settings import CONFIG_DIR, load_settings
-    from server.app import create_app
+    from engine.settings import CONFIG_DIR
 
     reg = tmp_path / "models.toml"
     reg.write_text((CONFIG_DIR / "models.toml").read_text()
                    + f'\n[rerankers.tiny-ce]\nsource = "path"\npath = "{tiny_reranker}"\nmax_seq_length = 128\n')
-    settings = load_settings(data_dir=str(tmp_path / "data"), models={"registry": str(reg), "reranker": "tiny-ce"})
-    corpus = open_corpus(settings, pool)
+    client = make_client(tmp_path / "data", pool, models={"registry": str(reg), "reranker": "tiny-ce"})
     try:
-        client = TestClient(create_app(settings, corpus))
-        client.data_dir = tmp_path / "data"
         ws = roster(client).workspace_id
         client.post("/v1/pages", json={"workspace": ws, "pages": PROFILES})
         body = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES,
@@ -131,7 +118,7 @@ def test_with_a_cross_encoder_configured_it_picks_the_quote_among_the_stated_sen
         states = {j["entity_id"]: j["state"] for j in block["judgments"]}
         assert states == {"halvard_quist": "not_stated", "isolde_marbrook": "stated", "yusuf_alderane": "no_documents"}
     finally:
-        corpus.close()
+        client.corpus.close()
 
 
 def test_a_candidate_one_criterion_short_is_a_close_match(setup):

@@ -19,22 +19,16 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory, pool):
-    from fastapi.testclient import TestClient
+    from docs.examples import make_client
 
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
-    from server.app import create_app
-
-    settings = load_settings(data_dir=str(tmp_path_factory.mktemp("ideas")))
-    corpus = open_corpus(settings, pool)
-    cl = TestClient(create_app(settings, corpus))
+    cl = make_client(tmp_path_factory.mktemp("ideas"), pool)
     ws = cl.post("/v1/public/workspaces", json={"workspace_id": "acme"}).json()["workspace_id"]
     r = cl.post("/v1/pages", json={"workspace": ws, "pages": DOCS})
     assert r.status_code == 200 and not r.json()["errors"]
     cl.post("/v1/pages", json={"workspace": "elsewhere", "pages": [
         {"url": "https://other.example/p", "title": "Other", "body_text": "Pricing risk elsewhere, not in acme."}]})
     yield cl
-    corpus.close()
+    cl.corpus.close()
 
 
 def test_an_idea_is_answered_by_document_and_part_with_quotes(client):

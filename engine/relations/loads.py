@@ -119,12 +119,16 @@ def _check(space: Space, req: LoadRequest) -> tuple[Source, dict]:
                 raise LoadInvalid(f"{where}: table {table!r} has no column {col!r}", reason="load_column_unknown",
                                   columns=sorted(cols))
 
+        def relation(name: str, where: str) -> Relation:
+            rel = space.schema.relation(name)
+            if rel is None:
+                raise LoadInvalid(f"{where}: no pack of the workspace declares relation {name!r}",
+                                  reason="relation_unknown", relations=sorted(space.schema.relations))
+            return rel
+
         for i, m in enumerate(req.relations):
             where = f"relations[{i}]"
-            rel = space.schema.relation(m.relation)
-            if rel is None:
-                raise LoadInvalid(f"{where}: no pack of the workspace declares relation {m.relation!r}",
-                                  reason="relation_unknown", relations=sorted(space.schema.relations))
+            rel = relation(m.relation, where)
             cols = columns(m.table, where)
             need(cols, m.entity_column, m.table, where)
             if m.key_column is not None:
@@ -151,10 +155,7 @@ def _check(space: Space, req: LoadRequest) -> tuple[Source, dict]:
             plan["entities"] = (e, kind)
         for i, c in enumerate(req.coverage):
             where = f"coverage[{i}]"
-            rel = space.schema.relation(c.relation)
-            if rel is None:
-                raise LoadInvalid(f"{where}: no pack of the workspace declares relation {c.relation!r}",
-                                  reason="relation_unknown", relations=sorted(space.schema.relations))
+            rel = relation(c.relation, where)
             if c.table is not None:
                 need(columns(c.table, where), c.entity_column, c.table, where)
             plan["coverage"].append((c, rel))
