@@ -85,6 +85,21 @@ class CriteriaSettings(BaseModel):
     reads_per_call: int = Field(50, ge=1, le=10_000)
 
 
+class EvidenceSettings(BaseModel):
+    max_rounds: int = Field(5, ge=1, le=20)
+    round_k: int = Field(10, ge=1, le=50)
+    line_budget: int = Field(1000, ge=1)
+    min_high_sources: int = Field(2, ge=1, le=50)
+    maps_consulted: int = Field(2, ge=0, le=20)
+    distinct_max: float = Field(0.6, ge=-1, le=1)
+    split_chars: int = Field(20_000, ge=1000)
+    excerpt_chars: int = Field(1500, ge=100)
+    line_width: int = Field(100, ge=20)
+    reports_dir: str = ""
+    dictionary_dir: str = ""
+    packs: list[str] = Field(default_factory=lambda: ["*"])
+
+
 class LogSettings(BaseModel):
     enabled: bool = True
     queue_size: int = Field(10_000, ge=1)
@@ -119,6 +134,7 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
     compiler: CompilerSettings = Field(default_factory=CompilerSettings)
     criteria: CriteriaSettings = Field(default_factory=CriteriaSettings)
+    evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
 
     @field_validator("data_dir")
     @classmethod
@@ -150,6 +166,16 @@ class Settings(BaseSettings):
     @property
     def models_cache_dir(self) -> Path:
         return Path(self.models.cache_dir).expanduser() if self.models.cache_dir else self.data_dir / "models"
+
+    @property
+    def reports_dir(self) -> Path:
+        d = self.evidence.reports_dir
+        return Path(d).expanduser().resolve() if d else self.data_dir / "agent_reports"
+
+    @property
+    def dictionary_dir(self) -> Path:
+        d = self.evidence.dictionary_dir
+        return Path(d).expanduser().resolve() if d else self.data_dir / "dictionaries"
 
     @property
     def embedder_names(self) -> list[str]:

@@ -202,3 +202,27 @@ class SparseIndex:
         out = [(int(searcher.doc(addr)["chunk_id"][0]), float(score)) for score, addr in hits]
         out.sort(key=lambda t: (-t[1], t[0]))
         return out
+
+    def doc_freqs(self, stems: Iterable[str]) -> dict[str, int]:
+        """How many chunks hold each stemmed term in their body (a term's specificity: the fewer,
+        the more specific)."""
+        searcher = self.index.searcher()
+        return {s: int(searcher.doc_freq("body", s)) for s in stems}
+
+
+# The en_stem analyzer tantivy indexes title/section/body with (simple tokenizer, long tokens
+# dropped, lower case, Snowball English stemmer), so text analysed here matches the index's terms.
+_EN_STEM = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+_LOWER = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+          .filter(tantivy.Filter.lowercase()).build())
+
+
+def stems(text: str) -> list[str]:
+    """The index's terms for `text`, in order (``"Magnetic reversals"`` -> ``["magnet", "revers"]``)."""
+    return _EN_STEM.analyze(text)
+
+
+def words(text: str) -> list[str]:
+    """`text`'s tokens as the index splits them, lower-cased but not stemmed."""
+    return _LOWER.analyze(text)

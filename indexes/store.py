@@ -391,6 +391,13 @@ class CorpusStore:
             [list(page_ids)]).fetchnumpy()
         return res["chunk_id"].astype(np.int64)
 
+    def page_outline(self, workspace: str) -> list[tuple[str, str, str | None, str | None, int | None]]:
+        """(page_id, url, title, domain, cluster_id) of every page of a workspace, by page id: what
+        the evidence maps are drawn from."""
+        return self.cursor().execute(
+            """SELECT page_id, url, title, domain, cluster_id FROM pages WHERE workspace_id = ?
+               ORDER BY page_id""", [workspace]).fetchall()
+
     def workspace_count(self) -> int:
         return self.cursor().execute("SELECT count(DISTINCT workspace_id) FROM pages").fetchone()[0]
 

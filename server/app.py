@@ -22,6 +22,7 @@ from models.registry import ModelNotFound
 
 from .errors import install_error_handlers, not_found
 from .mcp import build_mcp
+from .evidence import router as evidence_router
 from .public import router as public_router
 
 log = logging.getLogger("refindery.server")
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
     app.include_router(public_router)
+    app.include_router(evidence_router)
     # MCP over streamable HTTP at /mcp: the same tools as `refindery mcp` (stdio), on this app.
     app.state.mcp = build_mcp(app, (settings.server.host if settings else "127.0.0.1"))
     app.router.routes.extend(app.state.mcp.streamable_http_app().routes)

@@ -1,0 +1,483 @@
+"""EvidenceSearch.search — seed 002's searcher workflow over the engine.
+
+    dictionary ─▶ maps ─▶ decompose ─▶ rounds (one expanded term each; early-stop checks) ─▶ packet
+
+A round is one run of the hybrid pipeline (BM25 + dense, RRF) for one expanded form of a sub-query,
+k pages, explain on. Every page it returns is scanned; a page whose calibrated confidence reaches the
+low threshold is a source, and its best passage is read (its lines count against the line budget).
+The round plan of a sub-query: its words with dictionary surfaces replaced by their canonical terms;
+then each alias, colloquial surface and related term in turn; then, broadening, the sub-query without
+its most specific word (the one fewest chunks hold) and its content words alone. Two kinds of rounds
+are inserted as evidence comes in: a *sibling* round (the same words within the folder or cluster of a
+new source not yet explored there) and a *map* round (when a sub-query's first round found nothing,
+the same words within the group its maps put nearest the question).
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import date
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...corpus import Corpus
+from ...errors import EngineError
+from ...querylog import LogEntry
+from ...search import SearchFilters, SearchRequest, SearchService
+from .confidence import LEVELS, Calibration, load_calibration, query_stems, signals
+from .decompose import content_words, decompose
+from .dictionary import Dictionary, DictionaryError, Match, load_dictionary
+from .maps import Group, Maps, slug, workspace_maps
+from .packet import load_state, names, new_state, packet_lock, write_packet
+from indexes.sparse import stems
+
+SESSION = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$"
+TERMINATIONS = ("full", "sufficient_evidence", "diminishing_returns", "token_budget", "max_rounds")
+
+
+class DictionaryInvalid(EngineError):
+    status, type = 422, "dictionary_invalid"
+
+
+def workspace_dictionary(corpus: Corpus, workspace: str) -> Dictionary:
+    """The workspace's own dictionary plus the configured packs' vocabularies (422 when unreadable)."""
+    try:
+        return load_dictionary(corpus.settings.dictionary_dir, workspace, corpus.settings.evidence.packs)
+    except DictionaryError as exc:
+        raise DictionaryInvalid(f"the dictionary of workspace {workspace!r} cannot be read: {exc}",
+                                workspace=workspace) from exc
+
+
+class EvidenceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=2000, description="The question to gather evidence for.")
+    workspace: str | None = Field(default=None, max_length=200)
+    session_id: str | None = Field(default=None, pattern=SESSION, description=(
+        "Names the packet (evidence_packet_{session_id}.md); a later call with the same session appends to "
+        "it. Letters, digits, _ and -; a new id is made when absent."))
+    topic: str | None = Field(default=None, min_length=1, max_length=120, description=(
+        "For parallel searchers of one session: the packet becomes evidence_packet_{session_id}_{topic-slug}.md."))
+    max_rounds: int | None = Field(default=None, ge=1, le=20, description="Searches in this call, all sub-queries together.")
+    k: int | None = Field(default=None, ge=1, le=50, description="Pages each round asks of the search pipeline.")
+    line_budget: int | None = Field(default=None, ge=1, le=1_000_000, description="Lines of excerpts read before stopping.")
+    min_high_sources: int | None = Field(default=None, ge=1, le=50, description=(
+        "High-confidence sources (distinct pages) that are sufficient evidence for a sub-query."))
+    decompose: bool = Field(default=True, description="Split comparative or multi-part questions into sub-queries.")
+    siblings: bool = Field(default=True, description="Explore the folder or cluster of a new source.")
+    filters: SearchFilters | None = Field(default=None, description="Restrictions applied to every round.")
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v):
+        if v is not None and not slug(v):
+            raise ValueError("topic needs at least one letter or digit")
+        return v
+
+
+class EvidenceResponse(BaseModel):
+    query_id: str
+    session_id: str
+    path: str = Field(description="The packet, relative to the data dir (agent_reports/…).")
+    file: str = Field(description="The packet's absolute path.")
+    appendix_path: str | None = None
+    reports_written: int
+    sources_found: int = Field(description="Sources in the packet (every call of the session so far).")
+    new_sources: int = Field(description="Sources this call added.")
+    confidence: dict[str, int]
+    key_themes: str
+    navigation: dict
+    summary: str = Field(description="The seed's return text for an orchestrator.")
+
+
+@dataclass
+class RoundSpec:
+    kind: str          # query | canonical | alias | colloquial | related | drop_specific | keywords | sibling | map
+    query: str
+    within: Group | None = None
+
+
+@dataclass
+class Sub:
+    index: int
+    query: str
+    matches: list[Match]
+    plan: deque
+    concepts: dict[str, list[str]]
+    vector: np.ndarray
+    maps: list[tuple[Group, float]] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    high: set[str] = field(default_factory=set)
+    explored: set[str] = field(default_factory=set)
+    termination: str | None = None
+
+
+def forms(word: str) -> list[str]:
+    """A word's other number and its stem (as a prefix pattern): the forms the sparse arm matches
+    through its stemmer, listed for the reader."""
+    w = word.lower()
+    if w.endswith("ies") and len(w) > 4:
+        other = w[:-3] + "y"
+    elif w.endswith(("ses", "xes", "ches", "shes")):
+        other = w[:-2]
+    elif w.endswith("s") and not w.endswith("ss") and len(w) > 3:
+        other = w[:-1]
+    elif w.endswith("y") and len(w) > 2 and w[-2] not in "aeiou":
+        other = w[:-1] + "ies"
+    elif w.endswith(("s", "x", "ch", "sh")):
+        other = w + "es"
+    else:
+        other = w + "s"
+    st = (stems(w) or [w])[0]
+    out = [w, other]
+    if st not in out:
+        out.append(st + "*")
+    return out
+
+
+def _replace_span(text: str, m: Match, by: str) -> str:
+    """`text` with the words of match `m` replaced (the match's words, in any case and forms)."""
+    toks = list(re.finditer(r"[^\W_]+", text))
+    if m.end > len(toks):
+        return text
+    a, b = toks[m.start].start(), toks[m.end - 1].end()
+    return text[:a] + by + text[b:]
+
+
+def bridged(query: str, matches: list[Match]) -> str:
+    """The query with every alias or colloquial surface replaced by its canonical term."""
+    out = query
+    for m in sorted(matches, key=lambda m: -m.start):
+        if m.kind in ("alias", "colloquial"):
+            out = _replace_span(out, m, m.entry.term)
+    return out
+
+
+class EvidenceSearch:
+    def __init__(self, corpus: Corpus, pages: SearchService, calibration: Calibration | None = None):
+        self.corpus = corpus
+        self.pages = pages
+        self.settings = corpus.settings.evidence
+        self.calibration = calibration or load_calibration()
+
+    # Preparation -------------------------------------------------------------------------------
+    def dictionary(self, workspace: str) -> Dictionary:
+        return workspace_dictionary(self.corpus, workspace)
+
+    def plan(self, query: str, matches: list[Match]) -> deque:
+        q1 = bridged(query, matches)
+        plan = deque([RoundSpec("canonical" if q1 != query else "query", q1)])
+        seen = {q1.lower()}
+        alternatives = []
+        for m in matches:
+            alts = [(a, "alias") for a in m.entry.aliases] + [(c, "colloquial") for c in m.entry.colloquial]
+            alts += [(r, "related") for r in m.entry.related]
+            alternatives.append([(a, k) for a, k in alts if stems(a) != stems(m.surface)])
+        for i in range(max((len(a) for a in alternatives), default=0)):
+            for m, alts in zip(matches, alternatives):
+                if i < len(alts):
+                    term, kind = alts[i]
+                    q = bridged(_replace_span(query, m, term), [x for x in matches if x is not m])
+                    if q.lower() not in seen:
+                        seen.add(q.lower())
+                        plan.append(RoundSpec(kind, q))
+        words = content_words(q1)
+        protected = {s for m in matches for s in stems(m.entry.term)}
+        droppable = [w for w in dict.fromkeys(words) if (stems(w) or [w])[0] not in protected]
+        if len(words) >= 3 and droppable:
+            df = self.corpus.sparse.doc_freqs([(stems(w) or [w])[0] for w in droppable])
+            rare = min(droppable, key=lambda w: (df[(stems(w) or [w])[0]], -len(w), w))
+            q = re.sub(rf"\b{re.escape(rare)}\b", "", q1, count=1, flags=re.I)
+            q = " ".join(q.split())
+            if q.lower() not in seen and content_words(q):
+                seen.add(q.lower())
+                plan.append(RoundSpec("drop_specific", q))
+        kw = " ".join(words)
+        if words and kw.lower() not in seen and kw.lower() != " ".join(q1.lower().split()):
+            plan.append(RoundSpec("keywords", kw))
+        return plan
+
+    def concepts(self, query: str, matches: list[Match]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        covered = set()
+        for m in matches:
+            e = m.entry
+            exp = [x for x in [e.term, *e.aliases, *e.colloquial, *e.related] if x.lower() != m.surface.lower()]
+            out[m.surface] = exp
+            covered |= set(stems(m.surface))
+        for w in content_words(query):
+            if (stems(w) or [w])[0] not in covered and w not in out:
+                out[w] = [f for f in forms(w) if f != w]
+        return out
+
+    # The verb ----------------------------------------------------------------------------------
+    def search(self, req: EvidenceRequest) -> EvidenceResponse:
+        t0 = time.perf_counter()
+        corpus, s = self.corpus, self.settings
+        workspace = req.workspace or corpus.settings.default_workspace
+        model = corpus.settings.models.active
+        max_rounds = req.max_rounds or s.max_rounds
+        k = req.k or s.round_k
+        budget = req.line_budget or s.line_budget
+        min_high = req.min_high_sources or s.min_high_sources
+        session_id = req.session_id or uuid.uuid4().hex[:12]
+        topic_slug = slug(req.topic) if req.topic else None
+        query_id = uuid.uuid4().hex
+
+        dictionary = self.dictionary(workspace)
+        maps = workspace_maps(corpus, workspace, model)
+        embedder = corpus.embedder(model)
+
+        def unit(text: str) -> np.ndarray:
+            v = np.asarray(embedder.encode_query(text), dtype=np.float32)
+            n = float(np.linalg.norm(v))
+            return v / n if n else v
+
+        def similarity(parts: list[str]) -> list[float]:
+            vs = [unit(p) for p in parts]
+            return [float(vs[i] @ vs[i + 1]) for i in range(len(vs) - 1)]
+
+        dec = decompose(req.query, similarity, s.distinct_max) if req.decompose else None
+        sub_texts = dec.sub_queries if dec else [req.query]
+        subs: list[Sub] = []
+        maps_accessed: list[str] = [maps.overview_path] if maps.pages else []
+        for i, text in enumerate(sub_texts):
+            matches = dictionary.lookup(text)
+            sub = Sub(i, text, matches, self.plan(text, matches), self.concepts(text, matches), unit(text))
+            sub.maps = maps.rank(sub.vector)[: s.maps_consulted]
+            maps_accessed += [g.path for g, _ in sub.maps if g.path not in maps_accessed]
+            subs.append(sub)
+
+        packet_name, _ = names(session_id, topic_slug)
+        with packet_lock(corpus.settings.reports_dir / packet_name):
+            state = load_state(corpus.settings.reports_dir, packet_name) or new_state(
+                session_id, req.topic, topic_slug, workspace, req.topic or req.query)
+            known = {src["page_id"] for c in state["calls"] for src in c["sources"]}
+            run = _Run(self, req, workspace, model, k, maps, known, query_id)
+            termination = run.rounds(subs, max_rounds, budget, min_high)
+            call = run.call_record(state, subs, dec, termination, maps_accessed, req.query)
+            state["calls"].append(call)
+            paths = write_packet(corpus.settings.reports_dir, state, s.split_chars)
+        return self._reply(state, call, paths, query_id, session_id, run, t0)
+
+    def _reply(self, state, call, paths, query_id, session_id, run, t0) -> EvidenceResponse:
+        corpus = self.corpus
+        sources = [src for c in state["calls"] for src in c["sources"]]
+        conf = {lvl: sum(1 for x in sources if x["confidence"] == lvl) for lvl in LEVELS}
+        rel = paths["packet"].relative_to(corpus.data_dir) if paths["packet"].is_relative_to(corpus.data_dir) \
+            else paths["packet"]
+        app = paths["appendix"]
+        app_rel = None if app is None else str(app.relative_to(corpus.data_dir) if app.is_relative_to(corpus.data_dir) else app)
+        nav = dict(call["navigation"])
+        nav["maps_accessed"] = len(nav["maps_accessed"])
+        top = sorted(sources, key=lambda x: (-x["p"], x["path"]))[:3]
+        groups: dict[str, int] = {}
+        for x in sources:
+            groups[x["domain"] or "?"] = groups.get(x["domain"] or "?", 0) + 1
+        themes = ("No source gave evidence." if not sources else
+                  "Top sources: " + "; ".join(f"\"{x['title'] or x['path']}\" ({x['confidence']})" for x in top)
+                  + ". Found in: " + ", ".join(f"{d} ({n})" for d, n in sorted(groups.items(), key=lambda t: -t[1])[:3])
+                  + ".")
+        summary = (f"Evidence written to {rel}\n- Sources found: {len(sources)}\n"
+                   f"- Confidence breakdown: {conf['high']} high, {conf['medium']} medium, {conf['low']} low\n"
+                   f"- Key themes: {themes}\n"
+                   f"- Navigation: {nav['maps_accessed']} maps accessed, {nav['raw_files_scanned']} files scanned, "
+                   f"{nav['raw_files_read']} files read, found via {nav['evidence_found_in']}")
+        resp = EvidenceResponse(
+            query_id=query_id, session_id=session_id, path=str(rel), file=str(paths["packet"]),
+            appendix_path=app_rel, reports_written=1 + (app is not None), sources_found=len(sources),
+            new_sources=len(call["sources"]), confidence=conf, key_themes=themes, navigation=nav, summary=summary)
+        timings = {"total": round((time.perf_counter() - t0) * 1000, 3)}
+        corpus.querylog.record(LogEntry(
+            query_id=query_id, endpoint="evidence", workspace=state["workspace"], query=call["query"],
+            params=run.req.model_dump(mode="json", exclude_none=True) | {"session_id": session_id},
+            models=[run.model], timings=timings, total=nav["raw_files_scanned"], returned=len(call["sources"]),
+            results=[(run.model, i, x["page_id"], x["p"], None) for i, x in enumerate(call["sources"], start=1)]))
+        return resp
+
+
+class _Run:
+    """One call's rounds: what was scanned, read and found."""
+
+    def __init__(self, owner: EvidenceSearch, req: EvidenceRequest, workspace: str, model: str, k: int,
+                 maps: Maps, known: set[str], query_id: str):
+        self.owner, self.req, self.workspace, self.model, self.k = owner, req, workspace, model, k
+        self.maps, self.known, self.query_id = maps, known, query_id
+        self.sources: dict[str, dict] = {}      # page id -> source (new to the packet)
+        self.refound: list[str] = []
+        self.patterns: list[dict] = []
+        self.scanned = 0
+        self.lines = 0
+        self.directories: set[str] = set()
+        self.first_via: str | None = None
+        self.urls: dict[str, str] = {}
+        self.n = 0
+
+    def _filters(self, within: Group | None) -> SearchFilters | None:
+        base = self.req.filters.model_dump(exclude_none=True) if self.req.filters else {}
+        if within is not None:
+            base.update(within.filters())
+        return SearchFilters(**base) if base else None
+
+    def lines_of(self, text: str) -> int:
+        w = self.owner.settings.line_width
+        return sum(max(1, math.ceil(len(line) / w)) for line in text.splitlines()) or 1
+
+    def one_round(self, sub: Sub, spec: RoundSpec) -> dict:
+        self.n += 1
+        req = SearchRequest(query=spec.query[:2000], k=self.k, workspace=self.workspace, pin=False, explain=True,
+                            filters=self._filters(spec.within))
+        trace: dict = {}
+        resp = self.owner.pages.search(req, log=False, trace=trace)
+        entry = self.owner.pages.log_entry("evidence_round", req, resp, trace)
+        entry.params |= {"evidence_query_id": self.query_id, "round": self.n}
+        self.owner.corpus.querylog.record(entry)
+        qs = query_stems(spec.query)
+        cal = self.owner.calibration
+        new_here, above = [], 0
+        for hit in resp.pages:
+            self.scanned += 1
+            self.directories.add(hit.domain or "")
+            sig = signals(hit, qs)
+            p = cal.probability(sig)
+            level = cal.level(p)
+            if level is None:
+                continue
+            above += 1
+            pid = hit.page_id
+            self.urls[pid] = hit.url
+            if pid not in sub.sources:
+                sub.sources.append(pid)
+                new_here.append(pid)
+            if level == "high":
+                sub.high.add(pid)
+            if pid in self.known:
+                if hit.url not in self.refound:
+                    self.refound.append(hit.url)
+                continue
+            if pid in self.sources:
+                src = self.sources[pid]
+                if p > src["p"]:
+                    src.update(p=round(p, 4), confidence=level, signals=sig.as_dict())
+                continue
+            sn = hit.snippets[0] if hit.snippets else None
+            excerpt = (sn.text if sn else "")[: self.owner.settings.excerpt_chars]
+            self.lines += self.lines_of(excerpt)
+            kind = {"sibling": "sibling", "map": "map"}.get(spec.kind, "search_hit")
+            if self.first_via is None:
+                self.first_via = "map" if spec.kind == "map" else "raw"
+            self.sources[pid] = {
+                "page_id": pid, "path": hit.url, "title": hit.title, "domain": hit.domain, "type": kind,
+                "excerpt": excerpt, "section": " > ".join(sn.section_path) if sn else "",
+                "char_start": sn.char_start if sn else 0, "char_end": sn.char_end if sn else 0,
+                "confidence": level, "p": round(p, 4), "signals": sig.as_dict(), "round": self.n,
+                "kind": spec.kind, "found_by": spec.query, "within": spec.within.key if spec.within else None,
+                "sub_query": sub.index}
+        rec = {"round": self.n, "sub_query": sub.index, "kind": spec.kind, "pattern": spec.query,
+               "within": spec.within.key if spec.within else None, "matches": len(resp.pages),
+               "sources": above, "new_sources": len(new_here)}
+        sub.rounds.append(rec)
+        self.patterns.append(rec)
+        return rec
+
+    def explore(self, sub: Sub, rec: dict, spec: RoundSpec) -> None:
+        """Insert a sibling round for the best new source's folder or cluster, or a map round when a
+        sub-query's first round found nothing."""
+        whole = self.maps.pages
+        if rec["new_sources"] and self.owner_siblings and spec.kind not in ("sibling", "map"):
+            ranked = sorted((p for p in sub.sources[-rec["new_sources"]:]),
+                            key=lambda p: -(self.sources.get(p, {}).get("p", 0.0)))
+            for pid in ranked:
+                g = self.maps.group_of(pid, "domain") or self.maps.group_of(pid, "cluster")
+                if g is not None and g.key not in sub.explored and len(g.pages) < whole and len(g.pages) > 1:
+                    sub.explored.add(g.key)
+                    sub.plan.appendleft(RoundSpec("sibling", spec.query, g))
+                    return
+        if len(sub.rounds) == 1 and not sub.sources and sub.maps:
+            g = sub.maps[0][0]
+            if len(g.pages) < whole and g.key not in sub.explored:
+                sub.explored.add(g.key)
+                sub.plan.appendleft(RoundSpec("map", spec.query, g))
+
+    @property
+    def owner_siblings(self) -> bool:
+        return self.req.siblings
+
+    def rounds(self, subs: list[Sub], max_rounds: int, budget: int, min_high: int) -> str:
+        """Sub-queries take turns, a round each. After a round the seed's checks run in order:
+        (a) sufficient evidence and (b) diminishing returns end that sub-query; (c) the token budget
+        and (d) max rounds end the call. Returns why the search ended: the reason of the sub-query
+        that finished last, or (c)/(d) when they cut off sub-queries still searching."""
+        active = deque(subs)
+        last = "full"
+        while active:
+            sub = active.popleft()
+            spec = sub.plan.popleft()
+            rec = self.one_round(sub, spec)
+            if len(sub.high) >= min_high:
+                sub.termination = "sufficient_evidence"
+            elif len(sub.rounds) >= 2 and sub.rounds[-1]["new_sources"] == 0 and sub.rounds[-2]["new_sources"] == 0:
+                sub.termination = "diminishing_returns"
+            overall = "token_budget" if self.lines > budget else "max_rounds" if self.n >= max_rounds else None
+            if not sub.termination and not overall:
+                self.explore(sub, rec, spec)
+                if not sub.plan:
+                    sub.termination = "full"
+            if overall:
+                cut = [x for x in (sub, *active) if not x.termination]
+                for x in cut:
+                    x.termination = overall
+                return overall if cut else sub.termination
+            if sub.termination:
+                last = sub.termination
+            else:
+                active.append(sub)
+        return last
+
+    def call_record(self, state: dict, subs: list[Sub], dec, termination: str, maps_accessed: list[str],
+                    query: str) -> dict:
+        sources = list(self.sources.values())
+        gaps = []
+        for sub in subs:
+            if not sub.sources:
+                gaps.append(f"no source for: {sub.query}")
+                continue
+            seen = set()
+            for pid in sub.sources:
+                src = self.sources.get(pid)
+                if src:
+                    seen |= set(stems(src["excerpt"])) | set(stems(src["title"] or ""))
+            for term, exp in sub.concepts.items():
+                alts = [term, *[e.rstrip("*") for e in exp]]
+                if not any(set(stems(a)) and set(stems(a)) <= seen or a in seen for a in alts):
+                    gaps.append(f"{term!r} appears in no source's excerpt")
+        expansions = {}
+        for sub in subs:
+            for term, exp in sub.concepts.items():
+                expansions.setdefault(term, exp)
+        failed = [p["pattern"] for p in self.patterns if p["sources"] == 0]
+        nav_path = "overview → group_map → raw_file" if any(sub.maps for sub in subs) else (
+            "overview → raw_file" if self.maps.pages else "raw_file")
+        return {
+            "n": len(state["calls"]) + 1, "query_id": self.query_id, "query": query, "date": date.today().isoformat(),
+            "navigation": {
+                "maps_accessed": maps_accessed, "navigation_path": nav_path, "raw_files_scanned": self.scanned,
+                "raw_files_read": len(sources), "directories_seen": len(self.directories), "lines_read": self.lines,
+                "evidence_found_in": self.first_via or "raw", "search_rounds": self.n,
+                "search_termination": termination},
+            "decomposition": {
+                "signal": dec.signal if dec else None,
+                "sub_queries": [{"query": sub.query,
+                                 "sources": [self.urls[p] for p in sub.sources],
+                                 "rounds": len(sub.rounds), "termination": sub.termination,
+                                 "maps": [{"map": g.path, "cosine": round(c, 4)} for g, c in sub.maps]}
+                                for sub in subs]},
+            "scratchpad_state": {"rounds_completed": self.n, "failed_searches": failed, "gaps_remaining": gaps},
+            "keyword_expansions": expansions, "patterns": self.patterns, "sources": sources,
+            "refound": self.refound,
+        }
