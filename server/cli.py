@@ -80,6 +80,49 @@ def cmd_search(args) -> int:
         corpus.close()
 
 
+def cmd_evidence(args) -> int:
+    from pydantic import ValidationError
+
+    from engine.corpus import open_corpus
+    from engine.readers.evidence.search import EvidenceRequest, EvidenceSearch
+    from engine.search import SearchService
+
+    try:
+        req = EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
+                              max_rounds=args.max_rounds, k=args.k, line_budget=args.line_budget,
+                              decompose=args.decompose, siblings=args.siblings)
+    except ValidationError as exc:
+        print(f"error: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
+        return 2
+    corpus = open_corpus(_settings(args))
+    try:
+        resp = EvidenceSearch(corpus, SearchService(corpus)).search(req)
+        print(resp.model_dump_json(indent=2) if args.json else resp.summary)
+        return 0
+    finally:
+        corpus.close()
+
+
+def cmd_dictionary(args) -> int:
+    from engine.corpus import open_corpus
+    from engine.readers.evidence import service
+
+    corpus = open_corpus(_settings(args), repair=False)
+    try:
+        if args.action == "set":
+            if not args.file:
+                print("error: dictionary set needs a FILE (.toml or .md)", file=sys.stderr)
+                return 2
+            path = Path(args.file)
+            fmt = "toml" if path.suffix.lower() == ".toml" else "markdown"
+            _print(service.set_dictionary(corpus, args.workspace, fmt, path.read_text(encoding="utf-8")))
+        else:
+            _print(service.show_dictionary(corpus, args.workspace))
+        return 0
+    finally:
+        corpus.close()
+
+
 def cmd_compare(args) -> int:
     from engine.compare import CompareRequest, compare
     from engine.corpus import open_corpus
@@ -178,6 +221,8 @@ def cmd_eval(args) -> int:
         return _eval_run(args, settings)
     if args.suite == "replay":
         return _eval_replay(args, settings)
+    if args.suite == "evidence":
+        return _eval_evidence(args, settings)
     ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
     if not ir_dir.is_dir():
         print(f"error: no test collections at {ir_dir} (use --ir-dir)", file=sys.stderr)
@@ -319,6 +364,31 @@ def _eval_run(args, settings) -> int:
     return 0
 
 
+def _eval_evidence(args, settings) -> int:
+    from engine.corpus import open_corpus
+    from engine.readers.evidence.confidence import CALIBRATION_FILE
+    from eval import collections, evidence, run
+    from eval.ir import DEFAULT_IR_DIR
+
+    ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
+    base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
+    parts = []
+    for name in args.collections:
+        coll = collections.load(ir_dir / name, name)
+        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
+        try:
+            run.prepare(corpus, coll, name, [settings.models.active], progress=not args.no_progress)
+            parts.append(evidence.collect(corpus, coll, name))
+        finally:
+            corpus.close()
+    result = evidence.evaluate(parts)
+    paths = evidence.write(result, Path("eval/results"), CALIBRATION_FILE if args.write_calibration
+                           else Path("eval/results/evidence_calibration.json"))
+    print(evidence.markdown(result))
+    print("written: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 def _eval_replay(args, settings) -> int:
     from datetime import datetime
 
@@ -445,6 +515,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
+    s = sub.add_parser("evidence", help="gather evidence for a question into an evidence packet (seed 002)")
+    s.add_argument("query")
+    s.add_argument("--workspace", default=None)
+    s.add_argument("--session", default=None, help="session id: names the packet; reuse it to append")
+    s.add_argument("--topic", default=None, help="topic slug for parallel searchers of one session")
+    s.add_argument("--max-rounds", type=int, default=None)
+    s.add_argument("-k", type=int, default=None, help="pages per round")
+    s.add_argument("--line-budget", type=int, default=None)
+    s.add_argument("--decompose", action=argparse.BooleanOptionalAction, default=True)
+    s.add_argument("--siblings", action=argparse.BooleanOptionalAction, default=True)
+    s.add_argument("--json", action="store_true", help="the whole reply as JSON (default: the summary)")
+    s.set_defaults(func=cmd_evidence)
+
+    s = sub.add_parser("dictionary", help="a workspace's evidence dictionary: show it, or set it from a file")
+    s.add_argument("action", choices=["show", "set"])
+    s.add_argument("file", nargs="?", help="set: a .toml or .md dictionary")
+    s.add_argument("--workspace", default=None)
+    s.set_defaults(func=cmd_dictionary)
+
     s = sub.add_parser("compare", help="A/B: the pipeline once per embedder, with agreement figures")
     s.add_argument("query")
     s.add_argument("--models", required=True, help="comma-separated embedders, e.g. all-minilm-l6-v2,all-mpnet-base-v2")
@@ -466,9 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_clusters)
 
     s = sub.add_parser("eval", help="offline evaluation")
-    s.add_argument("suite", choices=["ir", "run", "replay"],
+    s.add_argument("suite", choices=["ir", "run", "replay", "evidence"],
                    help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
-                        "run: variants x embedders on one collection, with significance tests and a report")
+                        "run: variants x embedders on one collection, with significance tests and a report; "
+                        "evidence: fit and check evidence search's confidence levels on the collections")
+    s.add_argument("--write-calibration", action="store_true",
+                   help="evidence: also replace configs/evidence_calibration.json with the new fit")
     s.add_argument("--collection", help="run: a collection folder (our format, BEIR, or TREC)")
     s.add_argument("--models", help="run: comma-separated embedders (default: the active one)")
     s.add_argument("--variants", default="sparse,dense,hybrid", help="run: any of sparse,dense,hybrid,rerank")

@@ -24,6 +24,7 @@ from engine.compare import CompareRequest, compare
 from engine.corpus import read_page
 from engine.errors import EngineError
 from engine.readers.criteria import CriterionReader
+from engine.readers.evidence import service as evidence
 from engine.relations.facts import FactsRequest, facts
 from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.search import SearchRequest
@@ -31,7 +32,8 @@ from engine.similar import MEDIATIONS, similar_pages
 
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
-    "questions over typed relations with their warrant (limma_search, limma_facts).")
+    "questions over typed relations with their warrant (limma_search, limma_facts), and gathers evidence "
+    "for a question into a packet file (evidence_search, read_evidence_packet).")
 
 
 class PageRef(BaseModel):
@@ -44,6 +46,13 @@ class SimilarRequest(BaseModel):
                            description="vector: page-vector cosine; cluster: co-members of its cluster; "
                                        "entity: shared entities (IDF-weighted Jaccard).")
     k: int = Field(default=10, ge=1, le=200, description="Pages to return.")
+
+
+class PacketRef(BaseModel):
+    session_id: str = Field(pattern=evidence.SESSION, description="The session_id evidence_search returned.")
+    topic: str | None = Field(default=None, max_length=120, description="The topic, if the search named one.")
+    part: str = Field(default="packet", pattern="^(packet|appendix)$",
+                      description="packet (the main file) or appendix (every source, when the packet split).")
 
 
 class Refusal(Exception):
@@ -144,4 +153,15 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                     name="refind_compare", description=(
                         "The same search once per embedder (`models`), with how far the rankings agree "
                         "(Jaccard@k, RBO, Kendall's tau over the pages both share)."))
+    server.add_tool(tool_function(evidence.EvidenceRequest,
+                                  lambda r: evidence.searcher(app).search(r).model_dump(mode="json"), "/v1/evidence"),
+                    name="evidence_search", description=(
+                        "Gather evidence for a question: expands its terms through the workspace dictionary, splits "
+                        "comparative questions into sub-queries, searches in at most `max_rounds` rounds with early "
+                        "stop, and writes an evidence packet (Markdown, YAML front matter, one section per source "
+                        "with its excerpt and confidence). The reply is the packet's `path` and the counts, not the "
+                        "evidence: read it with read_evidence_packet. Reuse `session_id` to append to one packet."))
+    server.add_tool(tool_function(PacketRef, lambda r: {"session_id": r.session_id, "part": r.part, "text": evidence.read_packet(
+        corpus(), r.session_id, r.topic, r.part)}, "/v1/evidence/packets/{session_id}"),
+        name="read_evidence_packet", description="The Markdown of an evidence packet (or its appendix) by session.")
     return server

@@ -61,6 +61,16 @@ def _share_scope(parts: list[str]) -> list[str]:
     return [f"{p} {scope}" for p in parts[:-1]] + [_tidy(m.group("head")) + " " + scope]
 
 
+def _share_head(parts: list[str]) -> list[str]:
+    """"compare sqlite and postgresql transactions": one-word parts before a longer last part share
+    its tail ("sqlite transactions", "postgresql transactions") — the distributive reading."""
+    last = parts[-1].split()
+    if len(last) >= 2 and all(len(p.split()) == 1 for p in parts[:-1]) and not _SCOPE.match(parts[-1]):
+        tail = " ".join(last[1:])
+        return [f"{p} {tail}" for p in parts[:-1]] + [parts[-1]]
+    return parts
+
+
 def _cap(parts: list[str]) -> list[str]:
     parts = [p for p in (_tidy(p) for p in parts) if content_words(p)]
     if len(parts) > MAX_PARTS:
@@ -83,11 +93,11 @@ def decompose(query: str, similarity: Callable[[list[str]], list[float]] | None 
             signal = "differ"
         parts = _cap(_COMPARE_SEP.split(body))
         if len(parts) >= 2:
-            return Decomposition(query, _share_scope(parts), signal)
+            return Decomposition(query, _share_scope(_share_head(parts)), signal)
     if _VS.search(text):
         parts = _cap(_VS.split(text))
         if len(parts) >= 2:
-            return Decomposition(query, _share_scope(parts), "vs")
+            return Decomposition(query, _share_scope(_share_head(parts)), "vs")
     parts = _cap(_AND.split(text))
     if len(parts) >= 2 and all(len(content_words(p)) >= 2 for p in parts):
         parts = _share_scope(parts)

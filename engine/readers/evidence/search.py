@@ -159,10 +159,12 @@ def bridged(query: str, matches: list[Match]) -> str:
 
 
 class EvidenceSearch:
-    def __init__(self, corpus: Corpus, pages: SearchService, calibration: Calibration | None = None):
+    def __init__(self, corpus: Corpus, pages: SearchService, calibration: Calibration | None = None,
+                 settings=None):
+        """`settings` overrides the corpus's [evidence] settings."""
         self.corpus = corpus
         self.pages = pages
-        self.settings = corpus.settings.evidence
+        self.settings = settings or corpus.settings.evidence
         self.calibration = calibration or load_calibration()
 
     # Preparation -------------------------------------------------------------------------------
@@ -330,8 +332,12 @@ class _Run:
 
     def one_round(self, sub: Sub, spec: RoundSpec) -> dict:
         self.n += 1
-        req = SearchRequest(query=spec.query[:2000], k=self.k, workspace=self.workspace, pin=False, explain=True,
-                            filters=self._filters(spec.within))
+        k = self.k
+        if spec.within is not None:  # look past what was already found there: the siblings
+            members = set(spec.within.pages)
+            k += sum(1 for p in sub.sources if p in members)
+        req = SearchRequest(query=spec.query[:2000], k=min(k, 200), workspace=self.workspace, pin=False,
+                            explain=True, filters=self._filters(spec.within))
         trace: dict = {}
         resp = self.owner.pages.search(req, log=False, trace=trace)
         entry = self.owner.pages.log_entry("evidence_round", req, resp, trace)
