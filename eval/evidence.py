@@ -66,7 +66,7 @@ def levels_table(cal: Calibration, part: dict) -> dict:
     queries_high: set[str] = set()
     for v, y, q in zip(part["x"], part["y"], part["query"]):
         s = Signals(v[0], bool(v[1]), int(round(np.exp(v[2]))), v[3])
-        lvl = cal.level(cal.probability(s)) or "not_a_source"
+        lvl = cal.assess(s)[1] or "not_a_source"
         out[lvl]["sources"] += 1
         out[lvl]["relevant"] += y
         if lvl == "high":
@@ -97,7 +97,8 @@ def evaluate(parts: list[dict]) -> dict:
 def markdown(result: dict) -> str:
     lines = ["## Evidence search: precision of the confidence levels", "",
              "Leave-one-collection-out: the calibration is fitted on the other collections and counted on the "
-             "held-out one. A source is a page one round (hybrid, k=10) returned at or above the low threshold; "
+             "held-out one. A source is a page one round (hybrid, k=10) returned at or above the low threshold "
+             "(low only when it shares a word with the question); "
              "precision = share of them judged relevant.", "",
              "| held-out collection | base rate | high: sources / precision | medium | low | not a source |",
              "|---|---|---|---|---|---|"]

@@ -161,7 +161,10 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "stop, and writes an evidence packet (Markdown, YAML front matter, one section per source "
                         "with its excerpt and confidence). The reply is the packet's `path` and the counts, not the "
                         "evidence: read it with read_evidence_packet. Reuse `session_id` to append to one packet."))
-    server.add_tool(tool_function(PacketRef, lambda r: {"session_id": r.session_id, "part": r.part, "text": evidence.read_packet(
-        corpus(), r.session_id, r.topic, r.part)}, "/v1/evidence/packets/{session_id}"),
+    def read_evidence_packet(r: PacketRef) -> dict:
+        return {"session_id": r.session_id, "part": r.part,
+                "text": evidence.read_packet(corpus(), r.session_id, r.topic, r.part)}
+
+    server.add_tool(tool_function(PacketRef, read_evidence_packet, "/v1/evidence/packets/{session_id}"),
         name="read_evidence_packet", description="The Markdown of an evidence packet (or its appendix) by session.")
     return server

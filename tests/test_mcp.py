@@ -40,7 +40,7 @@ def test_the_tools_are_listed_with_the_routes_schemas(client):
 
     tools = {t.name: t for t in anyio.run(listing)}
     assert set(tools) == {"limma_search", "limma_facts", "refind_search", "refind_compare", "get_page",
-                          "similar_pages"}
+                          "similar_pages", "evidence_search", "read_evidence_packet"}
     assert all(len(t.description) > 40 for t in tools.values())
     schema = tools["limma_search"].inputSchema
     assert set(schema["properties"]) == set(RelationSearchRequest.model_fields)

@@ -10,7 +10,9 @@ Signals (all comparable across queries, unlike a raw BM25 score):
 - coverage: the share of the query's distinct content stems found in the page's matched passages.
 
 Levels: high when the probability is at least thresholds.high, medium at least .medium, low at least
-.low; below .low the page is not a source (it counts as scanned, not read).
+.low; below .low the page is not a source (it counts as scanned, not read). A page that shares no word
+with the question (coverage 0) is a source only at medium or above: like a grep match, a low-confidence
+source must at least hold one of the words asked for.
 """
 from __future__ import annotations
 
@@ -75,11 +77,15 @@ class Calibration:
         z = self.bias + sum(self.weights[f] * x for f, x in zip(FEATURES, s.vector()))
         return 1.0 / (1.0 + math.exp(-z))
 
-    def level(self, p: float) -> str | None:
+    def level(self, p: float, coverage: float = 1.0) -> str | None:
         for lvl in LEVELS:
             if p >= self.thresholds[lvl]:
-                return lvl
+                return None if lvl == "low" and coverage <= 0 else lvl
         return None
+
+    def assess(self, s: Signals) -> tuple[float, str | None]:
+        p = self.probability(s)
+        return p, self.level(p, s.coverage)
 
     def as_dict(self) -> dict:
         return {"features": list(FEATURES), "weights": self.weights, "bias": self.bias,

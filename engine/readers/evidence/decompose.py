@@ -24,7 +24,8 @@ _COMPARE_SEP = re.compile(r"\s+(?:vs\.?|versus|v\.|compared\s+(?:to|with)|as\s+o
                           r"\s*,\s*(?:and\s+)?|\s+and\s+|\s+with\s+|\s+to\s+|\s+from\s+", re.I)
 _VS = re.compile(r"\s+(?:vs\.?|versus|compared\s+(?:to|with)|as\s+opposed\s+to)\s+", re.I)
 _AND = re.compile(r"\s*,?\s+and\s+", re.I)
-_SCOPE = re.compile(r"^(?P<head>.*?)(?P<scope>\s+(?:in|on|for|within|among|at|during|under)\s+[^,]+?)\s*[?.!]*\s*$", re.I)
+_SCOPE = re.compile(r"^(?P<head>.*?)(?P<scope>\s+(?:in|on|for|within|among|at|during|under)\s+[^,]+?)"
+                    r"\s*[?.!]*\s*$", re.I)
 
 
 @dataclass

@@ -62,9 +62,11 @@ class EvidenceRequest(BaseModel):
         "it. Letters, digits, _ and -; a new id is made when absent."))
     topic: str | None = Field(default=None, min_length=1, max_length=120, description=(
         "For parallel searchers of one session: the packet becomes evidence_packet_{session_id}_{topic-slug}.md."))
-    max_rounds: int | None = Field(default=None, ge=1, le=20, description="Searches in this call, all sub-queries together.")
+    max_rounds: int | None = Field(default=None, ge=1, le=20,
+                                   description="Searches in this call, all sub-queries together.")
     k: int | None = Field(default=None, ge=1, le=50, description="Pages each round asks of the search pipeline.")
-    line_budget: int | None = Field(default=None, ge=1, le=1_000_000, description="Lines of excerpts read before stopping.")
+    line_budget: int | None = Field(default=None, ge=1, le=1_000_000,
+                                    description="Lines of excerpts read before stopping.")
     min_high_sources: int | None = Field(default=None, ge=1, le=50, description=(
         "High-confidence sources (distinct pages) that are sufficient evidence for a sub-query."))
     decompose: bool = Field(default=True, description="Split comparative or multi-part questions into sub-queries.")
@@ -271,10 +273,12 @@ class EvidenceSearch:
         corpus = self.corpus
         sources = [src for c in state["calls"] for src in c["sources"]]
         conf = {lvl: sum(1 for x in sources if x["confidence"] == lvl) for lvl in LEVELS}
-        rel = paths["packet"].relative_to(corpus.data_dir) if paths["packet"].is_relative_to(corpus.data_dir) \
-            else paths["packet"]
+        def shown(p):  # relative to the data dir when the reports live under it
+            return str(p.relative_to(corpus.data_dir) if p.is_relative_to(corpus.data_dir) else p)
+
+        rel = shown(paths["packet"])
         app = paths["appendix"]
-        app_rel = None if app is None else str(app.relative_to(corpus.data_dir) if app.is_relative_to(corpus.data_dir) else app)
+        app_rel = None if app is None else shown(app)
         nav = dict(call["navigation"])
         nav["maps_accessed"] = len(nav["maps_accessed"])
         top = sorted(sources, key=lambda x: (-x["p"], x["path"]))[:3]
@@ -350,8 +354,7 @@ class _Run:
             self.scanned += 1
             self.directories.add(hit.domain or "")
             sig = signals(hit, qs)
-            p = cal.probability(sig)
-            level = cal.level(p)
+            p, level = cal.assess(sig)
             if level is None:
                 continue
             above += 1
