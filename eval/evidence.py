@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.corpus import Corpus
-from engine.readers.evidence.confidence import FEATURES, LEVELS, Calibration, query_stems, signals
+from engine.readers.evidence.confidence import (FEATURES, LEVELS, Calibration, candidate_chunks, chunk_cosines,
+                                                signals, word_concepts)
 from engine.search import SearchRequest, SearchService
 
 from .collections import Collection
@@ -28,13 +29,17 @@ def collect(corpus: Corpus, coll: Collection, workspace: str, k: int = ROUND_K) 
     """Signals and labels of the pages one round returns for each judged query."""
     relevant = {(q.query_id, q.doc_id) for q in coll.qrels if q.relevance > 0}
     service = SearchService(corpus)
+    model = corpus.settings.models.active
     x, y, qid = [], [], []
     for q, text in coll.queries.items():
         text = text[:2000]
         res = service.search(SearchRequest(query=text, k=k, workspace=workspace, pin=False, explain=True), log=False)
-        qs = query_stems(text)
+        concepts = word_concepts(text)
+        vec = corpus.embedder(model).encode_query(text)
+        vec = vec / (np.linalg.norm(vec) or 1.0)
+        cosines = chunk_cosines(corpus, model, vec, [c for h in res.pages for c in candidate_chunks(h)])
         for hit in res.pages:
-            x.append(signals(hit, qs).vector())
+            x.append(signals(hit, concepts, cosines).vector())
             y.append(int((q, hit.url.rsplit("/", 1)[1]) in relevant))
             qid.append(q)
     return {"collection": coll.name, "x": x, "y": y, "query": qid}
@@ -123,6 +128,59 @@ def write(result: dict, results_dir: Path, calibration_file: Path) -> list[Path]
     j = results_dir / "evidence_confidence.json"
     m = results_dir / "evidence_confidence.md"
     j.write_text(json.dumps({k: v for k, v in result.items()}, indent=2) + "\n")
-    m.write_text(markdown(result))
+    m.write_text(markdown(result) + ("\n" + packets_markdown(result["packets"]) if result.get("packets") else ""))
     calibration_file.write_text(json.dumps(result["calibration"], indent=2) + "\n")
     return [j, m, calibration_file]
+
+
+def packets(corpus: Corpus, coll: Collection, workspace: str, calibration: Calibration,
+            reports_dir: Path) -> dict:
+    """The whole verb on every judged query (default settings: rounds, early stop, decomposition,
+    siblings), one packet per query: per level, the sources and how many are judged relevant; the
+    terminations; rounds per call; and the call's wall time (median, ms)."""
+    import statistics
+    import time
+
+    from engine.readers.evidence.search import EvidenceRequest, EvidenceSearch
+
+    settings = corpus.settings.evidence.model_copy(update={"reports_dir": str(reports_dir)})
+    corpus.settings = corpus.settings.model_copy(update={"evidence": settings})
+    es = EvidenceSearch(corpus, SearchService(corpus), calibration=calibration, settings=settings)
+    relevant = {(q.query_id, q.doc_id) for q in coll.qrels if q.relevance > 0}
+    levels = {lvl: {"sources": 0, "relevant": 0} for lvl in LEVELS}
+    ends: dict[str, int] = {}
+    rounds, times, decomposed, empty = [], [], 0, 0
+    for q, text in coll.queries.items():
+        t = time.perf_counter()
+        resp = es.search(EvidenceRequest(query=text[:2000], workspace=workspace, session_id=f"{coll.name}-{q}"))
+        times.append((time.perf_counter() - t) * 1000)
+        state = json.loads((reports_dir / ".state" / f"evidence_packet_{coll.name}-{q}.md.json").read_text())
+        call = state["calls"][-1]
+        for src in call["sources"]:
+            levels[src["confidence"]]["sources"] += 1
+            levels[src["confidence"]]["relevant"] += int((q, src["path"].rsplit("/", 1)[1]) in relevant)
+        end = resp.navigation["search_termination"]
+        ends[end] = ends.get(end, 0) + 1
+        rounds.append(resp.navigation["search_rounds"])
+        decomposed += len(call["decomposition"]["sub_queries"]) > 1
+        empty += resp.sources_found == 0
+    for row in levels.values():
+        row["precision"] = round(row["relevant"] / row["sources"], 4) if row["sources"] else None
+    return {"collection": coll.name, "queries": len(coll.queries), "levels": levels, "terminations": ends,
+            "mean_rounds": round(sum(rounds) / len(rounds), 2), "decomposed": decomposed, "no_source": empty,
+            "median_ms": round(statistics.median(times), 1)}
+
+
+def packets_markdown(rows: list[dict]) -> str:
+    lines = ["## Evidence search, whole verb: sources in the packets", "",
+             "Default settings (5 rounds, k=10, early stop, decomposition, siblings); each collection's levels "
+             "come from the calibration fitted on the other three.", "",
+             "| collection | queries | high: sources / precision | medium | low | mean rounds | terminations | "
+             "median ms / call |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{r['levels'][lvl]['sources']} / {r['levels'][lvl]['precision']:.3f}"
+                 if r["levels"][lvl]["sources"] else "0 / –" for lvl in LEVELS]
+        ends = ", ".join(f"{k} {v}" for k, v in sorted(r["terminations"].items(), key=lambda t: -t[1]))
+        lines.append(f"| {r['collection']} | {r['queries']} | " + " | ".join(cells)
+                     + f" | {r['mean_rounds']} | {ends} | {r['median_ms']} |")
+    return "\n".join(lines) + "\n"

@@ -370,11 +370,13 @@ def _eval_evidence(args, settings) -> int:
     from eval import collections, evidence, run
     from eval.ir import DEFAULT_IR_DIR
 
+    import tempfile
+
     ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
     base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
+    colls = {name: collections.load(ir_dir / name, name) for name in args.collections}
     parts = []
-    for name in args.collections:
-        coll = collections.load(ir_dir / name, name)
+    for name, coll in colls.items():
         corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
         try:
             run.prepare(corpus, coll, name, [settings.models.active], progress=not args.no_progress)
@@ -382,6 +384,14 @@ def _eval_evidence(args, settings) -> int:
         finally:
             corpus.close()
     result = evidence.evaluate(parts)
+    result["packets"] = []
+    for i, (name, coll) in enumerate(colls.items()):  # the whole verb, under the other collections' fit
+        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
+        try:
+            cal = evidence.fit(parts[:i] + parts[i + 1:])
+            result["packets"].append(evidence.packets(corpus, coll, name, cal, Path(tempfile.mkdtemp())))
+        finally:
+            corpus.close()
     paths = evidence.write(result, Path("eval/results"), CALIBRATION_FILE if args.write_calibration
                            else Path("eval/results/evidence_calibration.json"))
     print(evidence.markdown(result))

@@ -364,3 +364,33 @@ def test_every_call_and_round_is_in_the_query_log(ev):
     rounds = cur.execute("SELECT count(*) FROM log_queries WHERE endpoint = 'evidence_round' AND "
                          "params->>'evidence_query_id' = ?", [resp.query_id]).fetchone()[0]
     assert rounds == resp.navigation["search_rounds"]
+
+
+def test_a_packet_lost_after_its_state_was_written_is_redrawn_whole(ev):
+    """The state file is written first; a crash before the packet lands is mended by the next call."""
+    first = run(ev, "wandering albatross", session_id="crash", max_rounds=1)
+    (ev.data_dir / first.path).unlink()  # as if killed between the two writes
+    second = run(ev, "flaky pastry butter", session_id="crash", max_rounds=1)
+    fm, body = packet(ev, second)
+    assert fm["calls"] == 2 and "## Search 1: wandering albatross" in body and "## Search 2" in body
+    assert not list((ev.data_dir / "agent_reports").glob(".*.tmp"))
+
+
+def test_cli_dictionary_set_and_show(tmp_path, capsys, monkeypatch):
+    from server.cli import main
+
+    f = tmp_path / "dict.toml"
+    f.write_text('[[terms]]\nterm = "auk"\naliases = ["puffin", "guillemot"]\n')
+    monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "data"))
+    assert main(["dictionary", "set", str(f), "--workspace", "birds"]) == 0
+    capsys.readouterr()
+    assert main(["dictionary", "show", "--workspace", "birds"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["terms"][0] == {"term": "auk", "aliases": ["puffin", "guillemot"], "colloquial": [],
+                                 "related": [], "source": "birds.toml"}
+    bad = tmp_path / "bad.md"
+    bad.write_text("- aliases: x\n")
+    assert main(["dictionary", "set", str(bad), "--workspace", "birds"]) == 2
+    assert "a '- aliases:' line must follow" in capsys.readouterr().err
+    assert (tmp_path / "data" / "dictionaries" / "birds.toml").is_file()
+    assert not (tmp_path / "data" / "dictionaries" / "birds.md").exists()

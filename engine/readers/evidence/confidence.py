@@ -2,12 +2,16 @@
 probability that a person would judge the page relevant by a logistic model fitted on the
 development test collections (`refindery eval evidence`, written to configs/evidence_calibration.json).
 
-Signals (all comparable across queries, unlike a raw BM25 score):
-- dense_cosine: the embedder's cosine between the round's query and the page's best chunk (0 when the
-  dense arm did not return the page);
+Signals (all comparable across queries, unlike a raw BM25 score), taken against the *question* (the
+sub-query), not against the expanded words a round searched for, so a page that only matches a
+broadened round is judged by what was asked:
+- dense_cosine: the embedder's cosine between the question and the page's best candidate chunk
+  (from the stored chunk vectors);
 - both_arms: whether both arms agree on the page: each ranks one of its chunks in its own top AGREE_TOP;
 - log_rank: ln of the page's rank in the round;
-- coverage: the share of the query's distinct content stems found in the page's matched passages.
+- coverage: the share of the question's concepts found in the page's matched passages and title (a
+  concept is a content word, or a dictionary entry met by its term or any alias, colloquial or related
+  surface).
 
 Levels: high when the probability is at least thresholds.high, medium at least .medium, low at least
 .low; below .low the page is not a source (it counts as scanned, not read). A page that shares no word
@@ -20,6 +24,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from indexes.sparse import stems
 
@@ -50,20 +56,54 @@ class Signals:
         return d
 
 
-def query_stems(query: str) -> set[str]:
-    return {s for w in content_words(query) for s in stems(w)}
+Concept = list[tuple[str, ...]]  # the stem sequences any one of which meets the concept
 
 
-def signals(hit, q_stems: set[str]) -> Signals:
-    """`hit` is a search PageHit with explain."""
+def word_concepts(question: str) -> list[Concept]:
+    """One concept per distinct content word of the question (no dictionary)."""
+    out: list[Concept] = []
+    for w in dict.fromkeys(content_words(question)):
+        st = tuple(stems(w))
+        if st and [st] not in out:
+            out.append([st])
+    return out
+
+
+def candidate_chunks(hit) -> list[int]:
+    return [c.chunk_id for c in hit.explain.chunks] if hit.explain else [sn.chunk_id for sn in hit.snippets]
+
+
+def chunk_cosines(corpus, model: str, vector: np.ndarray, chunk_ids: list[int]) -> dict[int, float]:
+    """Cosine of `vector` (unit length) to each chunk's stored vector."""
+    if not chunk_ids:
+        return {}
+    ids, vecs = corpus.store.embeddings_for(model, sorted(set(chunk_ids)))
+    if not len(ids):
+        return {}
+    norms = np.linalg.norm(vecs, axis=1)
+    sims = (vecs @ vector) / np.where(norms == 0, 1, norms)
+    return {int(i): float(s) for i, s in zip(ids, sims)}
+
+
+def signals(hit, concepts: list[Concept], cosines: dict[int, float]) -> Signals:
+    """`hit` is a search PageHit with explain; `cosines` the question's cosine to its chunks."""
     chunks = hit.explain.chunks if hit.explain else []
-    dense = [c.dense.score for c in chunks if c.dense is not None]
     both = (any(c.dense is not None and c.dense.rank <= AGREE_TOP for c in chunks)
             and any(c.sparse is not None and c.sparse.rank <= AGREE_TOP for c in chunks))
-    text_stems = {s for sn in hit.snippets for s in stems(sn.text)} | set(stems(hit.title or ""))
-    coverage = len(q_stems & text_stems) / len(q_stems) if q_stems else 0.0
+    text = [s for sn in hit.snippets for s in stems(sn.text)] + [None] + stems(hit.title or "")
+    bag = set(text)
+
+    def met(alt: tuple[str, ...]) -> bool:
+        if len(alt) == 1:
+            return alt[0] in bag
+        n = len(alt)
+        return set(alt) <= bag and any(tuple(text[i:i + n]) == alt for i in range(len(text) - n + 1))
+
+    covered = sum(1 for c in concepts if any(met(a) for a in c))
+    coverage = covered / len(concepts) if concepts else 0.0
+    cos = [cosines[c] for c in candidate_chunks(hit) if c in cosines]
     rr = [c.rerank for c in chunks if c.rerank is not None]
-    return Signals(max(dense) if dense else 0.0, both, hit.rank, coverage, max(rr) if rr else None)
+    return Signals(max(cos) if cos else 0.0, both, hit.rank, coverage, max(rr) if rr else None)
 
 
 @dataclass

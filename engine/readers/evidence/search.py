@@ -29,7 +29,7 @@ from ...corpus import Corpus
 from ...errors import EngineError
 from ...querylog import LogEntry
 from ...search import SearchFilters, SearchRequest, SearchService
-from .confidence import LEVELS, Calibration, load_calibration, query_stems, signals
+from .confidence import LEVELS, Calibration, Concept, candidate_chunks, chunk_cosines, load_calibration, signals
 from .decompose import content_words, decompose
 from .dictionary import Dictionary, DictionaryError, Match, load_dictionary
 from .maps import Group, Maps, slug, workspace_maps
@@ -111,6 +111,7 @@ class Sub:
     plan: deque
     concepts: dict[str, list[str]]
     vector: np.ndarray
+    concept_stems: list[Concept] = field(default_factory=list)
     maps: list[tuple[Group, float]] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
@@ -219,6 +220,20 @@ class EvidenceSearch:
                 out[w] = [f for f in forms(w) if f != w]
         return out
 
+    @staticmethod
+    def concept_stems(concepts: dict[str, list[str]]) -> list[Concept]:
+        """Each concept as the stem sequences that meet it: its surface and every expansion."""
+        out: list[Concept] = []
+        for term, exp in concepts.items():
+            alts = []
+            for a in [term, *(e for e in exp if not e.endswith("*"))]:  # a stem pattern is the word's own
+                st = tuple(stems(a))
+                if st and st not in alts:
+                    alts.append(st)
+            if alts:
+                out.append(alts)
+        return out
+
     # The verb ----------------------------------------------------------------------------------
     def search(self, req: EvidenceRequest) -> EvidenceResponse:
         t0 = time.perf_counter()
@@ -252,7 +267,9 @@ class EvidenceSearch:
         maps_accessed: list[str] = [maps.overview_path] if maps.pages else []
         for i, text in enumerate(sub_texts):
             matches = dictionary.lookup(text)
-            sub = Sub(i, text, matches, self.plan(text, matches), self.concepts(text, matches), unit(text))
+            concepts = self.concepts(text, matches)
+            sub = Sub(i, text, matches, self.plan(text, matches), concepts, unit(text),
+                      self.concept_stems(concepts))
             sub.maps = maps.rank(sub.vector)[: s.maps_consulted]
             maps_accessed += [g.path for g, _ in sub.maps if g.path not in maps_accessed]
             subs.append(sub)
@@ -347,13 +364,14 @@ class _Run:
         entry = self.owner.pages.log_entry("evidence_round", req, resp, trace)
         entry.params |= {"evidence_query_id": self.query_id, "round": self.n}
         self.owner.corpus.querylog.record(entry)
-        qs = query_stems(spec.query)
+        cosines = chunk_cosines(self.owner.corpus, self.model, sub.vector,
+                                [c for h in resp.pages for c in candidate_chunks(h)])
         cal = self.owner.calibration
         new_here, above = [], 0
         for hit in resp.pages:
             self.scanned += 1
             self.directories.add(hit.domain or "")
-            sig = signals(hit, qs)
+            sig = signals(hit, sub.concept_stems, cosines)
             p, level = cal.assess(sig)
             if level is None:
                 continue
