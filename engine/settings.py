@@ -97,7 +97,7 @@ class EvidenceSettings(BaseModel):
     line_width: int = Field(100, ge=20)
     reports_dir: str = ""
     dictionary_dir: str = ""
-    packs: list[str] = Field(default_factory=lambda: ["*"])
+    packs: list[str] = Field(default_factory=lambda: ["workspace"])
 
 
 class LogSettings(BaseModel):

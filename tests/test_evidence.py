@@ -116,6 +116,7 @@ def test_pack_vocabularies_join_and_acronyms_match_in_capitals():
     found = {(m.surface, m.entry.term, m.kind) for m in d.lookup("a Vice President or a VP, not a vp")}
     assert ("Vice President", "VP", "alias") in found and ("VP", "VP", "term") in found
     assert not any(m.surface == "vp" for m in d.lookup("not a vp"))
+    assert not d.lookup("WHAT IS AT STAKE FOR A VP")  # all capitals: case tells no acronym apart
 
 
 def test_decomposition_rules():
@@ -127,10 +128,13 @@ def test_decomposition_rules():
     assert decompose("python vs java performance").sub_queries == ["python performance", "java performance"]
     assert not decompose("salt and pepper").decomposed
     assert not decompose("How does sqlite work with python").decomposed
-    apart = decompose("magnetic pole reversals and sourdough bread baking", lambda parts: [0.1])
-    assert apart.sub_queries == ["magnetic pole reversals", "sourdough bread baking"] and apart.signal == "and"
-    close = decompose("magnetic pole reversals and geomagnetic field flips", lambda parts: [0.9])
+    apart = decompose("what causes magnetic pole reversals and how is sourdough bread baked", lambda parts: [0.1])
+    assert apart.sub_queries == ["what causes magnetic pole reversals", "how is sourdough bread baked"]
+    assert apart.signal == "and"
+    close = decompose("what causes magnetic pole reversals and why do magnetic fields flip", lambda parts: [0.9])
     assert not close.decomposed
+    # a coordinated phrase is one question, however far apart the embedder puts its parts
+    assert not decompose("observations of whistlers and lightning discharges", lambda parts: [0.1]).decomposed
 
 
 # The verb ---------------------------------------------------------------------------------------
@@ -336,6 +340,17 @@ def test_http_dictionary_round_trip_and_invalid_dictionary_writes_nothing(ev):
     assert ev.get("/v1/evidence/dictionary", params={"workspace": "other"}).json()["terms"][0]["term"] == "auk"
     maps = ev.get("/v1/evidence/maps").json()
     assert {g["value"] for g in maps["groups"]} == {"earth.example", "birds.example", "baking.example"}
+
+
+def test_a_relation_workspace_of_the_same_id_lends_its_packs_vocabularies(ev):
+    def sources():
+        return ev.get("/v1/evidence/dictionary", params={"workspace": "experts"}).json()["sources"]
+
+    assert sources() == []
+    r = ev.post("/v1/public/workspaces", json={"workspace_id": "experts", "packs": ["expert_network"]})
+    assert r.status_code == 201, r.text
+    assert "pack:expert_network/seniority" in sources()
+    assert "pack:expert_network/seniority" not in ev.get("/v1/evidence/dictionary").json()["sources"]
 
 
 def test_mcp_tools(ev):

@@ -1,9 +1,11 @@
 """Decomposition of comparative and multi-part questions into 2–4 sub-queries (seed 002, Step 0).
 
 Signals: "compare X and/with/to Y", "X vs Y" / "versus" / "compared to|with", "difference(s)
-between X and Y", "how do X and Y differ", and "and" joining distinct topics. A plain "and" splits
-only when each side carries at least two content words and the embedder finds the sides apart
-(cosine below `distinct_max`); "salt and pepper" stays whole. A trailing scope shared by the parts
+between X and Y", "how do X and Y differ", and "and" joining distinct questions. A plain "and" splits
+only before a second question ("… and how/what/why …"), when each side carries at least two content
+words and the embedder finds the sides apart (cosine below `distinct_max`): "salt and pepper" and
+"observations of whistlers and lightning discharges" stay whole — on the development collections,
+splitting coordinated phrases like the latter cut the precision of high-confidence sources in half. A trailing scope shared by the parts
 ("... in Mixpeek", "... for children") is given to every part. Simple lookups come back whole.
 """
 from __future__ import annotations
@@ -23,7 +25,8 @@ _TAIL = re.compile(r"\s+(?:differ|compare|contrast)(?:\s+from\s+each\s+other)?\s
 _COMPARE_SEP = re.compile(r"\s+(?:vs\.?|versus|v\.|compared\s+(?:to|with)|as\s+opposed\s+to)\s+|"
                           r"\s*,\s*(?:and\s+)?|\s+and\s+|\s+with\s+|\s+to\s+|\s+from\s+", re.I)
 _VS = re.compile(r"\s+(?:vs\.?|versus|compared\s+(?:to|with)|as\s+opposed\s+to)\s+", re.I)
-_AND = re.compile(r"\s*,?\s+and\s+", re.I)
+_AND = re.compile(r"\s*,?\s+and\s+(?=(?:what|how|why|when|where|who|whom|which|whose|is|are|was|were|does|do|"
+                  r"did|can|could|should|would|will|has|have)\b)", re.I)
 _SCOPE = re.compile(r"^(?P<head>.*?)(?P<scope>\s+(?:in|on|for|within|among|at|during|under)\s+[^,]+?)"
                     r"\s*[?.!]*\s*$", re.I)
 

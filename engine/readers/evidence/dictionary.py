@@ -19,7 +19,8 @@ Markdown: one ``## canonical term`` heading per entry with ``- aliases: a, b`` /
 technical term is the canonical one and the rest are its aliases).
 
 Matching is on the index's stems, so grammatical forms match ("pole flips" finds "pole flip");
-a short all-capitals surface (an acronym such as ``VP``) matches only when written in capitals.
+a short all-capitals surface (an acronym such as ``VP``) matches only when written in capitals, and
+never in a text written all in capitals (where "AT" is a word, not Austria).
 """
 from __future__ import annotations
 
@@ -224,6 +225,7 @@ class Dictionary:
     def lookup(self, text: str) -> list[Match]:
         """The dictionary surfaces in `text`, longest first and not overlapping, in text order."""
         toks = _TOKEN.findall(text)  # the simple tokenizer's split, in the writer's own case
+        shouting = any(c.isalpha() for c in text) and text.upper() == text  # case says nothing then
         st = [(stems(t) or [t.lower()])[0] for t in toks]
         taken = [False] * len(st)
         found: list[Match] = []
@@ -232,7 +234,7 @@ class Dictionary:
                 if any(taken[i:i + n]):
                     continue
                 for entry, kind, surface in self._index.get(tuple(st[i:i + n]), []):
-                    if _acronym(surface) and _TOKEN.findall(surface) != toks[i:i + n]:
+                    if _acronym(surface) and (shouting or _TOKEN.findall(surface) != toks[i:i + n]):
                         continue
                     found.append(Match(" ".join(toks[i:i + n]), i, i + n, entry, kind))
                     taken[i:i + n] = [True] * n

@@ -46,8 +46,12 @@ class DictionaryInvalid(EngineError):
 
 def workspace_dictionary(corpus: Corpus, workspace: str) -> Dictionary:
     """The workspace's own dictionary plus the configured packs' vocabularies (422 when unreadable)."""
+    packs = list(corpus.settings.evidence.packs)
+    if packs == ["workspace"]:  # the packs of the relation workspace of the same id, if there is one
+        rel = corpus.relations.workspace(workspace)
+        packs = list(rel["packs"]) if rel else []
     try:
-        return load_dictionary(corpus.settings.dictionary_dir, workspace, corpus.settings.evidence.packs)
+        return load_dictionary(corpus.settings.dictionary_dir, workspace, packs)
     except DictionaryError as exc:
         raise DictionaryInvalid(f"the dictionary of workspace {workspace!r} cannot be read: {exc}",
                                 workspace=workspace) from exc
