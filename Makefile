@@ -21,6 +21,7 @@ install: $(STAMP)
 demo: install
 	$(BIN)/refindery ingest $(DEMO)
 	@$(BIN)/refindery relations demo > /dev/null && echo "Loaded the relation-search roster into workspace 'roster'."
+	@$(BIN)/refindery dictionary set demo/dictionary.md > /dev/null && echo "Installed demo/dictionary.md for evidence search."
 	@$(BIN)/refindery reranker status --brief
 	@echo ""
 	@echo "Refindery is serving the demo corpus at http://$(HOST):$(PORT)  (Ctrl-C stops it)"
@@ -29,6 +30,8 @@ demo: install
 	@echo "       -d '{\"query\": \"how do I pretty-print JSON\", \"k\": 5}'"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/public/search -H 'content-type: application/json' \\"
 	@echo "       -d '{\"workspace_id\": \"roster\", \"constraints\": [{\"relation\": \"held_role\", \"slot\": \"seniority\", \"op\": \"gte\", \"value\": \"VP\"}]}'"
+	@echo "  curl -s http://$(HOST):$(PORT)/v1/evidence -H 'content-type: application/json' \\"
+	@echo "       -d '{\"query\": \"compare Postgres and SQLite transactions\", \"session_id\": \"demo\"}'"
 	@echo "  MCP (streamable HTTP): http://$(HOST):$(PORT)/mcp   (stdio: $(BIN)/refindery mcp)"
 	@echo ""
 	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
