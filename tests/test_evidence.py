@@ -293,6 +293,12 @@ def test_zero_source_packet(ev):
     assert "sources_found: 0" in body and "no page in the workspace gave evidence" in body
     assert fm["navigation"]["scratchpad_state"]["failed_searches"]
     assert fm["navigation"]["scratchpad_state"]["gaps_remaining"] == ["no source for: zqxvbn plkmrt wvyxq"]
+    # nothing found by the first round: the next looks where the maps point, within that group
+    rounds = fm["grep_patterns_used"]
+    assert rounds[0]["kind"] == "query" and rounds[1]["kind"] == "map"
+    assert rounds[1]["within"] == "domain:" + fm["navigation"]["maps_accessed"][1].split("/domain-")[1].split(
+        "/")[0].replace("-", ".")
+    assert fm["navigation"]["search_termination"] == "diminishing_returns"
 
 
 def test_confidence_comes_from_the_calibration(ev):
