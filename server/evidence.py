@@ -12,6 +12,14 @@ from engine.readers.evidence import service as evidence
 router = APIRouter(tags=["evidence"])
 
 
+def searcher(app) -> evidence.EvidenceSearch:
+    """The app's evidence searcher (made once, over the app's corpus and page search)."""
+    es = getattr(app.state, "evidence", None)
+    if es is None or es.corpus is not app.state.corpus:
+        es = app.state.evidence = evidence.EvidenceSearch(app.state.corpus, app.state.search)
+    return es
+
+
 class DictionaryIn(BaseModel):
     format: Literal["toml", "markdown"] = Field(description="toml ([[terms]] tables) or markdown "
                                                             "(## term headings and/or a table).")
@@ -22,7 +30,7 @@ class DictionaryIn(BaseModel):
 def evidence_search(req: evidence.EvidenceRequest, request: Request) -> evidence.EvidenceResponse:
     """Gather evidence for a question in bounded rounds and write it to an evidence packet; the reply
     is the packet's path and the operational counts, never the evidence itself."""
-    return evidence.searcher(request.app).search(req)
+    return searcher(request.app).search(req)
 
 
 @router.get("/v1/evidence/packets/{session_id}", response_class=PlainTextResponse)

@@ -30,6 +30,8 @@ from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.search import SearchRequest
 from engine.similar import MEDIATIONS, similar_pages
 
+from .evidence import searcher as evidence_searcher
+
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
     "questions over typed relations with their warrant (limma_search, limma_facts), and gathers evidence "
@@ -154,7 +156,7 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "The same search once per embedder (`models`), with how far the rankings agree "
                         "(Jaccard@k, RBO, Kendall's tau over the pages both share)."))
     server.add_tool(tool_function(evidence.EvidenceRequest,
-                                  lambda r: evidence.searcher(app).search(r).model_dump(mode="json"), "/v1/evidence"),
+                                  lambda r: evidence_searcher(app).search(r).model_dump(mode="json"), "/v1/evidence"),
                     name="evidence_search", description=(
                         "Gather evidence for a question: expands its terms through the workspace dictionary, splits "
                         "comparative questions into sub-queries, searches in at most `max_rounds` rounds with early "

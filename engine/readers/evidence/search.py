@@ -420,7 +420,7 @@ class _Run:
         """Insert a sibling round for the best new source's folder or cluster, or a map round when a
         sub-query's first round found nothing."""
         whole = self.maps.pages
-        if rec["new_sources"] and self.owner_siblings and spec.kind not in ("sibling", "map"):
+        if rec["new_sources"] and self.req.siblings and spec.kind not in ("sibling", "map"):
             ranked = sorted((p for p in sub.sources[-rec["new_sources"]:]),
                             key=lambda p: -(self.sources.get(p, {}).get("p", 0.0)))
             for pid in ranked:
@@ -434,10 +434,6 @@ class _Run:
             if len(g.pages) < whole and g.key not in sub.explored:
                 sub.explored.add(g.key)
                 sub.plan.appendleft(RoundSpec("map", spec.query, g))
-
-    @property
-    def owner_siblings(self) -> bool:
-        return self.req.siblings
 
     def rounds(self, subs: list[Sub], max_rounds: int, budget: int, min_high: int) -> str:
         """Sub-queries take turns, a round each. After a round the seed's checks run in order:

@@ -6,23 +6,14 @@ import re
 from ...corpus import Corpus
 from ...errors import EngineError
 from .dictionary import DictionaryError, describe, install_dictionary
-from .maps import workspace_maps
+from .maps import slug, workspace_maps
 from .packet import names
 from .search import (SESSION, DictionaryInvalid, EvidenceRequest, EvidenceResponse,  # noqa: F401
                      EvidenceSearch, workspace_dictionary)
-from .maps import slug
 
 
 class PacketNotFound(EngineError):
     status, type = 404, "packet_not_found"
-
-
-def searcher(app) -> EvidenceSearch:
-    """The app's evidence searcher (made once, over the app's corpus and page search)."""
-    es = getattr(app.state, "evidence", None)
-    if es is None or es.corpus is not app.state.corpus:
-        es = app.state.evidence = EvidenceSearch(app.state.corpus, app.state.search)
-    return es
 
 
 def read_packet(corpus: Corpus, session_id: str, topic: str | None = None, part: str = "packet") -> str:
