@@ -372,6 +372,10 @@ def _eval_evidence(args, settings) -> int:
 
     import tempfile
 
+    if len(args.collections) < 2:
+        print("error: eval evidence fits on some collections and checks on another: name at least two",
+              file=sys.stderr)
+        return 2
     ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
     base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
     colls = {name: collections.load(ir_dir / name, name) for name in args.collections}
