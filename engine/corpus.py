@@ -84,7 +84,7 @@ class Corpus:
 
     # Hot-path lookups --------------------------------------------------------------------------
     def _chunk_page_map(self) -> tuple[int, np.ndarray, np.ndarray, int]:
-        """(generation, sorted chunk ids, their page ids, workspaces with pages), rebuilt from the
+        """(generation, sorted chunk ids, their page ids, the workspaces with pages), rebuilt from the
         store when its generation moves; search maps candidate chunks to pages without a query."""
         gen = self.store.generation()
         with self._chunk_map_lock:
@@ -93,8 +93,12 @@ class Corpus:
                     "SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()
                 ids = np.asarray(res["chunk_id"], dtype=np.int64)
                 pages = np.asarray(res["page_id"], dtype=object)
-                self._chunk_map = (gen, ids, pages, self.store.workspace_count())
+                self._chunk_map = (gen, ids, pages, self.store.workspaces_with_pages())
             return self._chunk_map
+
+    def populated_workspaces(self, snapshot=None) -> frozenset[str]:
+        """The workspaces that hold pages (at the snapshot's generation)."""
+        return (snapshot or self._chunk_page_map())[3]
 
     def chunk_pages(self, chunk_ids: list[int], snapshot=None) -> dict[int, str]:
         """`snapshot` (from chunk_page_snapshot) saves a second generation check in one request."""
@@ -143,7 +147,7 @@ class Corpus:
         return self._chunk_page_map()
 
     def workspace_count(self, snapshot=None) -> int:
-        return (snapshot or self._chunk_page_map())[3]
+        return len(self.populated_workspaces(snapshot))
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:

@@ -235,9 +235,12 @@ class SearchService:
         sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
                               cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids))
         if f.is_empty():
-            if self.corpus.workspace_count(snapshot) <= 1:
+            populated = self.corpus.populated_workspaces(snapshot)
+            if populated == {workspace}:  # the only workspace with pages: nothing to restrict
                 return Restriction(sparse, None, None)
-            pages = store.filtered_pages(workspace)
+            # Otherwise the dense arm is restricted too — to nothing, for a workspace with no pages
+            # (an unrestricted FAISS search would answer from another workspace).
+            pages = store.filtered_pages(workspace) if workspace in populated else []
         else:
             pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids)
             cap = self.corpus.settings.search.filter_pushdown_cap

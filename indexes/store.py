@@ -401,6 +401,9 @@ class CorpusStore:
     def workspace_count(self) -> int:
         return self.cursor().execute("SELECT count(DISTINCT workspace_id) FROM pages").fetchone()[0]
 
+    def workspaces_with_pages(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self.cursor().execute("SELECT DISTINCT workspace_id FROM pages").fetchall())
+
     def pages_with_url(self, workspace: str, url_norm: str) -> list[str]:
         return [r[0] for r in self.cursor().execute(
             "SELECT page_id FROM pages WHERE workspace_id = ? AND url_norm = ? ORDER BY page_id",

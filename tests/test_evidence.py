@@ -415,3 +415,14 @@ def test_cli_dictionary_set_and_show(tmp_path, capsys, monkeypatch):
     assert "a '- aliases:' line must follow" in capsys.readouterr().err
     assert (tmp_path / "data" / "dictionaries" / "birds.toml").is_file()
     assert not (tmp_path / "data" / "dictionaries" / "birds.md").exists()
+
+
+def test_sibling_and_map_rounds_never_leave_the_requests_filters(ev):
+    for q, sid in (("zqxvbn plkmrt wvyxq", "flt-nothing"), ("geomagnetic reversal", "flt-some")):
+        resp = run(ev, q, session_id=sid, k=1, max_rounds=3, min_high_sources=50,
+                   filters={"domain": ["earth.example"]})
+        fm, _ = packet(ev, resp)
+        for p in fm["grep_patterns_used"]:
+            assert p["within"] in (None, "domain:earth.example")
+        for s in fm["navigation"]["decomposition"]["sub_queries"]:
+            assert all(u.startswith("https://earth.example/") for u in s["sources"])

@@ -190,3 +190,14 @@ def test_recency_decay_orders_equal_pages_by_last_seen(make_corpus):
         decayed = search(c, query="tide pools", recency_half_life_days=7, explain=True)["pages"]
     assert decayed[0]["url"] == "https://r.example/new"
     assert decayed[1]["score"] < plain[[p["url"] for p in plain].index("https://r.example/old")]["score"] / 100
+
+
+def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(shared_corpus):
+    """The dense arm skips its restriction only when the asked workspace is the one with pages;
+    otherwise FAISS would answer from another workspace."""
+    from engine.search import SearchRequest, SearchService
+
+    service = SearchService(shared_corpus)
+    assert service.search(SearchRequest(query="json encoder"), log=False).total > 0
+    res = service.search(SearchRequest(query="json encoder", workspace="nothing-here"), log=False)
+    assert (res.total, res.pages) == (0, [])

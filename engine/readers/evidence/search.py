@@ -346,10 +346,23 @@ class _Run:
         self.n = 0
 
     def _filters(self, within: Group | None) -> SearchFilters | None:
+        """The request's filters, narrowed to the group a sibling or map round looks within."""
         base = self.req.filters.model_dump(exclude_none=True) if self.req.filters else {}
         if within is not None:
-            base.update(within.filters())
+            base.update(within.filters())  # allowed(): the group lies inside the request's filters
         return SearchFilters(**base) if base else None
+
+    def allowed(self, group: Group) -> bool:
+        """Whether a group lies inside the request's own domain / cluster filters (a sibling or map
+        round never widens what the caller asked to search)."""
+        f = self.req.filters
+        if f is None:
+            return True
+        if group.kind == "domain" and f.domain:
+            return group.value in {d.strip().lower().removeprefix("www.") for d in f.domain}
+        if group.kind == "cluster" and f.cluster_id:
+            return int(group.value) in set(f.cluster_id)
+        return True
 
     def lines_of(self, text: str) -> int:
         w = self.owner.settings.line_width
@@ -425,12 +438,13 @@ class _Run:
                             key=lambda p: -(self.sources.get(p, {}).get("p", 0.0)))
             for pid in ranked:
                 g = self.maps.group_of(pid, "domain") or self.maps.group_of(pid, "cluster")
-                if g is not None and g.key not in sub.explored and len(g.pages) < whole and len(g.pages) > 1:
+                if g is not None and g.key not in sub.explored and 1 < len(g.pages) < whole and self.allowed(g):
                     sub.explored.add(g.key)
                     sub.plan.appendleft(RoundSpec("sibling", spec.query, g))
                     return
-        if len(sub.rounds) == 1 and not sub.sources and sub.maps:
-            g = sub.maps[0][0]
+        candidates = [g for g, _ in sub.maps if self.allowed(g)]
+        if len(sub.rounds) == 1 and not sub.sources and candidates:
+            g = candidates[0]
             if len(g.pages) < whole and g.key not in sub.explored:
                 sub.explored.add(g.key)
                 sub.plan.appendleft(RoundSpec("map", spec.query, g))
