@@ -51,7 +51,7 @@ class CompareResponse(BaseModel):
     timings_ms: dict[str, float]
 
 
-def compare(service: SearchService, req: CompareRequest) -> CompareResponse:
+def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...] | None = None) -> CompareResponse:
     corpus = service.corpus
     t0 = time.perf_counter()
     query_id = uuid.uuid4().hex
@@ -68,7 +68,7 @@ def compare(service: SearchService, req: CompareRequest) -> CompareResponse:
         if counts["embeddings"].get(m, 0) == 0 and counts["chunks"]:
             raise ModelUnavailable(f"model {m!r} has embedded nothing yet; run `refindery models --embed {m}`",
                                    model=m)
-    restriction = service.restriction(p.workspace, search_req.filters)
+    restriction = service.restriction(p.workspace, search_req.filters, scopes=scopes)
     shared, t_sparse = ([], 0.0)
     if p.sparse_weight > 0:
         shared, t_sparse = service.run_sparse(search_req.query, p, restriction)
@@ -78,7 +78,7 @@ def compare(service: SearchService, req: CompareRequest) -> CompareResponse:
     try:
         for m in req.models:
             trace: dict = {}
-            resp = service.search(search_req, model=m, sparse=shared, log=False, trace=trace)
+            resp = service.search(search_req, model=m, sparse=shared, log=False, trace=trace, scopes=scopes)
             runs.append(resp)
             traces.append(trace)
     except Exception as exc:

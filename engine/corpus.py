@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from indexes.dense import DenseIndex
+from indexes.keys import KeyStore
 from indexes.sparse import SparseIndex
 from indexes.relations import RelationStore
 from indexes.store import CorpusStore
@@ -60,6 +61,7 @@ class Corpus:
         self._chunk_map: tuple[int, np.ndarray, np.ndarray, int] | None = None
         self._chunk_map_lock = threading.Lock()
         self.relations = RelationStore(self.store)
+        self.keys = KeyStore(self.store)
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:

@@ -222,7 +222,10 @@ class SearchService:
             explain=req.explain, suggestions=pick(req.suggestions, s.suggestions),
         )
 
-    def restriction(self, workspace: str, filters: SearchFilters | None, snapshot=None) -> Restriction:
+    def restriction(self, workspace: str, filters: SearchFilters | None, snapshot=None,
+                    scopes: tuple[str, ...] | None = None) -> Restriction:
+        """`scopes`: the document scopes a key may read (None: every document). Like the filters they
+        are pushed into both arms: tantivy's scope term filter and the FAISS id selector."""
         store = self.corpus.store
         f = filters or SearchFilters()
         entity_ids: list[str] = []
@@ -233,8 +236,9 @@ class SearchService:
             entity_ids.append(eid)
         domains = tuple(d.strip().lower().removeprefix("www.") for d in (f.domain or []))
         sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
-                              cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids))
-        if f.is_empty():
+                              cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids),
+                              scopes=tuple(scopes) if scopes is not None else None)
+        if f.is_empty() and scopes is None:
             populated = self.corpus.populated_workspaces(snapshot)
             if populated == {workspace}:  # the only workspace with pages: nothing to restrict
                 return Restriction(sparse, None, None)
@@ -242,9 +246,10 @@ class SearchService:
             # (an unrestricted FAISS search would answer from another workspace).
             pages = store.filtered_pages(workspace) if workspace in populated else []
         else:
-            pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids)
+            pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids,
+                                         scopes=list(scopes) if scopes is not None else None)
             cap = self.corpus.settings.search.filter_pushdown_cap
-            if len(pages) > cap:
+            if not f.is_empty() and len(pages) > cap:  # a key's scopes are never refused for breadth
                 raise FilterTooBroad(
                     f"the filter matches {len(pages)} pages, more than the push-down cap of {cap}; narrow it",
                     matched_pages=len(pages), cap=cap)
@@ -286,12 +291,13 @@ class SearchService:
     # The pipeline -------------------------------------------------------------------------------
     def search(self, req: SearchRequest, model: str | None = None, now: datetime | None = None,
                sparse: list[tuple[int, float]] | None = None, log: bool = True,
-               trace: dict | None = None) -> SearchResponse:
+               trace: dict | None = None, scopes: tuple[str, ...] | None = None) -> SearchResponse:
         """Run the pipeline; log the execution (or its refusal) to the query log unless `log` is
-        False (compare logs its arms itself). `trace`, when given, receives the intermediate lists."""
+        False (compare logs its arms itself). `trace`, when given, receives the intermediate lists.
+        `scopes` limits it to the documents a key may read (engine/access.py)."""
         trace = {} if trace is None else trace
         try:
-            resp = self._search(req, model, now, sparse, trace)
+            resp = self._search(req, model, now, sparse, trace, scopes)
         except EngineError as exc:
             if log:
                 self.corpus.querylog.record(LogEntry(
@@ -325,7 +331,8 @@ class SearchService:
         return cands, fused, results
 
     def _search(self, req: SearchRequest, model: str | None, now: datetime | None,
-                sparse: list[tuple[int, float]] | None, trace: dict) -> SearchResponse:
+                sparse: list[tuple[int, float]] | None, trace: dict,
+                scopes: tuple[str, ...] | None = None) -> SearchResponse:
         corpus = self.corpus
         model = model or corpus.settings.models.active
         now = now or datetime.now(timezone.utc).replace(tzinfo=None)
@@ -335,7 +342,7 @@ class SearchService:
 
         tf = time.perf_counter()
         snapshot = corpus.chunk_page_snapshot()  # one generation check for the whole request
-        restriction = self.restriction(p.workspace, req.filters, snapshot)
+        restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
         timings["filters"] = (time.perf_counter() - tf) * 1000
 
         # Candidate generation. Arms return chunks; when those roll up to fewer than
@@ -455,7 +462,7 @@ class SearchService:
             from .similar import similar_pages
 
             ts = time.perf_counter()
-            sims = similar_pages(corpus, order[0], "vector", 5, model)
+            sims = similar_pages(corpus, order[0], "vector", 5, model, scopes=scopes)
             suggestions = Suggestions(source_page_id=order[0], mediation="vector",
                                       pages=[SimilarPage(**s) for s in sims])
             timings["suggestions"] = (time.perf_counter() - ts) * 1000

@@ -62,14 +62,17 @@ def page_vectors(corpus: Corpus, model: str, workspace: str) -> PageVectors:
 
 
 def similar_pages(corpus: Corpus, page_id: str, mediation: str = "vector", k: int = 10,
-                  model: str | None = None) -> list[dict]:
+                  model: str | None = None, scopes: tuple[str, ...] | None = None) -> list[dict]:
+    """`scopes`: only pages of these document scopes are candidates (a key's grant); the source
+    itself must be one of them."""
     if mediation not in MEDIATIONS:
         raise InvalidRequest(f"unknown mediation {mediation!r}; use one of {', '.join(MEDIATIONS)}")
     store = corpus.store
     src = store.pages_by_id([page_id]).get(page_id)
-    if src is None:
+    if src is None or (scopes is not None and src["scope"] not in scopes):
         raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
     ws = src["workspace_id"]
+    visible = None if scopes is None else set(store.filtered_pages(ws, scopes=list(scopes)))
     model = model or corpus.settings.models.active
     if mediation == "entity":
         scored = _entity_jaccard(store.page_entity_sets(ws), page_id)
@@ -85,6 +88,8 @@ def similar_pages(corpus: Corpus, page_id: str, mediation: str = "vector", k: in
                 return []
             cand = [p for p in store.filtered_pages(ws, cluster_ids=[src["cluster_id"]]) if p != page_id]
         scored = [(p, float(sims[pv.row[p]])) for p in cand if p in pv.row]
+    if visible is not None:  # the candidates are restricted before ranking, not the ranking cut after
+        scored = [(p, s) for p, s in scored if p in visible]
     scored.sort(key=lambda t: (-t[1], t[0]))
     top = scored[:k]
     meta = store.pages_by_id([p for p, _ in top])

@@ -20,7 +20,11 @@ from engine.similar import similar_pages
 from engine.settings import Settings, load_settings
 from models.registry import ModelNotFound
 
+from engine.access import Grant, readable_page, readable_query
+
+from .auth import KeyAuth, current_grant
 from .errors import install_error_handlers, not_found
+from .keys import router as keys_router
 from .mcp import build_mcp
 from .evidence import router as evidence_router
 from .public import router as public_router
@@ -92,8 +96,10 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan,
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
+    app.add_middleware(KeyAuth, corpus_of=lambda: app.state.corpus)
     app.include_router(public_router)
     app.include_router(evidence_router)
+    app.include_router(keys_router)
     # MCP over streamable HTTP at /mcp: the same tools as `refindery mcp` (stdio), on this app.
     app.state.mcp = build_mcp(app, (settings.server.host if settings else "127.0.0.1"))
     app.router.routes.extend(app.state.mcp.streamable_http_app().routes)
@@ -109,12 +115,15 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
         return {"status": "ok"}
 
     @app.get("/v1/status", tags=["ops"])
-    def status(c: Corpus = Depends(get_corpus)) -> dict:
+    def status(c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
+        g.require_everywhere("status (counts over every workspace)")
         return status_of(c)
 
     @app.post("/v1/pages", response_model=UpsertResponse, tags=["pages"])
-    def upsert_pages(body: PagesUpsert, c: Corpus = Depends(get_corpus)) -> UpsertResponse:
-        ws = body.workspace or c.settings.default_workspace
+    def upsert_pages(body: PagesUpsert, c: Corpus = Depends(get_corpus),
+                     g: Grant = Depends(current_grant)) -> UpsertResponse:
+        g.require_write()
+        ws = g.workspace(body.workspace, c.settings.default_workspace)
         report = Ingester(c, ws, progress=False).ingest(((i, "request", rec) for i, rec in enumerate(body.pages)),
                                                         flush=False)
         items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
@@ -122,55 +131,69 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
         return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())
 
     @app.get("/v1/pages/{page_id}", tags=["pages"])
-    def get_page(page_id: str, c: Corpus = Depends(get_corpus)) -> dict:
+    def get_page(page_id: str, c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
+        readable_page(g, c.store, page_id)
         return read_page(c, page_id)
 
     @app.delete("/v1/pages/{page_id}", tags=["pages"])
-    def remove_page(page_id: str, c: Corpus = Depends(get_corpus)) -> dict:
+    def remove_page(page_id: str, c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
+        g.require_write()
+        readable_page(g, c.store, page_id)
         if not delete_page(c, page_id):
             raise not_found("page", page_id)
         return {"page_id": page_id, "deleted": True}
 
     @app.get("/v1/pages/{page_id}/similar", tags=["pages"])
     def similar(page_id: str, mediation: Literal["vector", "cluster", "entity"] = "vector",
-                k: int = Query(10, ge=1, le=200), c: Corpus = Depends(get_corpus)) -> dict:
+                k: int = Query(10, ge=1, le=200), c: Corpus = Depends(get_corpus),
+                g: Grant = Depends(current_grant)) -> dict:
         """Pages related to this one: `vector` (page-vector cosine), `cluster` (co-members of its
         cluster by cosine), or `entity` (shared entities, IDF-weighted Jaccard)."""
-        return {"page_id": page_id, "mediation": mediation, "pages": similar_pages(c, page_id, mediation, k)}
+        readable_page(g, c.store, page_id)
+        return {"page_id": page_id, "mediation": mediation,
+                "pages": similar_pages(c, page_id, mediation, k, scopes=g.document_scopes)}
 
     @app.post("/v1/entities", tags=["entities"])
-    def entities(body: EntityUpsert, c: Corpus = Depends(get_corpus)) -> dict:
+    def entities(body: EntityUpsert, c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
         """Create or edit an entity (canonical form, aliases) and link pages to it."""
+        g.require_write()
+        body.workspace = g.scoped(body.workspace, c.settings.default_workspace)
         return upsert_entity(c, body)
 
     @app.get("/v1/clusters", tags=["clusters"])
     def clusters(workspace: str | None = None, include_tombstoned: bool = False,
-                 c: Corpus = Depends(get_corpus)) -> dict:
-        ws = workspace or c.settings.default_workspace
+                 c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
+        ws = g.workspace(workspace, c.settings.default_workspace)
         return {"workspace": ws, "clusters": c.store.clusters(ws, include_tombstoned)}
 
     @app.post("/v1/clusters/refit", tags=["clusters"])
     def clusters_refit(workspace: str | None = None, k: int | None = Query(None, ge=2, le=10_000),
-                       c: Corpus = Depends(get_corpus)) -> dict:
+                       c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
         """k-means over page vectors; new cluster ids every time, the old ones tombstoned."""
-        return refit_clusters(c, workspace, k)
+        g.require_write()
+        return refit_clusters(c, g.workspace(workspace, c.settings.default_workspace), k)
 
     @app.post("/v1/compare", response_model=CompareResponse, tags=["search"])
-    def compare_route(req: CompareRequest, request: Request) -> CompareResponse:
+    def compare_route(req: CompareRequest, request: Request, g: Grant = Depends(current_grant)) -> CompareResponse:
         """The full pipeline once per embedder over one shared sparse arm, with the agreement of
         every pair of lists at k (Jaccard, extrapolated RBO, Kendall's tau-b over shared pages)."""
-        return compare(request.app.state.search, req)
+        req.workspace = g.scoped(req.workspace, request.app.state.corpus.settings.default_workspace)
+        return compare(request.app.state.search, req, scopes=g.document_scopes)
 
     @app.post("/v1/feedback", tags=["search"])
-    def feedback(body: FeedbackIn, c: Corpus = Depends(get_corpus)) -> dict:
-        """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant."""
+    def feedback(body: FeedbackIn, c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
+        """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant.
+        A read-only key may send them: they judge results, they change no document."""
+        readable_query(g, c.store, body.query_id)
+        readable_page(g, c.store, body.page_id)
         return c.record_feedback(body.query_id, body.page_id, body.kind)
 
     @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
-    def search(req: SearchRequest, request: Request) -> SearchResponse:
+    def search(req: SearchRequest, request: Request, g: Grant = Depends(current_grant)) -> SearchResponse:
         """Hybrid search over pages: BM25 and dense arms fused by RRF, optional rerank, rollup to
         pages, recency decay, pinning of exact URL/domain matches, then the slice [offset:offset+k]."""
-        return request.app.state.search.search(req)
+        req.workspace = g.scoped(req.workspace, request.app.state.corpus.settings.default_workspace)
+        return request.app.state.search.search(req, scopes=g.document_scopes)
 
     return app
 

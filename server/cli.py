@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from engine.access import is_loopback
 from engine.settings import ConfigFileError, Settings, load_settings
 
 
@@ -54,8 +55,47 @@ def cmd_serve(args) -> int:
         return 0
     host = args.host or settings.server.host
     port = args.port or settings.server.port
+    if not is_loopback(host) and not _active_keys(settings):
+        print(f"error: refusing to serve on {host} with no API key: anyone who can reach it could read and "
+              "write everything. Create one first (refindery keys create --workspace '*'), or serve on "
+              "127.0.0.1.", file=sys.stderr)
+        return 2
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
     return 0
+
+
+def _active_keys(settings) -> int:
+    from engine.corpus import open_corpus
+
+    corpus = open_corpus(settings, repair=False)
+    try:
+        return corpus.keys.active
+    finally:
+        corpus.close()
+
+
+def cmd_keys(args) -> int:
+    from engine.access import create_key, list_keys, revoke_key
+    from engine.corpus import open_corpus
+
+    corpus = open_corpus(_settings(args), repair=False)
+    try:
+        if args.action == "create":
+            if not args.workspace:
+                print("error: keys create needs --workspace W (repeat it, or '*' for every workspace)",
+                      file=sys.stderr)
+                return 2
+            _print(create_key(corpus.keys, args.workspace, args.scope, args.read_only, args.name))
+        elif args.action == "list":
+            _print({"keys": list_keys(corpus.keys)})
+        else:
+            if not args.key_id:
+                print("error: keys revoke needs a KEY_ID", file=sys.stderr)
+                return 2
+            _print(revoke_key(corpus.keys, args.key_id))
+        return 0
+    finally:
+        corpus.close()
 
 
 def cmd_search(args) -> int:
@@ -638,6 +678,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--as-of", default=None, help="search: YYYY-MM")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=cmd_relations)
+
+    s = sub.add_parser("keys", help="API keys: create (the token is shown once), list, revoke")
+    s.add_argument("action", choices=["create", "list", "revoke"])
+    s.add_argument("key_id", nargs="?", help="revoke: the key's id")
+    s.add_argument("--workspace", action="append", help="create: a workspace it may use (repeat; '*' for all)")
+    s.add_argument("--scope", action="append", default=[], help="create: a document scope it may read (repeat)")
+    s.add_argument("--read-only", action="store_true", help="create: it may not write")
+    s.add_argument("--name", default=None, help="create: a label for it")
+    s.set_defaults(func=cmd_keys)
 
     s = sub.add_parser("mcp", help="serve the MCP tools over stdio (for desktop agent clients)")
     s.set_defaults(func=cmd_mcp)

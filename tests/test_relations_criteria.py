@@ -135,3 +135,25 @@ def test_a_candidate_one_criterion_short_is_a_close_match(setup):
     assert [c["entity_id"] for c in reply["close"]["matches"]] == ["halvard_quist", "isolde_marbrook"]
     assert reply["close"]["matches"][0]["about"][0].startswith("Austria, Director, Sales")
     assert reply["others"]["cannot_tell"] == body["counts"]["undetermined"] - 2
+
+
+def test_a_key_with_document_scopes_reads_criteria_only_from_its_documents(setup):
+    """Read with a scope none of the profiles carries: every candidate's documents are out of reach
+    (no_documents, never the judgment stored from documents the key cannot read), and the licence is
+    withheld with acl first."""
+    from engine.readers.criteria import CriterionReader
+    from engine.relations.search import RelationSearch, RelationSearchRequest
+    from engine.search import SearchService
+
+    client, ws, corpus = setup
+    pages = SearchService(corpus)
+    req = RelationSearchRequest(workspace_id=ws, constraints=SALES, criteria=[CRITERION])
+    scopes = ("team-x",)
+    body = RelationSearch(corpus.relations, corpus.querylog, None, pages, CriterionReader(corpus, pages, scopes),
+                          scopes=scopes).search(req)
+    states = {j["entity_id"]: j["state"] for j in body["criteria"][0]["judgments"]}
+    assert states["isolde_marbrook"] == "no_documents" and states["halvard_quist"] == "no_documents"
+    assert body["coverage"]["narrowed_by"][0] == "acl"
+    whole = RelationSearch(corpus.relations, corpus.querylog, None, pages, CriterionReader(corpus, pages)).search(req)
+    assert {j["entity_id"]: j["state"] for j in whole["criteria"][0]["judgments"]}["isolde_marbrook"] == "stated"
+    assert "acl" not in whole["coverage"].get("narrowed_by", [])

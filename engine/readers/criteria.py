@@ -57,9 +57,12 @@ def _quote(sentence: str) -> str:
 
 
 class CriterionReader:
-    def __init__(self, corpus: Corpus, pages: SearchService):
+    def __init__(self, corpus: Corpus, pages: SearchService, scopes: tuple[str, ...] | None = None):
+        """`scopes`: read only documents of these scopes (a key's grant); judgments are kept apart
+        per set of scopes, so no reader sees a judgment drawn from documents it may not read."""
         self.corpus = corpus
         self.pages = pages
+        self.scopes = tuple(sorted(set(scopes))) if scopes else None
         self.settings = corpus.settings.criteria
         self.model = corpus.settings.models.active
         self._cross = _UNSET
@@ -82,7 +85,7 @@ class CriterionReader:
     def key(self, criterion: str) -> str:
         s = self.settings
         basis = (f"{' '.join(criterion.split()).lower()}|{'|'.join(self.judged_by)}|{s.stated_min}|"
-                 f"{s.plausible_min}|{s.passages}")
+                 f"{s.plausible_min}|{s.passages}" + (f"|scopes:{','.join(self.scopes)}" if self.scopes else ""))
         return hashlib.md5(basis.encode()).hexdigest()
 
     def doc_keys(self, workspace_id: str, entity_ids: list[str]) -> dict[str, str]:
@@ -100,12 +103,14 @@ class CriterionReader:
                                  p.page_id || ':' || p.content_hash))
                FROM m JOIN page_entities pe ON pe.entity_id = m.sid
                       JOIN pages p ON p.page_id = pe.page_id AND p.workspace_id = ?
-               GROUP BY m.rid""", [entity_ids, workspace_id, workspace_id]).fetchall()
+                                      AND (? IS NULL OR list_contains(?, p.scope))
+               GROUP BY m.rid""", [entity_ids, workspace_id, workspace_id, self.scopes and list(self.scopes),
+                                   self.scopes and list(self.scopes)]).fetchall()
         return dict(rows)
 
     def judge(self, workspace_id: str, criterion: str, entity_id: str) -> Judgment:
         res = self.pages.search(SearchRequest(query=criterion, workspace=workspace_id, k=self.settings.passages,
-                                              filters=SearchFilters(entity=[entity_id])))
+                                              filters=SearchFilters(entity=[entity_id])), scopes=self.scopes)
         found = []
         for page in res.pages:
             for snip in page.snippets:

@@ -53,8 +53,8 @@ def best_quote(text: str, idea: str) -> tuple[str, int]:
 
 
 def answer_idea(search: SearchService, workspace_id: str, idea: str, k: int, map_version: int,
-                request_id: str) -> dict:
-    res = search.search(SearchRequest(query=idea, workspace=workspace_id, k=k))
+                request_id: str, scopes: tuple[str, ...] | None = None) -> dict:
+    res = search.search(SearchRequest(query=idea, workspace=workspace_id, k=k), scopes=scopes)
     documents = []
     for page in res.pages:
         parts: OrderedDict[str, list] = OrderedDict()

@@ -89,8 +89,11 @@ def time_rule(rel, as_of: str | None) -> str:
 class RelationSearch:
     def __init__(self, rstore: RelationStore, querylog: QueryLog | None = None,
                  compiler: ChatCompletionsCompiler | None = None, pages: SearchService | None = None,
-                 reader: CriterionReader | None = None):
+                 reader: CriterionReader | None = None, scopes: tuple[str, ...] | None = None):
+        """`scopes`: the document scopes of the caller's key (None: every document). Documents are
+        then read only within them (criteria, ideas), and the licence is withheld with `acl`."""
         self.rstore = rstore
+        self.scopes = tuple(scopes) if scopes else None
         self.querylog = querylog
         self.compiler = compiler
         self.pages = pages     # the page search pipeline, which ideas are answered with
@@ -110,7 +113,7 @@ class RelationSearch:
             if self.pages is None:
                 raise SearchRequestInvalid("ideas need the page search pipeline, which this caller has not got")
             return answer_idea(self.pages, req.workspace_id, req.idea, req.limit or IDEA_LIMIT,
-                               space.map_version, request_id)
+                               space.map_version, request_id, scopes=self.scopes)
         if (req.brief is None) == (req.constraints is None):
             raise SearchRequestInvalid("send exactly one of `brief` and `constraints`")
         default_limit = COMPACT_LIMIT if req.detail == "compact" else FULL_LIMIT
@@ -149,7 +152,7 @@ class RelationSearch:
             en.run()
             criteria = self._read_criteria(con, en, req) if req.criteria else None
             warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups, brief, as_of_source,
-                              criteria, self.close, self.spent)
+                              criteria, self.close, self.spent, acl=self.scopes is not None)
             body = warrant.build(request_id)
         finally:
             en.drop()
@@ -206,8 +209,9 @@ class RelationSearch:
             "SELECT count(*) FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind)",
             [space.workspace_id, kinds]).fetchone()[0]
         compiled = brief.as_dict()
-        narrowed = [r for r, present in (("constraints_dropped", compiled["dropped"]),
-                                         ("brief_uncompiled", compiled["uncompiled"])) if present]
+        narrowed = ["acl"] if self.scopes else []
+        narrowed += [r for r, present in (("constraints_dropped", compiled["dropped"]),
+                                          ("brief_uncompiled", compiled["uncompiled"])) if present]
         body = {"request_id": request_id, "workspace_id": space.workspace_id, "bound": False,
                 "unbound_because": "nothing_compiled", "ranking": RANKING, "as_of": req.as_of,
                 "as_of_source": as_of_source, "constraints": [], "expansion": [],
@@ -218,7 +222,8 @@ class RelationSearch:
                 "limit": req.limit, "offset": req.offset, "provenance": {"declared": 0, "extracted": 0},
                 "gaps": {"unbound": [], "dropped": compiled["dropped"], "uncompiled": compiled["uncompiled"]},
                 "coverage": {"completeness_licensed": False, "withheld_because": "narrowed",
-                             "narrowed_by": narrowed or ["brief_uncompiled"]},
+                             "narrowed_by": narrowed if len(narrowed) > bool(self.scopes) else
+                             narrowed + ["brief_uncompiled"]},
                 "map_version": space.map_version, "compiled": compiled}
         self._record(request_id, req, body, 0.0)
         return body
@@ -244,8 +249,10 @@ class Warrant:
 
     def __init__(self, rstore, con, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
                  gaps, groups: list[Group], brief: BriefCompile | None = None, as_of_source: str | None = None,
-                 criteria: list[dict] | None = None, close: list[dict] | None = None, spent: dict | None = None):
+                 criteria: list[dict] | None = None, close: list[dict] | None = None, spent: dict | None = None,
+                 acl: bool = False):
         self.brief, self.as_of_source, self.criteria = brief, as_of_source, criteria
+        self.acl = acl   # the caller's key reads only some of the workspace's documents
         self.close, self.spent = close or [], spent
         self.rstore, self.con, self.en, self.req = rstore, con, en, req
         self.constraints, self.bound, self.gaps, self.groups = constraints, bound, gaps, groups
@@ -536,7 +543,7 @@ class Warrant:
                               "entity_id": r[0]}} for r in rows]
 
     def licence(self, agg: dict, truncated: bool) -> dict:
-        narrowed: list[str] = []
+        narrowed: list[str] = ["acl"] if self.acl else []
         if self.brief is not None:   # part of the brief did not compile: that part was not searched
             narrowed += ["constraints_dropped"] if self.brief.compiled.dropped else []
             narrowed += ["brief_uncompiled"] if self.brief.compiled.uncompiled else []

@@ -44,6 +44,10 @@ class DictionaryInvalid(EngineError):
     status, type = 422, "dictionary_invalid"
 
 
+class PacketNotFound(EngineError):
+    status, type = 404, "packet_not_found"
+
+
 def workspace_dictionary(corpus: Corpus, workspace: str) -> Dictionary:
     """The workspace's own dictionary plus the configured packs' vocabularies (422 when unreadable)."""
     packs = list(corpus.settings.evidence.packs)
@@ -55,6 +59,15 @@ def workspace_dictionary(corpus: Corpus, workspace: str) -> Dictionary:
     except DictionaryError as exc:
         raise DictionaryInvalid(f"the dictionary of workspace {workspace!r} cannot be read: {exc}",
                                 workspace=workspace) from exc
+
+
+def packet_visible(state: dict, workspace: str | None, scopes: tuple[str, ...] | None) -> bool:
+    """Whether a caller in `workspace` reading `scopes` (None: every document) may read or extend a
+    packet: same workspace, and the packet was written from no more than the scopes it reads."""
+    if workspace is not None and state["workspace"] != workspace:
+        return False
+    written = state.get("scopes")
+    return scopes is None or (written is not None and set(written) <= set(scopes))
 
 
 class EvidenceRequest(BaseModel):
@@ -239,8 +252,12 @@ class EvidenceSearch:
         return out
 
     # The verb ----------------------------------------------------------------------------------
-    def search(self, req: EvidenceRequest) -> EvidenceResponse:
+    def search(self, req: EvidenceRequest, scopes: tuple[str, ...] | None = None) -> EvidenceResponse:
+        """`scopes`: the document scopes of the caller's key (None: every document). Every round is
+        restricted to them, no map is consulted (maps are drawn over every document), and the packet
+        records them: only a key reading at least those scopes may read or extend it."""
         t0 = time.perf_counter()
+        scopes = tuple(sorted(set(scopes))) if scopes else None
         corpus, s = self.corpus, self.settings
         workspace = req.workspace or corpus.settings.default_workspace
         model = corpus.settings.models.active
@@ -253,7 +270,7 @@ class EvidenceSearch:
         query_id = uuid.uuid4().hex
 
         dictionary = self.dictionary(workspace)
-        maps = workspace_maps(corpus, workspace, model)
+        maps = workspace_maps(corpus, workspace, model) if scopes is None else Maps(workspace, -1, "", 0)
         embedder = corpus.embedder(model)
 
         def unit(text: str) -> np.ndarray:
@@ -280,10 +297,17 @@ class EvidenceSearch:
 
         packet_name, _ = names(session_id, topic_slug)
         with packet_lock(corpus.settings.reports_dir / packet_name):
-            state = load_state(corpus.settings.reports_dir, packet_name) or new_state(
-                session_id, req.topic, topic_slug, workspace, req.topic or req.query)
+            state = load_state(corpus.settings.reports_dir, packet_name)
+            if state is not None and not packet_visible(state, workspace, scopes):
+                # a session's packet belongs to one workspace; another workspace's calls cannot append
+                # to it (nor learn it exists: the same 404 as for a packet that is not there)
+                raise PacketNotFound(f"no evidence session {session_id!r} in workspace {workspace!r}",
+                                     ref=session_id)
+            state = state or new_state(session_id, req.topic, topic_slug, workspace, req.topic or req.query)
+            # what the packet is written from widens with every call: an unscoped call makes it unscoped
+            state["scopes"] = None if scopes is None else sorted(set(state.get("scopes") or []) | set(scopes))
             known = {src["page_id"] for c in state["calls"] for src in c["sources"]}
-            run = _Run(self, req, workspace, model, k, maps, known, query_id)
+            run = _Run(self, req, workspace, model, k, maps, known, query_id, scopes)
             termination = run.rounds(subs, max_rounds, budget, min_high)
             call = run.call_record(state, subs, dec, termination, maps_accessed, req.query)
             state["calls"].append(call)
@@ -332,8 +356,9 @@ class _Run:
     """One call's rounds: what was scanned, read and found."""
 
     def __init__(self, owner: EvidenceSearch, req: EvidenceRequest, workspace: str, model: str, k: int,
-                 maps: Maps, known: set[str], query_id: str):
+                 maps: Maps, known: set[str], query_id: str, scopes: tuple[str, ...] | None = None):
         self.owner, self.req, self.workspace, self.model, self.k = owner, req, workspace, model, k
+        self.scopes = scopes
         self.maps, self.known, self.query_id = maps, known, query_id
         self.sources: dict[str, dict] = {}      # page id -> source (new to the packet)
         self.refound: list[str] = []
@@ -377,7 +402,7 @@ class _Run:
         req = SearchRequest(query=spec.query[:2000], k=min(k, 200), workspace=self.workspace, pin=False,
                             explain=True, filters=self._filters(spec.within))
         trace: dict = {}
-        resp = self.owner.pages.search(req, log=False, trace=trace)
+        resp = self.owner.pages.search(req, log=False, trace=trace, scopes=self.scopes)
         entry = self.owner.pages.log_entry("evidence_round", req, resp, trace)
         entry.params |= {"evidence_query_id": self.query_id, "round": self.n}
         self.owner.corpus.querylog.record(entry)

@@ -4,24 +4,24 @@ from __future__ import annotations
 import re
 
 from ...corpus import Corpus
-from ...errors import EngineError
 from .dictionary import DictionaryError, describe, install_dictionary
 from .maps import slug, workspace_maps
-from .packet import names
+from .packet import load_state, names
 from .search import (SESSION, DictionaryInvalid, EvidenceRequest, EvidenceResponse,  # noqa: F401
-                     EvidenceSearch, workspace_dictionary)
+                     EvidenceSearch, PacketNotFound, packet_visible, workspace_dictionary)
 
 
-class PacketNotFound(EngineError):
-    status, type = 404, "packet_not_found"
-
-
-def read_packet(corpus: Corpus, session_id: str, topic: str | None = None, part: str = "packet") -> str:
+def read_packet(corpus: Corpus, session_id: str, topic: str | None = None, part: str = "packet",
+                may_read=None, scopes: tuple[str, ...] | None = None) -> str:
+    """A packet's Markdown. `may_read(workspace)` and `scopes` (a key's grant) hide packets of other
+    workspaces and packets written from documents the key may not read."""
     if not re.match(SESSION, session_id) or (topic is not None and not slug(topic)):
         raise PacketNotFound(f"no evidence packet for session {session_id!r}", ref=session_id)
     packet, appendix = names(session_id, slug(topic) if topic else None)
     path = corpus.settings.reports_dir / (packet if part == "packet" else appendix)
-    if not path.is_file():
+    state = load_state(corpus.settings.reports_dir, packet)
+    hidden = may_read is not None and (state is None or not may_read(state["workspace"]))
+    if not path.is_file() or hidden or (scopes and (state is None or not packet_visible(state, None, scopes))):
         raise PacketNotFound(f"no evidence {part} {path.name} in the reports folder", ref=session_id)
     return path.read_text(encoding="utf-8")
 

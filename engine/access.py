@@ -1,0 +1,175 @@
+"""Who may do what: API keys and the grant a request carries.
+
+A key names the workspaces it may use (``*`` for all), optional document scopes, and whether it
+may write. Keys are ``rfy_<key id>_<secret>``; the secret is shown once, when the key is made.
+With no active key the engine is open (and the server binds to loopback only); once a key exists,
+every /v1 route but health needs one. A workspace outside a key's grant is answered exactly like a
+workspace that does not exist (404), so a key cannot learn what other workspaces hold.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from indexes.keys import KeyStore
+
+from .errors import EngineError, InvalidRequest, WorkspaceNotFound
+
+ALL = "*"
+TOKEN = re.compile(r"^rfy_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+WORKSPACE = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9_.:-]{0,199})$")
+
+
+class Unauthorized(EngineError):
+    status, type = 401, "unauthorized"
+
+
+class Forbidden(EngineError):
+    status, type = 403, "forbidden"
+
+
+class KeyNotFound(EngineError):
+    status, type = 404, "key_not_found"
+
+
+@dataclass(frozen=True)
+class Grant:
+    key_id: str | None                  # None: no keys are configured (open, loopback only)
+    workspaces: tuple[str, ...] = (ALL,)
+    scopes: tuple[str, ...] = ()        # document scopes; empty: every document
+    read_only: bool = False
+
+    @property
+    def everywhere(self) -> bool:
+        return ALL in self.workspaces
+
+    @property
+    def document_scopes(self) -> tuple[str, ...] | None:
+        """The document scopes the key may read; None: every document."""
+        return self.scopes or None
+
+    def may_read(self, workspace: str | None) -> bool:
+        return self.everywhere or workspace in self.workspaces
+
+    def workspace(self, requested: str | None, default: str) -> str:
+        """The workspace a request works in: the one it names, else the server default (or, for a
+        key bound to workspaces, its first). Outside the grant: 404, as if it did not exist."""
+        ws = requested or (default if self.everywhere else self.workspaces[0])
+        if not self.may_read(ws):
+            raise WorkspaceNotFound(f"no workspace {ws!r}", ref=ws)
+        return ws
+
+    def scoped(self, requested: str | None, default: str) -> str | None:
+        """As `workspace`, but a request that names none keeps naming none when the grant reaches
+        every workspace (the engine's default applies, and the logged request is unchanged)."""
+        ws = self.workspace(requested, default)
+        return requested if self.everywhere else ws
+
+    def require_write(self) -> None:
+        if self.read_only:
+            raise Forbidden("this key is read-only", key_id=self.key_id)
+
+    def require_everywhere(self, what: str) -> None:
+        """Routes over every workspace's documents need a key for every workspace and every scope."""
+        if not self.everywhere or self.scopes:
+            raise Forbidden(f"{what} needs a key for every workspace (--workspace '*') and no --scope",
+                            key_id=self.key_id)
+
+
+OPEN = Grant(None)
+
+
+def _digest(salt: str, secret: str) -> str:
+    return hashlib.sha256(bytes.fromhex(salt) + secret.encode()).hexdigest()
+
+
+def create_key(keys: KeyStore, workspaces: list[str], scopes: list[str] | None = None, read_only: bool = False,
+               name: str | None = None) -> dict:
+    """Make a key; the reply is the only place its token ever appears."""
+    if not workspaces:
+        raise InvalidRequest("a key needs at least one workspace (or '*' for all)")
+    bad = [w for w in workspaces if not WORKSPACE.match(w)]
+    if bad:
+        raise InvalidRequest(f"not a workspace id: {bad[0]!r}")
+    scopes = list(dict.fromkeys(scopes or []))
+    if any(not s or len(s) > 200 for s in scopes):
+        raise InvalidRequest("a scope is a non-empty label of at most 200 characters")
+    key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    keys.insert(key_id, name, salt, _digest(salt, secret), list(dict.fromkeys(workspaces)), scopes, read_only, now)
+    return {"key_id": key_id, "token": f"rfy_{key_id}_{secret}", "name": name, "workspaces": workspaces,
+            "scopes": scopes, "read_only": read_only, "created_at": now.isoformat(),
+            "note": "the token is shown once; only its salted hash is stored"}
+
+
+def verify(keys: KeyStore, token: str) -> Grant | None:
+    m = TOKEN.match(token or "")
+    if not m:
+        return None
+    row = keys.secret_row(m.group(1))
+    if row is None:
+        return None
+    salt, digest, workspaces, scopes, read_only = row
+    if not hmac.compare_digest(_digest(salt, m.group(2)), digest):
+        return None
+    return Grant(m.group(1), tuple(workspaces), tuple(scopes), read_only)
+
+
+def grant_for(keys: KeyStore, authorization: str | None) -> Grant:
+    """The grant of a request's Authorization header: OPEN while no key exists."""
+    if keys.active == 0:
+        return OPEN
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("this server needs an API key: send Authorization: Bearer <key>")
+    grant = verify(keys, token.strip())
+    if grant is None:
+        raise Unauthorized("the API key is not valid (unknown, revoked or mistyped)")
+    return grant
+
+
+def list_keys(keys: KeyStore) -> list[dict]:
+    out = []
+    for k in keys.list():
+        k["created_at"] = k["created_at"].isoformat()
+        k["revoked_at"] = k["revoked_at"].isoformat() if k["revoked_at"] else None
+        out.append(k)
+    return out
+
+
+def revoke_key(keys: KeyStore, key_id: str) -> dict:
+    if not keys.revoke(key_id, datetime.now(timezone.utc).replace(tzinfo=None)):
+        raise KeyNotFound(f"no active key {key_id!r}", ref=key_id)
+    return {"key_id": key_id, "revoked": True}
+
+
+
+
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
+
+
+def readable_page(grant: Grant, store, page_id: str) -> None:
+    """404 for a page of a workspace outside the grant, exactly as for a page that does not exist."""
+    from .errors import PageNotFound
+
+    if grant.everywhere and not grant.scopes:
+        return
+    meta = store.pages_by_id([page_id]).get(page_id)
+    if meta is None or not grant.may_read(meta.get("workspace_id")) or \
+            (grant.scopes and meta.get("scope") not in grant.scopes):
+        raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
+
+
+def readable_query(grant: Grant, store, query_id: str) -> None:
+    from .errors import QueryNotFound
+
+    if grant.everywhere:
+        return
+    row = store.cursor().execute("SELECT workspace FROM log_queries WHERE query_id = ?", [query_id]).fetchone()
+    if row is None or not grant.may_read(row[0]):
+        raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)
