@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from indexes.keys import KeyStore
@@ -42,6 +42,7 @@ class Grant:
     workspaces: tuple[str, ...] = (ALL,)
     scopes: tuple[str, ...] = ()        # document scopes; empty: every document
     read_only: bool = False
+    seen: list = field(default_factory=list, compare=False, repr=False)  # workspaces this request resolved
 
     @property
     def everywhere(self) -> bool:
@@ -59,6 +60,7 @@ class Grant:
         """The workspace a request works in: the one it names, else the server default (or, for a
         key bound to workspaces, its first). Outside the grant: 404, as if it did not exist."""
         ws = requested or (default if self.everywhere else self.workspaces[0])
+        self.seen.append(ws)
         if not self.may_read(ws):
             raise WorkspaceNotFound(f"no workspace {ws!r}", ref=ws)
         return ws
@@ -173,3 +175,18 @@ def readable_query(grant: Grant, store, query_id: str) -> None:
     row = store.cursor().execute("SELECT workspace FROM log_queries WHERE query_id = ?", [query_id]).fetchone()
     if row is None or not grant.may_read(row[0]):
         raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)
+
+
+def access_log(store, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
+               limit: int = 100) -> list[dict]:
+    """The calls the server answered or refused, newest first (from the query log's log_access)."""
+    where, params = ["1 = 1"], []
+    for cond, value in (("ts >= ?", since), ("key_id = ?", key_id), ("request_id = ?", request_id)):
+        if value is not None:
+            where.append(cond)
+            params.append(value)
+    cols = ["request_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]
+    rows = store.cursor().execute(
+        f"SELECT {', '.join(cols)} FROM log_access WHERE {' AND '.join(where)} ORDER BY ts DESC, request_id LIMIT ?",
+        params + [limit]).fetchall()
+    return [dict(zip(cols, r)) | {"ts": r[1].isoformat()} for r in rows]

@@ -52,6 +52,9 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS log_agreement (
         query_id VARCHAR NOT NULL, model_a VARCHAR NOT NULL, model_b VARCHAR NOT NULL, k INTEGER,
         jaccard DOUBLE, rbo_ext DOUBLE, rbo_p DOUBLE, kendall_tau_b DOUBLE, shared INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS log_access (
+        request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, key_id VARCHAR, method VARCHAR, route VARCHAR,
+        workspace VARCHAR, status INTEGER, duration_ms DOUBLE)""",
     """CREATE TABLE IF NOT EXISTS feedback (
         query_id VARCHAR NOT NULL, page_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, ts TIMESTAMP NOT NULL)""",
 ]
@@ -61,6 +64,7 @@ ROW_TABLES = {
     "results": ("log_results", ["query_id", "model", "rank", "page_id", "score", "pinned"]),
     "agreement": ("log_agreement", ["query_id", "model_a", "model_b", "k", "jaccard", "rbo_ext", "rbo_p",
                                     "kendall_tau_b", "shared"]),
+    "access": ("log_access", ["query_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]),
 }
 QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
                  "returned", "pinned", "error_type", "error_title"]
@@ -89,6 +93,8 @@ class LogEntry:
     fused: list[tuple] = field(default_factory=list)  # (model, stage, rank, chunk_id, page_id, score)
     results: list[tuple] = field(default_factory=list)  # (model, rank, page_id, score, pinned)
     agreement: list[tuple] = field(default_factory=list)  # (model_a, model_b, k, jaccard, rbo, p, tau, shared)
+    access: list[tuple] = field(default_factory=list)  # (ts, key_id, method, route, workspace, status, ms)
+    call_only: bool = False  # an HTTP call's access row alone (query_id is its request id): no log_queries row
 
 
 class QueryLog:
@@ -117,10 +123,11 @@ class QueryLog:
     def record(self, entry: LogEntry) -> None:
         if not self.enabled:
             return
-        with self._recent_lock:
-            self._recent[entry.query_id] = None
-            while len(self._recent) > 50_000:
-                self._recent.popitem(last=False)
+        if not entry.call_only:
+            with self._recent_lock:
+                self._recent[entry.query_id] = None
+                while len(self._recent) > 50_000:
+                    self._recent.popitem(last=False)
         with self._idle:
             self._pending += 1
         try:
@@ -166,16 +173,19 @@ class QueryLog:
         queries = {c: [] for c in QUERY_COLUMNS}
         rows: dict[str, list[tuple]] = {k: [] for k in ROW_TABLES}
         for e in batch:
+            for kind in ROW_TABLES:
+                rows[kind] += [(e.query_id, *r) for r in getattr(e, kind)]
+            if e.call_only:
+                continue
             for c in QUERY_COLUMNS:
                 v = getattr(e, c)
                 queries[c].append(json.dumps(v, default=str) if c in ("params", "timings", "pinned") else v)
-            for kind in ROW_TABLES:
-                rows[kind] += [(e.query_id, *r) for r in getattr(e, kind)]
         cur.begin()
         try:
-            cur.register("_q", pa.table(queries))
-            cur.execute(f"INSERT INTO log_queries SELECT {', '.join(QUERY_COLUMNS)} FROM _q ON CONFLICT DO NOTHING")
-            cur.unregister("_q")
+            if queries["query_id"]:
+                cur.register("_q", pa.table(queries))
+                cur.execute(f"INSERT INTO log_queries SELECT {', '.join(QUERY_COLUMNS)} FROM _q ON CONFLICT DO NOTHING")
+                cur.unregister("_q")
             for kind, (table, cols) in ROW_TABLES.items():
                 if rows[kind]:
                     cur.register("_r", pa.table({c: [r[i] for r in rows[kind]] for i, c in enumerate(cols)}))
@@ -218,6 +228,7 @@ class QueryLog:
             out = {}
             for table in ("log_candidates", "log_fused", "log_results", "log_agreement", "feedback"):
                 out[table] = cur.execute(f"DELETE FROM {table} WHERE query_id IN ({ids})", [before]).fetchone()[0]
+            out["log_access"] = cur.execute("DELETE FROM log_access WHERE ts < ?", [before]).fetchone()[0]
             out["log_queries"] = cur.execute("DELETE FROM log_queries WHERE ts < ?", [before]).fetchone()[0]
             cur.commit()
         except BaseException:

@@ -1,10 +1,12 @@
 """API key administration over HTTP (a key for every workspace, not read-only; or an open server)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from datetime import datetime
+
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.access import Grant, create_key, list_keys, revoke_key
+from engine.access import Grant, access_log, create_key, list_keys, revoke_key
 
 from .auth import current_grant
 
@@ -41,3 +43,15 @@ def keys_list(request: Request, g: Grant = Depends(current_grant)) -> dict:
 def keys_revoke(key_id: str, request: Request, g: Grant = Depends(current_grant)) -> dict:
     _admin(g)
     return revoke_key(request.app.state.corpus.keys, key_id)
+
+
+@router.get("/v1/audit/access")
+def audit_access(request: Request, since: datetime | None = None, key_id: str | None = Query(None, max_length=40),
+                 request_id: str | None = Query(None, max_length=40), limit: int = Query(100, ge=1, le=10_000),
+                 g: Grant = Depends(current_grant)) -> dict:
+    """Every call: request id (also each reply's X-Request-Id header), key id, method, route,
+    workspace and status, newest first. Needs a key for every workspace."""
+    g.require_everywhere("the access log")
+    c = request.app.state.corpus
+    c.querylog.flush()
+    return {"calls": access_log(c.store, since, key_id, request_id, limit)}

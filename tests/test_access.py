@@ -182,3 +182,24 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     assert acl.get("/v1/evidence/packets/wide", headers=h).status_code == 404
     assert acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=h).status_code == 404
     assert acl.post("/mcp", json={}, headers=h).status_code == 403
+
+
+def test_every_call_is_audited_with_its_key_route_workspace_and_outcome(acl):
+    calls = {
+        "ok": acl.post("/v1/search", json={"query": "json"}, headers=auth(acl.alpha)),
+        "unauthorized": acl.post("/v1/search", json={"query": "json"}),
+        "hidden": acl.get(f"/v1/pages/{acl.page['beta']}", headers=auth(acl.alpha)),
+        "forbidden": acl.post("/v1/clusters/refit", headers=auth(acl.reader)),
+    }
+    log = {}
+    for name, r in calls.items():
+        rid = r.headers["x-request-id"]
+        [row] = acl.get("/v1/audit/access", params={"request_id": rid}, headers=auth(acl.admin)).json()["calls"]
+        log[name] = row
+    alpha_id, reader_id = acl.alpha.split("_")[1], acl.reader.split("_")[1]
+    assert (log["ok"]["key_id"], log["ok"]["route"], log["ok"]["workspace"], log["ok"]["status"]) == \
+        (alpha_id, "/v1/search", "alpha", 200)
+    assert (log["unauthorized"]["key_id"], log["unauthorized"]["status"]) == (None, 401)
+    assert (log["hidden"]["route"], log["hidden"]["status"]) == ("/v1/pages/{page_id}", 404)
+    assert (log["forbidden"]["key_id"], log["forbidden"]["status"]) == (reader_id, 403)
+    assert acl.get("/v1/audit/access", headers=auth(acl.alpha)).status_code == 403
