@@ -110,6 +110,13 @@ class LogSettings(BaseModel):
 class ServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    max_body_bytes: int = Field(16_000_000, ge=1024)
+    rate_limit_per_minute: int = Field(600, ge=0)
+    rate_limit_burst: int = Field(60, ge=1)
+
+
+class RelationsSettings(BaseModel):
+    source_dirs: list[str] = Field(default_factory=list)
 
 
 # The user config file for the settings being built; set by load_settings().
@@ -135,6 +142,7 @@ class Settings(BaseSettings):
     compiler: CompilerSettings = Field(default_factory=CompilerSettings)
     criteria: CriteriaSettings = Field(default_factory=CriteriaSettings)
     evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
+    relations: RelationsSettings = Field(default_factory=RelationsSettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -22,7 +22,7 @@ from models.registry import ModelNotFound
 
 from engine.access import Grant, readable_page, readable_query
 
-from .auth import KeyAuth, current_grant
+from .auth import BodyLimit, KeyAuth, current_grant
 from .errors import install_error_handlers, not_found
 from .keys import router as keys_router
 from .mcp import build_mcp
@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
     app.add_middleware(KeyAuth, corpus_of=lambda: app.state.corpus)
+    app.add_middleware(BodyLimit, limit_of=lambda: app.state.corpus.settings.server.max_body_bytes)
     app.include_router(public_router)
     app.include_router(evidence_router)
     app.include_router(keys_router)

@@ -23,10 +23,78 @@ OPEN_PATHS = {"/healthz", "/docs", "/openapi.json", "/redoc", "/docs/oauth2-redi
 SCOPE_KEY = "refindery.grant"
 
 
+async def refuse(send, status: int, detail: dict, headers: list | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())] + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RateLimiter:
+    """A token bucket per key: `per_minute` a minute on average, `burst` at once."""
+
+    def __init__(self, per_minute: int, burst: int):
+        self.rate, self.burst = per_minute / 60.0, burst
+        self.buckets: dict[str, tuple[float, float]] = {}   # key -> (tokens, at)
+
+    def take(self, key: str, now: float | None = None) -> float:
+        """0 when the call may go ahead, else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        tokens, at = self.buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        if tokens >= 1.0:
+            self.buckets[key] = (tokens - 1.0, now)
+            return 0.0
+        self.buckets[key] = (tokens, now)
+        return (1.0 - tokens) / self.rate
+
+
+class BodyLimit:
+    """413 payload_too_large for a body over `server.max_body_bytes`: at once when Content-Length
+    says so; a streamed body without one is read up to the limit first (and refused as soon as it
+    passes it) before the app sees any of it. Uvicorn holds a body with a Content-Length to it."""
+
+    def __init__(self, app, limit_of):
+        self.app, self.limit_of = app, limit_of
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.limit_of()
+        detail = {"type": "payload_too_large", "title": f"the request body is over {limit} bytes", "limit": limit}
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > limit:
+                return await refuse(send, 413, detail)
+            return await self.app(scope, receive, send)
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        buffered, seen = [], 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                return await refuse(send, 413, detail)
+            if not message.get("more_body", False):
+                break
+
+        async def replay():
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+
 class KeyAuth:
     def __init__(self, app, corpus_of):
         self.app = app
         self.corpus_of = corpus_of  # () -> the corpus, once the app's lifespan has opened it
+        self.limiter: RateLimiter | None = None
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
@@ -52,13 +120,18 @@ class KeyAuth:
                 if path.startswith("/mcp"):
                     grant.require_everywhere("MCP over HTTP")
             except EngineError as exc:
-                body = json.dumps({"detail": exc.body()}).encode()
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
-                await send_with_id({"type": "http.response.start", "status": exc.status,
-                                    "headers": [(b"content-type", b"application/json"),
-                                                (b"content-length", str(len(body)).encode())] + extra})
-                await send_with_id({"type": "http.response.body", "body": body})
-                return
+                return await refuse(send_with_id, exc.status, exc.body(), extra)
+            if grant.key_id is not None:
+                s = corpus.settings.server
+                if self.limiter is None:
+                    self.limiter = RateLimiter(s.rate_limit_per_minute, s.rate_limit_burst)
+                wait = self.limiter.take(grant.key_id)
+                if wait > 0:
+                    retry = max(1, int(wait + 0.999))
+                    return await refuse(send_with_id, 429, {
+                        "type": "rate_limited", "title": f"this key is over {s.rate_limit_per_minute} requests a "
+                        f"minute; retry in {retry} s", "retry_after_s": retry}, [(b"retry-after", str(retry).encode())])
             scope[SCOPE_KEY] = grant
             await self.app(scope, receive, send_with_id)
         finally:

@@ -1,6 +1,8 @@
 """The public relation verbs: workspaces, loads, search, facts, corrections, region, audit."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from engine.access import Forbidden, Grant
@@ -46,7 +48,10 @@ def loads_create(workspace_id: str, body: LoadRequest, request: Request, g: Gran
     declaration that tells None from Not recorded. One transaction; a re-run supersedes."""
     g.require_write()
     _in(g, workspace_id)
-    return load(_relations(request), workspace_id, body)
+    c = request.app.state.corpus
+    dirs = c.settings.relations.source_dirs
+    allowed = [Path(d) for d in dirs] if dirs else ([c.data_dir / "sources"] if c.keys.active else None)
+    return load(_relations(request), workspace_id, body, allowed)
 
 
 @router.post("/v1/public/search", tags=["relations"])

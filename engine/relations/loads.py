@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from indexes.relations import RelationStore
 from indexes.sources import FORMATS, Source, SourceError
 
-from ..errors import LoadInvalid
+from ..errors import EngineError, LoadInvalid
 from .packs import Relation
 from .workspaces import Space, open_space
 
@@ -254,8 +255,25 @@ def _insert_rows(con, space: Space, rel: Relation, m: RelationMap, data: pa.Tabl
             "unknown_surfaces": unplaced, "unmapped_slots": [s for s in rel.slots if s not in m.slots]}
 
 
-def load(rstore: RelationStore, workspace_id: str, req: LoadRequest) -> dict:
+class SourceForbidden(EngineError):
+    status, type = 403, "source_forbidden"
+
+
+def confine(source: str, allowed: list[Path] | None) -> None:
+    """A load reads only from the allowed folders (None: anywhere). The path is resolved first, so
+    neither `..` nor a symbolic link leads out."""
+    if allowed is None:
+        return
+    path = Path(source).expanduser().resolve()
+    if not any(path == d or path.is_relative_to(d) for d in (Path(a).expanduser().resolve() for a in allowed)):
+        raise SourceForbidden("loads read only from the configured source folders ([relations] source_dirs)",
+                              allowed=[str(a) for a in allowed])
+
+
+def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: list[Path] | None = None) -> dict:
+    """`allowed`: the folders sources may be read from (None: anywhere)."""
     space = open_space(rstore, workspace_id)
+    confine(req.source, allowed)
     src, plan = _check(space, req)
     load_id = f"ld_{secrets.token_hex(5)}"
     now = datetime.now(timezone.utc).replace(tzinfo=None)
