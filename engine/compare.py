@@ -13,7 +13,7 @@ import uuid
 from pydantic import BaseModel, Field, field_validator
 
 from .agreement import agreement
-from .errors import InvalidRequest, ModelUnavailable
+from .errors import InvalidRequest, ModelUnavailable, ModelUnknown
 from .querylog import LogEntry
 from .search import SearchRequest, SearchResponse, SearchService
 
@@ -59,6 +59,9 @@ def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...]
     p = service.params(search_req)
     counts = corpus.store.counts()
     for m in req.models:
+        if m not in corpus.registry.names():
+            raise ModelUnknown(f"no model {m!r} in the registry (known: {', '.join(corpus.registry.names())})",
+                               model=m)
         try:
             spec = corpus.registry.spec(m)
         except Exception as exc:

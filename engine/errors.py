@@ -45,6 +45,11 @@ class ModelUnavailable(EngineError):
     status, type = 503, "model_unavailable"
 
 
+class ModelUnknown(EngineError):
+    """The request names a model the registry does not hold (a client's mistake, not a missing install)."""
+    status, type = 422, "model_unknown"
+
+
 class RerankerNotConfigured(EngineError):
     status, type = 503, "reranker_unavailable"
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
@@ -29,6 +29,9 @@ from .fusion import Fused, rrf
 from .pinning import pin_intent
 from .recency import age_days, decay_factor
 from .rollup import rollup
+
+
+MIN_TIME, MAX_TIME = datetime(1678, 1, 1), datetime(2262, 1, 1)
 
 
 def _listify(v):
@@ -53,7 +56,10 @@ class SearchFilters(BaseModel):
     @field_validator("after", "before")
     @classmethod
     def _utc(cls, v):
-        return v.astimezone(timezone.utc).replace(tzinfo=None) if v is not None and v.tzinfo else v
+        v = v.astimezone(timezone.utc).replace(tzinfo=None) if v is not None and v.tzinfo else v
+        if v is not None and not MIN_TIME <= v <= MAX_TIME:  # what the BM25 index's dates can hold
+            raise ValueError(f"must be between {MIN_TIME.isoformat()} and {MAX_TIME.isoformat()}")
+        return v
 
     def is_empty(self) -> bool:
         return not (self.domain or self.after or self.before or self.cluster_id is not None or self.entity)
@@ -131,6 +137,13 @@ class PageHit(BaseModel):
     pinned: str | None = Field(default=None, description='"url" or "domain" when the page was pinned.')
     snippets: list[Snippet]
     explain: PageExplain | None = None
+
+    @field_serializer("first_seen", "last_seen", "published")
+    def _rfc3339(self, v: datetime | None) -> str | None:
+        """Stored times are UTC without a zone; on the wire they say so (RFC 3339, "Z")."""
+        if v is None:
+            return None
+        return (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).isoformat().replace("+00:00", "Z")
 
 
 class SimilarPage(BaseModel):

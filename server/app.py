@@ -23,7 +23,7 @@ from models.registry import ModelNotFound
 from engine.access import Grant, readable_page, readable_query
 
 from .auth import BodyLimit, KeyAuth, current_grant
-from .errors import install_error_handlers, not_found
+from .errors import ERROR_RESPONSES, install_error_handlers, not_found
 from .keys import router as keys_router
 from .mcp import build_mcp
 from .evidence import router as evidence_router
@@ -93,7 +93,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
                 await run_in_threadpool(corpus.querylog.flush)
                 await run_in_threadpool(corpus.flush)
 
-    app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan, responses=ERROR_RESPONSES,
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
     app.add_middleware(KeyAuth, corpus_of=lambda: app.state.corpus)

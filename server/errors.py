@@ -1,12 +1,48 @@
 """Every refusal is JSON {"detail": {"type", "title", ...}} with the right status."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: {"detail": {"type", "title", ...}} — match on detail.type."""
+    detail: ErrorDetail
+
+
+class BareRefusal(BaseModel):
+    """The relation-search seed's compile_unavailable refusal, printed whole: {"type", "reason"}."""
+    model_config = ConfigDict(extra="allow")
+    type: str
+    reason: str
+
+
+_WHAT = {401: "no API key, or a bad one (once keys exist)", 403: "outside the key's grant (read-only, "
+         "scoped, or a route over every workspace)", 404: "an unknown reference (or one outside the key's "
+         "workspaces)", 409: "it exists already", 413: "the request body is too large",
+         422: "a malformed or invalid request", 429: "over the key's rate (see Retry-After)",
+         502: "an upstream model call failed", 503: "a capability that is not configured"}
+# Documented on every route, so clients (and schemathesis) know each refusal's shape.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": Union[ErrorBody, BareRefusal] if code == 503 else ErrorBody, "description": what}
+    for code, what in _WHAT.items()}
+
+
+def json_errors() -> dict[int | str, dict[str, Any]]:
+    """The same refusals for a route whose own replies are not JSON: their content type spelled out."""
+    return {code: {"description": what, "content": {"application/json": {"schema": {
+        "$ref": "#/components/schemas/ErrorBody"}}}} for code, what in _WHAT.items() if code != 503}
 
 
 class ApiError(Exception):

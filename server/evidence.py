@@ -11,6 +11,7 @@ from engine.access import Forbidden, Grant
 from engine.readers.evidence import service as evidence
 
 from .auth import current_grant
+from .errors import json_errors
 
 router = APIRouter(tags=["evidence"])
 
@@ -38,14 +39,18 @@ def evidence_search(req: evidence.EvidenceRequest, request: Request,
     return searcher(request.app).search(req, scopes=g.document_scopes)
 
 
-@router.get("/v1/evidence/packets/{session_id}", response_class=PlainTextResponse)
+class MarkdownResponse(PlainTextResponse):
+    media_type = "text/markdown"
+
+
+@router.get("/v1/evidence/packets/{session_id}", response_class=MarkdownResponse, responses=json_errors())
 def evidence_packet(session_id: str, request: Request, topic: str | None = None,
                     part: Literal["packet", "appendix"] = "packet",
-                    g: Grant = Depends(current_grant)) -> PlainTextResponse:
+                    g: Grant = Depends(current_grant)) -> MarkdownResponse:
     """The packet (or its appendix) of a session as Markdown, for clients without the server's disk."""
     text = evidence.read_packet(request.app.state.corpus, session_id, topic, part, may_read=g.may_read,
                                 scopes=g.document_scopes)
-    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
+    return MarkdownResponse(text)
 
 
 @router.get("/v1/evidence/dictionary")

@@ -60,7 +60,7 @@ def test_compare_two_embedders_shares_the_sparse_arm(ab_corpus):
         assert ag["shared"] == len(set(a) & set(b))
         assert body["sparse_shared"] and "sparse" not in body["runs"][0]["timings_ms"]
         bad = c.post("/v1/compare", json={"query": "x", "models": ["all-minilm-l6-v2", "nope"]})
-        assert bad.status_code == 503 and bad.json()["detail"]["type"] == "model_unavailable"
+        assert bad.status_code == 422 and bad.json()["detail"]["type"] == "model_unknown"
         assert c.post("/v1/compare", json={"query": "x", "models": ["a"]}).status_code == 422
     ab_corpus.querylog.flush()
     cur = ab_corpus.store.cursor()

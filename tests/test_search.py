@@ -81,9 +81,9 @@ def test_date_and_entity_filters(client, shared_corpus):
     seen = sorted(r[0] for r in shared_corpus.store.cursor().execute("SELECT last_seen FROM pages").fetchall())
     cut = seen[len(seen) // 2]
     res = search(client, query="functions", k=20, filters={"after": cut.isoformat()})
-    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]) >= cut for p in res["pages"])
+    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]).replace(tzinfo=None) >= cut for p in res["pages"])
     res = search(client, query="functions", k=20, filters={"before": cut.isoformat()})
-    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]) < cut for p in res["pages"])
+    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]).replace(tzinfo=None) < cut for p in res["pages"])
     # An alias, in another case, resolves to the canonical entity.
     res = search(client, query="create a table", k=20, filters={"entity": "POSTGRES"})
     assert res["pages"] and all(p["entities"] == ["PostgreSQL"] for p in res["pages"])
