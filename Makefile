@@ -45,6 +45,7 @@ bench: install
 	$(BIN)/python bench/rerank.py
 	$(BIN)/python bench/relations.py
 	$(BIN)/python bench/evidence.py
+	$(BIN)/python bench/load.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
 # heading/passage and sentence/passage pairs with hybrid-search hard negatives. About 7 minutes

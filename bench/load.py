@@ -1,0 +1,155 @@
+"""Load test (loopback only, bounded): a real `refindery serve` on a Unix socket, several client
+processes searching and one ingesting for a fixed time; then a consistency check.
+
+    .venv/bin/python bench/load.py [--seconds 30] [--searchers 3] [--ingest-batch 4]
+
+Reports per kind: requests, throughput, p50/p95/p99 latency (ms) and errors (target: zero); then
+whether every acknowledged page is searchable (found by its URL) and the store and indexes agree.
+Writes bench/results/load.json and load.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERIES = ["how do I pretty-print JSON", "create a table from a query", "sqlite date functions", "queue between threads",
+           "postgres sequence", "read a file line by line", "email encoders", "alter aggregate", "object identifier"]
+
+
+def client(sock: str):
+    import httpx
+
+    return httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://refindery", timeout=120)
+
+
+def searcher(sock: str, seconds: float, out: mp.Queue, seed: int) -> None:
+    c, lat, errors, n = client(sock), [], 0, seed
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        try:
+            ok = c.post("/v1/search", json={"query": QUERIES[n % len(QUERIES)], "k": 10}).status_code == 200
+        except Exception:
+            ok = False
+        lat.append((time.perf_counter() - t) * 1000)
+        errors += not ok
+        n += 1
+    out.put(("search", lat, errors, []))
+
+
+def ingester(sock: str, seconds: float, out: mp.Queue, records: list[dict], batch: int) -> None:
+    c, lat, errors, acked = client(sock), [], 0, []
+    end = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < end and i < len(records):
+        t = time.perf_counter()
+        try:
+            r = c.post("/v1/pages", json={"pages": records[i:i + batch]})
+            ok = r.status_code == 200 and not r.json()["errors"]
+            if r.status_code == 200:
+                acked += [(it["page_id"], it["url"]) for it in r.json()["items"] if it["page_id"]]
+        except Exception:
+            ok = False
+        lat.append((time.perf_counter() - t) * 1000)
+        errors += not ok
+        i += batch
+    out.put(("ingest", lat, errors, acked))
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))], 1) if xs else 0.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--searchers", type=int, default=3)
+    ap.add_argument("--ingest-batch", type=int, default=4)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    data, sock = tmp / "data", str(tmp / "refindery.sock")
+    with gzip.open(ROOT / "demo" / "pages.jsonl.gz", "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh]
+    seen, unique = set(), []
+    for r in records:
+        if r["url"] not in seen:
+            seen.add(r["url"])
+            unique.append(r)
+    base, rest = unique[:100], unique[100:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")} | {
+        "REFINDERY_DATA_DIR": str(data), "REFINDERY_MODELS__DEVICE": "cpu"}
+    subprocess.run([sys.executable, "-m", "server.cli", "ingest", "-", "--no-progress"], cwd=ROOT, env=env, check=True,
+                   input="".join(json.dumps(r) + "\n" for r in base), text=True, stdout=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", sock], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        c = client(sock)
+        for _ in range(600):
+            try:
+                if c.get("/healthz").status_code == 200:
+                    break
+            except Exception:
+                time.sleep(0.2)
+        c.post("/v1/search", json={"query": "warm up"})
+        out: mp.Queue = mp.Queue()
+        procs = [mp.Process(target=searcher, args=(sock, args.seconds, out, i)) for i in range(args.searchers)]
+        procs.append(mp.Process(target=ingester, args=(sock, args.seconds, out, rest, args.ingest_batch)))
+        t0 = time.monotonic()
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=args.seconds + 600) for _ in procs]
+        for p in procs:
+            p.join()
+        wall = time.monotonic() - t0
+        report = {"seconds": args.seconds, "searchers": args.searchers, "cpus": os.cpu_count(), "kinds": {}}
+        acked = []
+        for kind in ("search", "ingest"):
+            lat = [x for k, ls, _, _ in results if k == kind for x in ls]
+            errors = sum(e for k, _, e, _ in results if k == kind)
+            acked += [a for k, _, _, a in results if k == kind for a in a]
+            report["kinds"][kind] = {"requests": len(lat), "per_s": round(len(lat) / wall, 2), "errors": errors,
+                                     "p50_ms": pct(lat, 0.5), "p95_ms": pct(lat, 0.95), "p99_ms": pct(lat, 0.99),
+                                     "mean_ms": round(statistics.fmean(lat), 1) if lat else 0.0}
+        report["kinds"]["ingest"]["pages_acknowledged"] = len(acked)
+        missing = [pid for pid, url in acked
+                   if not any(h["page_id"] == pid for h in c.post("/v1/search", json={"query": url, "k": 3}).json()["pages"])]
+        status = c.get("/v1/status").json()
+        report["consistency"] = {"acknowledged_pages_not_found": len(missing),
+                                 "store_and_indexes_agree": status["generations"]["consistent"],
+                                 "pages": status["counts"]["pages"], "expected_pages": len(base) + len(acked)}
+    finally:
+        server.kill()
+        server.wait()
+    outdir = ROOT / "bench" / "results"
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "load.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [f"## Load ({args.searchers} search processes + 1 ingest process, {args.seconds:.0f} s, "
+             f"{report['cpus']} CPUs, Unix socket)", "",
+             "| kind | requests | per s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|"]
+    for kind, r in report["kinds"].items():
+        lines.append(f"| {kind} | {r['requests']} | {r['per_s']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | "
+                     f"{r['errors']} |")
+    k = report["consistency"]
+    lines += ["", f"Pages acknowledged during the run: {report['kinds']['ingest']['pages_acknowledged']}; not found "
+              f"by their URL afterwards: {k['acknowledged_pages_not_found']}; store and indexes agree: "
+              f"{k['store_and_indexes_agree']}; pages {k['pages']} (expected {k['expected_pages']})."]
+    (outdir / "load.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    ok = all(r["errors"] == 0 for r in report["kinds"].values()) and not missing and k["store_and_indexes_agree"] \
+        and k["pages"] == k["expected_pages"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
