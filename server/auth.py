@@ -3,7 +3,7 @@ request's grant (engine/access.py), and the dependency routes read it with.
 
 While no key exists every request is granted everything (the server then binds to loopback only,
 see `refindery serve`). Once one exists, /v1/* and /mcp need a key: 401 without or with a bad one
-(`WWW-Authenticate: Bearer`), and /mcp needs a key for every workspace (its tools take no grant yet).
+(`WWW-Authenticate: Bearer`); the MCP tools served at /mcp apply the key's grant as the routes do.
 Health and the OpenAPI pages stay open.
 """
 from __future__ import annotations
@@ -117,8 +117,6 @@ class KeyAuth:
         try:
             try:
                 grant = dataclasses.replace(grant_for(corpus.keys, headers.get("authorization")), seen=[])
-                if path.startswith("/mcp"):
-                    grant.require_everywhere("MCP over HTTP")
             except EngineError as exc:
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
                 return await refuse(send_with_id, exc.status, exc.body(), extra)

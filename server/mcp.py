@@ -17,9 +17,10 @@ from typing import Annotated, Any, Callable
 
 import anyio
 from fastapi import FastAPI
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
 from pydantic import BaseModel, Field, ValidationError
 
+from engine.access import Grant, readable_page
 from engine.compare import CompareRequest, compare
 from engine.corpus import read_page
 from engine.errors import EngineError
@@ -30,6 +31,7 @@ from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.search import SearchRequest
 from engine.similar import MEDIATIONS, similar_pages
 
+from .auth import SCOPE_KEY
 from .evidence import searcher as evidence_searcher
 
 INSTRUCTIONS = (
@@ -71,20 +73,36 @@ def _refusal(exc: Exception, path: str) -> Refusal:
     return Refusal(422, path, {"type": "validation_error", "title": "the request is malformed", "errors": errors})
 
 
-def tool_function(model: type[BaseModel], call: Callable[[BaseModel], Any], path: str,
+def request_grant(ctx: Context | None) -> Grant:
+    """The grant of the HTTP request that carried a tool call (streamable HTTP at /mcp, where the key
+    middleware put it); a call over stdio or in process carries none and is open, as the routes are
+    while no key exists."""
+    try:
+        request = ctx.request_context.request if ctx is not None else None
+    except (ValueError, AttributeError, LookupError):
+        request = None
+    grant = request.scope.get(SCOPE_KEY) if request is not None and hasattr(request, "scope") else None
+    return grant if grant is not None else Grant(None)
+
+
+def tool_function(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any], path: str,
                   defaults: dict[str, Any] | None = None) -> Callable:
     """An async function whose keyword parameters are the model's fields (types, constraints and
-    descriptions), so the SDK derives the tool's input schema from the route's own model."""
+    descriptions), so the SDK derives the tool's input schema from the route's own model. `call`
+    gets the request and the caller's grant, and applies it as the route does."""
     params = []
     for name, f in model.model_fields.items():
         default = (defaults or {}).get(name, inspect.Parameter.empty if f.is_required() else f.default)
         annotation = Annotated[(f.annotation, *f.metadata, Field(description=f.description))]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context))
 
-    async def fn(**kwargs):
+    async def fn(ctx: Context | None = None, **kwargs):
+        grant = request_grant(ctx)
+
         def run():
             try:
-                return call(model(**kwargs))
+                return call(model(**kwargs), grant)
             except (EngineError, ValidationError) as exc:
                 raise _refusal(exc, path) from exc
         return await anyio.to_thread.run_sync(run)
@@ -114,11 +132,21 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
     def corpus():
         return app.state.corpus
 
-    def limma_search(req: RelationSearchRequest) -> dict:
-        c, pages = corpus(), app.state.search
-        return RelationSearch(c.relations, c.querylog, c.brief_compiler(), pages, CriterionReader(c, pages)).search(req)
+    def default() -> str:
+        return corpus().settings.default_workspace
 
-    def get_page(ref: PageRef) -> dict:
+    def limma_search(req: RelationSearchRequest, g: Grant) -> dict:
+        g.workspace(req.workspace_id, req.workspace_id)
+        c, pages, scopes = corpus(), app.state.search, g.document_scopes
+        return RelationSearch(c.relations, c.querylog, c.brief_compiler(), pages, CriterionReader(c, pages, scopes),
+                              scopes=scopes).search(req)
+
+    def limma_facts(req: FactsRequest, g: Grant) -> dict:
+        g.workspace(req.workspace_id, req.workspace_id)
+        return facts(corpus().relations, req)
+
+    def get_page(ref: PageRef, g: Grant) -> dict:
+        readable_page(g, corpus().store, ref.page_id)
         return json.loads(json.dumps(read_page(corpus(), ref.page_id), default=str))
 
     server.add_tool(tool_function(RelationSearchRequest, limma_search, "/v1/public/search", {"detail": "compact"}),
@@ -129,13 +157,28 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "the whole set, page with `offset` = `matched.next_offset`; `complete` false means the "
                         "set may not be whole, and `incomplete_because` says why; `more` names the calls that "
                         "fetch rows and receipts."))
-    server.add_tool(tool_function(FactsRequest, lambda r: facts(corpus().relations, r), "/v1/public/facts"),
+    server.add_tool(tool_function(FactsRequest, limma_facts, "/v1/public/facts"),
                     name="limma_facts", description=(
                         "One entity's rows of one relation, with their receipts and the absence verdict: "
                         "`absence.kind` is recorded, none (looked at, holds no row) or not_recorded (never looked "
                         "at — not a \"no\")."))
-    def refind_search(req: SearchRequest) -> dict:
-        return refind_reply(app.state.search.search(req).model_dump(mode="json"), req.explain)
+    def refind_search(req: SearchRequest, g: Grant) -> dict:
+        req.workspace = g.scoped(req.workspace, default())
+        return refind_reply(app.state.search.search(req, scopes=g.document_scopes).model_dump(mode="json"),
+                            req.explain)
+
+    def similar(r: "SimilarRequest", g: Grant) -> dict:
+        readable_page(g, corpus().store, r.page_id)
+        return {"page_id": r.page_id, "mediation": r.mediation,
+                "pages": similar_pages(corpus(), r.page_id, r.mediation, r.k, scopes=g.document_scopes)}
+
+    def refind_compare(r: CompareRequest, g: Grant) -> dict:
+        r.workspace = g.scoped(r.workspace, default())
+        return compare(app.state.search, r, scopes=g.document_scopes).model_dump(mode="json")
+
+    def evidence_search(r, g: Grant) -> dict:
+        r.workspace = g.scoped(r.workspace, default())
+        return evidence_searcher(app).search(r, scopes=g.document_scopes).model_dump(mode="json")
 
     server.add_tool(tool_function(SearchRequest, refind_search, "/v1/search"),
                     name="refind_search", description=(
@@ -146,26 +189,23 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "stage's scores."))
     server.add_tool(tool_function(PageRef, get_page, "/v1/pages/{id}"), name="get_page",
                     description="A page by id, with its whole text and its chunks (section paths and offsets).")
-    server.add_tool(tool_function(SimilarRequest, lambda r: {
-        "page_id": r.page_id, "mediation": r.mediation,
-        "pages": similar_pages(corpus(), r.page_id, r.mediation, r.k)}, "/v1/pages/{id}/similar"),
+    server.add_tool(tool_function(SimilarRequest, similar, "/v1/pages/{id}/similar"),
         name="similar_pages", description="Pages related to a page: by vector, by cluster, or by shared entities.")
-    server.add_tool(tool_function(CompareRequest, lambda r: compare(app.state.search, r).model_dump(mode="json"),
-                                  "/v1/compare"),
+    server.add_tool(tool_function(CompareRequest, refind_compare, "/v1/compare"),
                     name="refind_compare", description=(
                         "The same search once per embedder (`models`), with how far the rankings agree "
                         "(Jaccard@k, RBO, Kendall's tau over the pages both share)."))
-    server.add_tool(tool_function(evidence.EvidenceRequest,
-                                  lambda r: evidence_searcher(app).search(r).model_dump(mode="json"), "/v1/evidence"),
+    server.add_tool(tool_function(evidence.EvidenceRequest, evidence_search, "/v1/evidence"),
                     name="evidence_search", description=(
                         "Gather evidence for a question: expands its terms through the workspace dictionary, splits "
                         "comparative questions into sub-queries, searches in at most `max_rounds` rounds with early "
                         "stop, and writes an evidence packet (Markdown, YAML front matter, one section per source "
                         "with its excerpt and confidence). The reply is the packet's `path` and the counts, not the "
                         "evidence: read it with read_evidence_packet. Reuse `session_id` to append to one packet."))
-    def read_evidence_packet(r: PacketRef) -> dict:
+    def read_evidence_packet(r: PacketRef, g: Grant) -> dict:
         return {"session_id": r.session_id, "part": r.part,
-                "text": evidence.read_packet(corpus(), r.session_id, r.topic, r.part)}
+                "text": evidence.read_packet(corpus(), r.session_id, r.topic, r.part, may_read=g.may_read,
+                                             scopes=g.document_scopes)}
 
     server.add_tool(tool_function(PacketRef, read_evidence_packet, "/v1/evidence/packets/{session_id}"),
         name="read_evidence_packet", description="The Markdown of an evidence packet (or its appendix) by session.")

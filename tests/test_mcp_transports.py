@@ -93,3 +93,61 @@ def test_over_streamable_http_on_the_api_app(data, tmp_path):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
+    """A key bound to one workspace and one document scope, over /mcp: the tools answer within its
+    grant exactly as the routes do (other scopes' pages and other workspaces are 404), and without a
+    key the endpoint is refused."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from engine.access import create_key
+    from engine.corpus import open_corpus
+    from engine.ingest import Ingester
+    from engine.relations.workspaces import WorkspaceCreate, create_workspace
+    from engine.settings import load_settings
+
+    data, sock = tmp_path / "data", tmp_path / "refindery.sock"
+    corpus = open_corpus(load_settings(data_dir=str(data)), pool)
+    pages = [("https://t.example/a", "Team A JSON notes", "Team A notes on the json module and pretty output.", "a"),
+             ("https://t.example/b", "Team B JSON secrets", "Team B secret notes on the json module encoder.", "b")]
+    Ingester(corpus, "team", progress=False).ingest(
+        (i, "t", {"url": u, "title": t, "body_text": b, "scope": s}) for i, (u, t, b, s) in enumerate(pages))
+    for ws in ("team", "other"):
+        create_workspace(corpus.relations, WorkspaceCreate(workspace_id=ws))
+    ids = {p["url"]: pid for pid, p in corpus.store.pages_by_id(corpus.store.filtered_pages("team")).items()}
+    token = create_key(corpus.keys, ["team"], scopes=["a"])["token"]
+    corpus.close()
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
+                            env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        serving_on(sock)
+        bare = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://localhost:8000")
+        assert bare.post("/mcp", json={}).status_code == 401
+
+        async def run():
+            keyed = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock)), timeout=60,
+                                      headers={"Authorization": f"Bearer {token}"})
+            async with keyed, streamable_http_client("http://localhost:8000/mcp", http_client=keyed) as (r, w, _):
+                async with ClientSession(r, w) as session:
+                    await session.initialize()
+                    found = await session.call_tool("refind_search", {"query": "json module notes"})
+                    hidden = await session.call_tool("get_page", {"page_id": ids["https://t.example/b"]})
+                    similar = await session.call_tool("similar_pages", {"page_id": ids["https://t.example/a"]})
+                    elsewhere = await session.call_tool("limma_facts", {"workspace_id": "other", "entity_id": "x",
+                                                                        "relation": "screening"})
+                    return found, hidden, similar, elsewhere
+
+        found, hidden, similar, elsewhere = anyio.run(run)
+        assert [p["url"] for p in json.loads(found.content[0].text)["pages"]] == ["https://t.example/a"]
+        for refused, kind in ((hidden, "page_not_found"), (elsewhere, "workspace_not_found")):
+            assert refused.isError is True
+            assert json.loads(refused.content[0].text.partition(": ")[2])["detail"]["type"] == kind
+        assert json.loads(similar.content[0].text)["pages"] == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
