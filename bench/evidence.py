@@ -76,7 +76,8 @@ def main() -> int:
     (out / "evidence.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [f"## Evidence search latency (demo corpus, {result['pages']} pages, {args.repeats} repeats)", "",
              f"First call of a fresh corpus (draws the maps): {result['first_call_ms']} ms", "",
-             "| questions | calls | median ms | p90 ms | median rounds | median ms / round |", "|---|---|---|---|---|---|"]
+             "| questions | calls | median ms | p90 ms | median rounds | median ms / round |",
+             "|---|---|---|---|---|---|"]
     for kind, r in result["kinds"].items():
         lines.append(f"| {kind} | {r['calls']} | {r['median_ms']} | {r['p90_ms']} | {r['median_rounds']} | "
                      f"{r['median_ms_per_round']} |")

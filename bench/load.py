@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERIES = ["how do I pretty-print JSON", "create a table from a query", "sqlite date functions", "queue between threads",
+QUERIES = ["how do I pretty-print JSON", "create a table from a query", "sqlite date functions",
+           "queue between threads",
            "postgres sequence", "read a file line by line", "email encoders", "alter aggregate", "object identifier"]
 
 
@@ -122,8 +123,11 @@ def main() -> int:
                                      "p50_ms": pct(lat, 0.5), "p95_ms": pct(lat, 0.95), "p99_ms": pct(lat, 0.99),
                                      "mean_ms": round(statistics.fmean(lat), 1) if lat else 0.0}
         report["kinds"]["ingest"]["pages_acknowledged"] = len(acked)
-        missing = [pid for pid, url in acked
-                   if not any(h["page_id"] == pid for h in c.post("/v1/search", json={"query": url, "k": 3}).json()["pages"])]
+        def found(pid: str, url: str) -> bool:
+            hits = c.post("/v1/search", json={"query": url, "k": 3}).json()["pages"]
+            return any(h["page_id"] == pid for h in hits)
+
+        missing = [pid for pid, url in acked if not found(pid, url)]
         status = c.get("/v1/status").json()
         report["consistency"] = {"acknowledged_pages_not_found": len(missing),
                                  "store_and_indexes_agree": status["generations"]["consistent"],

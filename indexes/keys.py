@@ -55,7 +55,7 @@ class KeyStore:
 
     def revoke(self, key_id: str, now: datetime) -> bool:
         with self._lock, self.store.transaction() as con:
-            n = con.execute("UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL RETURNING key_id",
-                            [now, key_id]).fetchall()
+            n = con.execute("UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL "
+                            "RETURNING key_id", [now, key_id]).fetchall()
             self._active -= len(n)
             return bool(n)

@@ -9,7 +9,8 @@ PAGES = {"alpha": [("https://a.example/json", "JSON in Python", "The json module
                     "loads with indent for pretty output.", "team-a"),
                    ("https://a.example/team-b", "Team B JSON secrets", "Team B secret notes on the json module "
                     "encoder and its pretty output.", "team-b")],
-         "beta": [("https://b.example/secret", "Beta plans", "The beta team plans a launch of the json toolkit.", None)]}
+         "beta": [("https://b.example/secret", "Beta plans", "The beta team plans a launch of the json toolkit.",
+                   None)]}
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,8 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     assert all("Team B" not in s["text"] for p in res["pages"] for s in p["snippets"])
     assert res["suggestions"] is None or not {s["page_id"] for s in res["suggestions"]["pages"]} & set(hidden)
     # with no scope the same query sees all three
-    assert acl.post("/v1/search", json={"query": "json module pretty output"}, headers=auth(acl.alpha)).json()["total"] == 3
+    everything = acl.post("/v1/search", json={"query": "json module pretty output"}, headers=auth(acl.alpha))
+    assert everything.json()["total"] == 3
     for pid in hidden:
         assert acl.get(f"/v1/pages/{pid}", headers=h).json()["detail"]["type"] == "page_not_found"
         assert acl.get(f"/v1/pages/{pid}/similar", headers=h).status_code == 404
@@ -178,7 +180,8 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     assert allowed in text and "team-b" not in text and "https://a.example/json" not in text
     assert acl.get("/v1/evidence/maps", headers=h).status_code == 403
     # a packet written from every document is not readable (nor extendable) with the scoped key
-    assert acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=auth(acl.alpha)).status_code == 200
+    wide = acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=auth(acl.alpha))
+    assert wide.status_code == 200
     assert acl.get("/v1/evidence/packets/wide", headers=h).status_code == 404
     assert acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=h).status_code == 404
     # the MCP tools apply the same grant: tests/test_mcp_transports.py drives them over /mcp with such a key

@@ -77,13 +77,18 @@ def test_filters_are_pushed_down_not_applied_after(client, shared_corpus):
     assert filtered["depth"]["dense"] > 5 and filtered["depth"]["sparse"] > 5
 
 
+def naive(stamp: str) -> datetime:
+    """A reply's RFC 3339 UTC time as the store keeps it (UTC, no zone)."""
+    return datetime.fromisoformat(stamp).replace(tzinfo=None)
+
+
 def test_date_and_entity_filters(client, shared_corpus):
     seen = sorted(r[0] for r in shared_corpus.store.cursor().execute("SELECT last_seen FROM pages").fetchall())
     cut = seen[len(seen) // 2]
     res = search(client, query="functions", k=20, filters={"after": cut.isoformat()})
-    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]).replace(tzinfo=None) >= cut for p in res["pages"])
+    assert res["pages"] and all(naive(p["last_seen"]) >= cut for p in res["pages"])
     res = search(client, query="functions", k=20, filters={"before": cut.isoformat()})
-    assert res["pages"] and all(datetime.fromisoformat(p["last_seen"]).replace(tzinfo=None) < cut for p in res["pages"])
+    assert res["pages"] and all(naive(p["last_seen"]) < cut for p in res["pages"])
     # An alias, in another case, resolves to the canonical entity.
     res = search(client, query="create a table", k=20, filters={"entity": "POSTGRES"})
     assert res["pages"] and all(p["entities"] == ["PostgreSQL"] for p in res["pages"])

@@ -5,8 +5,9 @@ between X and Y", "how do X and Y differ", and "and" joining distinct questions.
 only before a second question ("… and how/what/why …"), when each side carries at least two content
 words and the embedder finds the sides apart (cosine below `distinct_max`): "salt and pepper" and
 "observations of whistlers and lightning discharges" stay whole — on the development collections,
-splitting coordinated phrases like the latter cut the precision of high-confidence sources in half. A trailing scope shared by the parts
-("... in Mixpeek", "... for children") is given to every part. Simple lookups come back whole.
+splitting coordinated phrases like the latter cut the precision of high-confidence sources in half.
+A trailing scope shared by the parts ("... in Mixpeek", "... for children") is given to every part.
+Simple lookups come back whole.
 """
 from __future__ import annotations
 
