@@ -3,6 +3,7 @@ HTTP at /mcp of a running `refindery serve` — on a Unix socket, because the su
 `unshare -n`, where loopback TCP is unreachable."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +35,21 @@ def env_for(data) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
     env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu")
     return env
+
+
+@contextlib.contextmanager
+def served(data, sock):
+    """`refindery serve` on a Unix socket over `data`, stopped (SIGTERM, then kill) on the way out."""
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
+                            env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 async def exercise(session) -> tuple[set, dict, object]:
@@ -74,9 +90,7 @@ def test_over_streamable_http_on_the_api_app(data, tmp_path):
     from mcp.client.streamable_http import streamable_http_client
 
     sock = tmp_path / "refindery.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
-                            env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with served(data, sock):
         serving_on(sock)
 
         async def run():
@@ -87,12 +101,6 @@ def test_over_streamable_http_on_the_api_app(data, tmp_path):
                     return await exercise(session)
 
         check(*anyio.run(run))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
@@ -119,9 +127,7 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
     ids = {p["url"]: pid for pid, p in corpus.store.pages_by_id(corpus.store.filtered_pages("team")).items()}
     token = create_key(corpus.keys, ["team"], scopes=["a"])["token"]
     corpus.close()
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
-                            env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with served(data, sock):
         serving_on(sock)
         bare = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://localhost:8000")
         assert bare.post("/mcp", json={}).status_code == 401
@@ -145,9 +151,3 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
             assert refused.isError is True
             assert json.loads(refused.content[0].text.partition(": ")[2])["detail"]["type"] == kind
         assert json.loads(similar.content[0].text)["pages"] == []
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
