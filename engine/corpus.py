@@ -76,9 +76,29 @@ class Corpus:
             spec = self.registry.spec(model)
             dim = spec.dim or self.embedder(model).dim
             ix = self.settings.index
-            self._dense[model] = DenseIndex(self.data_dir / DENSE_DIR / f"{model}.faiss", dim, ix.dense_kind,
+            path = self.data_dir / DENSE_DIR / f"{model}.faiss"
+            self._dense[model] = DenseIndex(path, dim, self.dense_kind(model, path),
                                             ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
+            if model not in self.embedder_names:
+                # A model searched (or compared) without being kept up to date on ingest: bring its
+                # index to the store's vectors now, not to whatever an earlier process left.
+                with self.write_lock:
+                    self.sync([model])
         return self._dense[model]
+
+    def dense_kind(self, model: str, path: Path) -> str:
+        """The index kind for `model`: the setting, or under "auto" HNSW from `hnsw_above` stored
+        vectors up and flat below 80% of that, keeping the kind on disk in between. Decided when the
+        index is opened; a corpus that crosses the line switches (one rebuild) at the next start."""
+        ix = self.settings.index
+        if ix.dense_kind != "auto":
+            return ix.dense_kind
+        n = self.store.counts()["embeddings"].get(model, 0)
+        if n >= ix.hnsw_above:
+            return "hnsw"
+        if n < 0.8 * ix.hnsw_above:
+            return "flat"
+        return DenseIndex.kind_on_disk(path) or "flat"
 
     def dense_models_on_disk(self) -> list[str]:
         d = self.data_dir / DENSE_DIR
@@ -198,7 +218,7 @@ class Corpus:
         have = dense.ids()
         extra = np.setdiff1d(have, store_ids, assume_unique=False)
         missing = np.setdiff1d(store_ids, have, assume_unique=False)
-        if len(np.unique(have)) != len(have) or (len(extra) and not dense.supports_remove):
+        if len(np.unique(have)) != len(have) or dense.needs_compaction:
             dense.reset()
             ids, vecs = self.store.embeddings_for(model)
             dense.add(ids, vecs)

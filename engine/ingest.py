@@ -304,14 +304,19 @@ class Ingester:
         for model in corpus.embedder_names:
             dense = corpus.dense(model)
             fresh = [(cid, v) for w in writes for cid, v in w.vectors.get(model, {}).items()]
-            if gone and not dense.supports_remove:
-                dense.reset()
-                ids, vecs = corpus.store.embeddings_for(model)
-                dense.add(ids, vecs)
-                continue
             dense.remove(gone)
             if fresh:
                 dense.add(np.array([f[0] for f in fresh], dtype=np.int64), np.vstack([f[1] for f in fresh]))
+            compact_dense(corpus, model)
+
+
+def compact_dense(corpus: Corpus, model: str) -> None:
+    """Rebuild an HNSW graph from the store's vectors once its tombstones pass the limit."""
+    dense = corpus.dense(model)
+    if dense.needs_compaction:
+        dense.reset()
+        ids, vecs = corpus.store.embeddings_for(model)
+        dense.add(ids, vecs)
 
 
 def delete_page(corpus: Corpus, page_id: str) -> bool:
@@ -323,13 +328,8 @@ def delete_page(corpus: Corpus, page_id: str) -> bool:
         gen = corpus.store.apply([], [], [page_id])
         corpus.sparse.replace_pages([page_id], [], gen)
         for model in corpus.embedder_names:
-            dense = corpus.dense(model)
-            if dense.supports_remove:
-                dense.remove(sorted(old.chunk_ids))
-            else:
-                dense.reset()
-                ids, vecs = corpus.store.embeddings_for(model)
-                dense.add(ids, vecs)
+            corpus.dense(model).remove(sorted(old.chunk_ids))
+            compact_dense(corpus, model)
         return True
 
 

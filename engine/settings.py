@@ -22,7 +22,7 @@ class ModelsSettings(BaseModel):
     active: str = "all-minilm-l6-v2"
     also_embed: list[str] = Field(default_factory=list)
     device: str = "auto"
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(16, ge=1)
     reranker: str = "refindery-local"
     cache_dir: str = ""
 
@@ -38,7 +38,10 @@ class IngestSettings(BaseModel):
 
 
 class IndexSettings(BaseModel):
-    dense_kind: Literal["flat", "hnsw"] = "flat"
+    dense_kind: Literal["auto", "flat", "hnsw"] = "auto"
+    # "auto": HNSW from this many vectors of a model up, flat below 80% of it (between the two, the
+    # kind already on disk stays, so a corpus near the line does not flip at every start).
+    hnsw_above: int = Field(100_000, ge=1)
     hnsw_m: int = Field(32, ge=4)
     hnsw_ef_construction: int = Field(200, ge=8)
     hnsw_ef_search: int = Field(128, ge=8)

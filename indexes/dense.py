@@ -1,10 +1,16 @@
 """One FAISS index per embedder over chunk vectors, keyed by chunk id.
 
-"flat" is exact inner product (IndexIDMap2 over IndexFlatIP), the default. "hnsw" is approximate
-(IndexIDMap2 over IndexHNSWFlat, inner product) for large corpora; FAISS cannot delete from an
-HNSW graph, so removals there rebuild the index from the vectors in the store.
-The file is written to a temporary name and renamed, then the generation marker is written: a
-crash between the two leaves an older marker, and replaying from it is idempotent.
+"flat" is exact inner product (IndexIDMap2 over IndexFlatIP). "hnsw" is approximate (IndexIDMap2
+over IndexHNSWFlat, inner product) for large corpora; the engine's "auto" picks one by corpus size
+(engine/corpus.py; the switch size is measured in bench/results/dense.md).
+FAISS cannot delete from an HNSW graph, so a removal there is a tombstone: the id is excluded from
+every search by an IDSelectorNot and from ids()/count(); `needs_compaction` says when dead entries
+pass a fifth of the graph, and the caller rebuilds it from the store. Filtered HNSW searches over a
+small allowed set are answered exactly from the stored vectors (a graph walk with a selective filter
+misses results); larger ones widen efSearch by the filter's selectivity.
+The file is written to a temporary name and renamed, then the tombstones, then the generation
+marker: a crash between them leaves an older marker, and replaying from it is idempotent (sync
+compares the index's live ids with the store's).
 """
 from __future__ import annotations
 
@@ -19,10 +25,17 @@ from .generation import read_marker, write_marker
 
 
 class DenseIndex:
+    # Dead entries over this share of the graph ask for a rebuild; filters allowing at most
+    # `exact_below` ids are searched exactly.
+    COMPACT_AT = 0.2
+    EXACT_BELOW = 20_000
+
     def __init__(self, path: Path | str, dim: int, kind: str = "flat", hnsw_m: int = 32,
                  ef_construction: int = 200, ef_search: int = 128):
         self.path = Path(path)
         self.marker_path = self.path.with_suffix(".json")
+        self.deleted_path = self.path.with_suffix(".deleted.npy")
+        self.deleted: set[int] = set()
         self.dim = dim
         self.kind = kind
         self.hnsw_m = hnsw_m
@@ -33,9 +46,15 @@ class DenseIndex:
         self._generation_override: int | None = None
         self.index = self._load()
 
+    @staticmethod
+    def kind_on_disk(path: Path | str) -> str | None:
+        m = read_marker(Path(path).with_suffix(".json")) or {}
+        return m.get("kind")
+
     @property
-    def supports_remove(self) -> bool:
-        return self.kind == "flat"
+    def needs_compaction(self) -> bool:
+        total = int(self.index.ntotal)
+        return self.kind == "hnsw" and total > 0 and (total - self.count()) > self.COMPACT_AT * total
 
     def _empty(self) -> faiss.Index:
         if self.kind == "flat":
@@ -56,6 +75,8 @@ class DenseIndex:
                 if idx.d == self.dim:
                     if self.kind == "hnsw":
                         faiss.downcast_index(idx.index).hnsw.efSearch = self.ef_search
+                        if self.deleted_path.exists():
+                            self.deleted = set(np.load(self.deleted_path).tolist())
                     return idx
             except RuntimeError:
                 pass
@@ -76,10 +97,11 @@ class DenseIndex:
         ids = np.asarray(list(ids), dtype=np.int64)
         if not len(ids):
             return
-        if not self.supports_remove:
-            raise NotImplementedError("HNSW cannot remove vectors; rebuild instead")
         with self._lock:
-            self.index.remove_ids(faiss.IDSelectorBatch(ids))
+            if self.kind == "hnsw":
+                self.deleted.update(ids.tolist())
+            else:
+                self.index.remove_ids(faiss.IDSelectorBatch(ids))
             self.dirty = True
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
@@ -89,12 +111,18 @@ class DenseIndex:
         if vectors.shape[1] != self.dim:
             raise ValueError(f"vectors have dim {vectors.shape[1]}, index has {self.dim}")
         with self._lock:
-            self.index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
+            ids = np.asarray(ids, dtype=np.int64)
+            if self.deleted:
+                # A tombstoned id added again lives again; its old entry (same id) is dropped from
+                # results by id, so only one of the two is ever returned.
+                self.deleted.difference_update(ids.tolist())
+            self.index.add_with_ids(vectors, ids)
             self.dirty = True
 
     def reset(self) -> None:
         with self._lock:
             self.index = self._empty()
+            self.deleted = set()
             self.dirty = True
 
     def save(self, generation: int) -> None:
@@ -105,6 +133,10 @@ class DenseIndex:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
+            if self.kind == "hnsw":
+                tmp_del = self.deleted_path.with_suffix(".tmp.npy")
+                np.save(tmp_del, np.asarray(sorted(self.deleted), dtype=np.int64))
+                os.replace(tmp_del, self.deleted_path)
             write_marker(self.marker_path, {"generation": generation, "dim": self.dim, "kind": self.kind,
                                             "count": int(self.index.ntotal)})
             self._generation_override = None
@@ -112,27 +144,78 @@ class DenseIndex:
 
     # Reads --------------------------------------------------------------------------------------
     def count(self) -> int:
-        return int(self.index.ntotal)
+        """Live vectors (tombstones and superseded duplicates not counted)."""
+        if self.kind == "flat":
+            return int(self.index.ntotal)
+        return len(self.ids())
 
     def ids(self) -> np.ndarray:
-        """All chunk ids in the index (for consistency checks)."""
+        """All live chunk ids in the index (for consistency checks)."""
         with self._lock:
-            return faiss.vector_to_array(self.index.id_map).astype(np.int64)
+            ids = faiss.vector_to_array(self.index.id_map).astype(np.int64)
+            if self.kind == "flat":
+                return ids
+            ids = np.unique(ids)
+            if self.deleted:
+                ids = np.setdiff1d(ids, np.fromiter(self.deleted, dtype=np.int64), assume_unique=True)
+            return ids
 
     def search(self, query: np.ndarray, top_n: int, allowed_ids: np.ndarray | None = None) -> list[tuple[int, float]]:
         """[(chunk_id, inner product)] best first; `allowed_ids` restricts the search inside FAISS."""
         if self.index.ntotal == 0 or top_n <= 0:
             return []
         q = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
+        if self.kind == "hnsw":
+            return self._search_hnsw(q, top_n, allowed_ids)
         params = None
         if allowed_ids is not None:
             if len(allowed_ids) == 0:
                 return []
-            sel = faiss.IDSelectorBatch(np.asarray(allowed_ids, dtype=np.int64))
-            params = (faiss.SearchParametersHNSW(sel=sel, efSearch=self.ef_search) if self.kind == "hnsw"
-                      else faiss.SearchParameters(sel=sel))
+            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(np.asarray(allowed_ids, dtype=np.int64)))
         with self._lock:
             scores, ids = self.index.search(q, min(top_n, self.index.ntotal), params=params)
-        out = [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i != -1]
-        out.sort(key=lambda t: (-t[1], t[0]))
-        return out
+        return _ranked(ids[0], scores[0])
+
+    def _search_hnsw(self, q: np.ndarray, top_n: int, allowed_ids) -> list[tuple[int, float]]:
+        with self._lock:
+            total = int(self.index.ntotal)
+            ef = max(self.ef_search, top_n)
+            if allowed_ids is not None:
+                allowed = np.unique(np.asarray(allowed_ids, dtype=np.int64))
+                if self.deleted:
+                    allowed = np.setdiff1d(allowed, np.fromiter(self.deleted, dtype=np.int64), assume_unique=True)
+                if len(allowed) == 0:
+                    return []
+                if len(allowed) <= self.EXACT_BELOW:
+                    present = allowed
+                    try:
+                        vecs = self.index.reconstruct_batch(present)
+                    except RuntimeError:  # an allowed id the index lacks (not synced yet)
+                        present = allowed[np.isin(allowed, faiss.vector_to_array(self.index.id_map))]
+                        if not len(present):
+                            return []
+                        vecs = self.index.reconstruct_batch(present)
+                    scores = vecs @ q[0]
+                    best = np.argsort(-scores, kind="stable")[:top_n]
+                    return _ranked(present[best], scores[best])
+                sel = faiss.IDSelectorBatch(allowed)
+                ef = min(max(ef, int(ef * total / len(allowed))), 4 * max(self.ef_search, top_n))
+            elif self.deleted:
+                sel = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self.deleted, dtype=np.int64)))
+            else:
+                sel = None
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=ef) if sel is not None else \
+                faiss.SearchParametersHNSW(efSearch=ef)
+            # A few extra in case an id was added twice (see add): duplicates are dropped below.
+            scores, ids = self.index.search(q, min(top_n + 8, total), params=params)
+        return _ranked(ids[0], scores[0])[:top_n]
+
+
+def _ranked(ids, scores) -> list[tuple[int, float]]:
+    """[(id, score)] best first, ties by id, -1 (no result) and repeated ids dropped."""
+    best: dict[int, float] = {}
+    for i, s in zip(ids, scores):
+        i = int(i)
+        if i != -1 and i not in best:
+            best[i] = float(s)
+    return sorted(best.items(), key=lambda t: (-t[1], t[0]))

@@ -1,0 +1,107 @@
+"""The dense index kinds: HNSW tombstones and compaction, exact answers under selective filters,
+and the "auto" kind switching by corpus size (real FAISS, real store)."""
+from __future__ import annotations
+
+import faiss
+import numpy as np
+
+from indexes.dense import DenseIndex
+
+
+def _unit(rng, n, d=16):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _exact(vecs, ids, q, k, allowed=None):
+    keep = np.ones(len(ids), bool) if allowed is None else np.isin(ids, allowed)
+    s = vecs[keep] @ q
+    return [int(i) for i in ids[keep][np.argsort(-s)[:k]]]
+
+
+def test_hnsw_tombstones_hide_removed_ids_and_survive_a_reopen(tmp_path):
+    rng = np.random.default_rng(0)
+    vecs, ids = _unit(rng, 500), np.arange(1000, 1500, dtype=np.int64)
+    ix = DenseIndex(tmp_path / "m.faiss", 16, "hnsw", ef_search=200)
+    ix.add(ids, vecs)
+    gone = ids[:50]
+    ix.remove(gone)
+    q = vecs[10]  # the best match of a removed vector is itself
+    hits = [i for i, _ in ix.search(q, 20)]
+    assert not set(hits) & set(gone.tolist())
+    assert hits == _exact(vecs[50:], ids[50:], q, 20)
+    assert ix.count() == 450 and len(ix.ids()) == 450
+    ix.save(3)
+    again = DenseIndex(tmp_path / "m.faiss", 16, "hnsw", ef_search=200)
+    assert again.generation == 3 and again.count() == 450
+    assert [i for i, _ in again.search(q, 20)] == hits
+    # Added again, an id lives again, and is returned once.
+    again.add(ids[10:11], vecs[10:11])
+    top = again.search(q, 5)
+    assert top[0][0] == 1010 and [i for i, _ in top].count(1010) == 1
+    assert again.count() == 451
+
+
+def test_hnsw_filtered_search_is_exact_for_small_allowed_sets(tmp_path):
+    rng = np.random.default_rng(1)
+    vecs, ids = _unit(rng, 3000), np.arange(1, 3001, dtype=np.int64)
+    ix = DenseIndex(tmp_path / "m.faiss", 16, "hnsw", hnsw_m=8, ef_construction=16, ef_search=16)
+    ix.add(ids, vecs)
+    allowed = rng.choice(ids, 40, replace=False)
+    ix.remove(allowed[:5])
+    for q in vecs[:20]:
+        got = [i for i, _ in ix.search(q, 10, allowed_ids=allowed)]
+        assert got == _exact(vecs, ids, q, 10, allowed[5:])
+    # Larger than the exact limit: the graph walk with a widened beam, still within the filter.
+    ix.EXACT_BELOW = 100
+    wide = rng.choice(ids, 1500, replace=False)
+    got = [i for i, _ in ix.search(vecs[0], 10, allowed_ids=wide)]
+    assert len(got) == 10 and set(got) <= set(wide.tolist())
+
+
+def test_hnsw_asks_for_compaction_past_a_fifth_dead(tmp_path):
+    rng = np.random.default_rng(2)
+    vecs, ids = _unit(rng, 100), np.arange(1, 101, dtype=np.int64)
+    ix = DenseIndex(tmp_path / "m.faiss", 16, "hnsw")
+    ix.add(ids, vecs)
+    ix.remove(ids[:20])
+    assert not ix.needs_compaction
+    ix.remove(ids[20:21])
+    assert ix.needs_compaction
+    flat = DenseIndex(tmp_path / "f.faiss", 16, "flat")
+    flat.add(ids, vecs)
+    flat.remove(ids[:90])
+    assert flat.count() == 10 and not flat.needs_compaction
+
+
+def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(make_corpus):
+    from conftest import index_ids, ingest, page
+
+    from engine.ingest import delete_page
+
+    corpus = make_corpus(index={"dense_kind": "auto", "hnsw_above": 5})
+    assert corpus.dense("all-minilm-l6-v2").kind == "flat"  # empty store: below the line
+    rep = ingest(corpus, [page(f"https://example.org/{i}", f"Page {i} tells of harbour number {i}.")
+                          for i in range(8)])
+    corpus.close()
+    again = make_corpus(corpus.data_dir, index={"dense_kind": "auto", "hnsw_above": 5})
+    dense = again.dense("all-minilm-l6-v2")
+    assert dense.kind == "hnsw" and isinstance(faiss.downcast_index(dense.index.index), faiss.IndexHNSWFlat)
+    ids = index_ids(again)
+    assert ids["store"] == ids["dense:all-minilm-l6-v2"]
+    # Deletes and changes go through tombstones (and a compaction once a fifth is dead).
+    for o in rep.outcomes[:3]:
+        assert delete_page(again, o.page_id)
+    ingest(again, [page("https://example.org/7", "Page seven now tells of a lighthouse keeper.")])
+    ids = index_ids(again)
+    assert ids["store"] == ids["sparse"] == ids["dense:all-minilm-l6-v2"]
+    top = again.dense("all-minilm-l6-v2").search(again.embedder().encode_query("lighthouse keeper"), 1)[0][0]
+    assert again.store.chunks_by_id([top])[top]["text"] == "Page seven now tells of a lighthouse keeper."
+    again.close()
+    # Shrunk below 80% of the line: flat again at the next start, rebuilt from the store.
+    third = make_corpus(corpus.data_dir, index={"dense_kind": "auto", "hnsw_above": 100})
+    assert third.dense("all-minilm-l6-v2").kind == "flat"
+    assert third.consistency()["consistent"]
+    ids = index_ids(third)
+    assert ids["store"] == ids["dense:all-minilm-l6-v2"]
+    third.close()
