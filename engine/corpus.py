@@ -86,19 +86,40 @@ class Corpus:
                     self.sync([model])
         return self._dense[model]
 
-    def dense_kind(self, model: str, path: Path) -> str:
-        """The index kind for `model`: the setting, or under "auto" HNSW from `hnsw_above` stored
-        vectors up and flat below 80% of that, keeping the kind on disk in between. Decided when the
-        index is opened; a corpus that crosses the line switches (one rebuild) at the next start."""
+    def dense_kind(self, model: str, path: Path, n: int | None = None, current: str | None = None) -> str:
+        """The index kind for `model`: the setting, or under "auto" HNSW from `hnsw_above` vectors up
+        and flat below 80% of that, keeping the current kind (or the one on disk) in between, so a
+        corpus near the line does not flip back and forth."""
         ix = self.settings.index
         if ix.dense_kind != "auto":
             return ix.dense_kind
-        n = self.store.counts()["embeddings"].get(model, 0)
+        if n is None:
+            n = self.store.counts()["embeddings"].get(model, 0)
         if n >= ix.hnsw_above:
             return "hnsw"
         if n < 0.8 * ix.hnsw_above:
             return "flat"
-        return DenseIndex.kind_on_disk(path) or "flat"
+        return current or DenseIndex.kind_on_disk(path) or "flat"
+
+    def maintain_dense(self, model: str) -> None:
+        """After a write: under "auto", rebuild the index as the other kind when its size crossed the
+        line (once, logged: about a minute per 100k vectors into HNSW on two cores); otherwise
+        compact an HNSW graph whose tombstones passed the limit. Both rebuild from the store."""
+        with self.write_lock:
+            dense = self.dense(model)
+            live = int(dense.index.ntotal) - len(dense.deleted)
+            want = self.dense_kind(model, dense.path, live, dense.kind)
+            if want != dense.kind:
+                log.warning("dense:%s: %d vectors, switching the index from %s to %s (rebuild)",
+                            model, live, dense.kind, want)
+                ix = self.settings.index
+                dense = DenseIndex(dense.path, dense.dim, want, ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
+                self._dense[model] = dense
+            elif not dense.needs_compaction:
+                return
+            dense.reset()
+            ids, vecs = self.store.embeddings_for(model)
+            dense.add(ids, vecs)
 
     def dense_models_on_disk(self) -> list[str]:
         d = self.data_dir / DENSE_DIR
@@ -251,7 +272,8 @@ class Corpus:
             d = self.dense(m)
             n = counts["embeddings"].get(m, 0)
             out["dense"][m] = {"count": d.count(), "embeddings": n, "generation": d.generation,
-                               "unsaved_changes": d.dirty}
+                               "unsaved_changes": d.dirty, "kind": d.kind,
+                               "dead_entries": int(d.index.ntotal) - d.count()}
             ok = ok and d.count() == n and (d.generation == out["store_generation"] or d.dirty)
         out["consistent"] = ok
         return out

@@ -307,16 +307,7 @@ class Ingester:
             dense.remove(gone)
             if fresh:
                 dense.add(np.array([f[0] for f in fresh], dtype=np.int64), np.vstack([f[1] for f in fresh]))
-            compact_dense(corpus, model)
-
-
-def compact_dense(corpus: Corpus, model: str) -> None:
-    """Rebuild an HNSW graph from the store's vectors once its tombstones pass the limit."""
-    dense = corpus.dense(model)
-    if dense.needs_compaction:
-        dense.reset()
-        ids, vecs = corpus.store.embeddings_for(model)
-        dense.add(ids, vecs)
+            corpus.maintain_dense(model)
 
 
 def delete_page(corpus: Corpus, page_id: str) -> bool:
@@ -329,7 +320,7 @@ def delete_page(corpus: Corpus, page_id: str) -> bool:
         corpus.sparse.replace_pages([page_id], [], gen)
         for model in corpus.embedder_names:
             corpus.dense(model).remove(sorted(old.chunk_ids))
-            compact_dense(corpus, model)
+            corpus.maintain_dense(model)
         return True
 
 
@@ -350,4 +341,5 @@ def embed_missing(corpus: Corpus, model: str, batch: int = 2048) -> int:
             fresh = [i for i, cid in enumerate(ids) if cid not in present]
             dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
             done += len(ids)
+        corpus.maintain_dense(model)
     return done

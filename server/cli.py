@@ -220,9 +220,11 @@ def cmd_models(args) -> int:
         rows = []
         for name in corpus.registry.names():
             spec = corpus.registry.spec(name)
+            backend = str(spec.extra.get("backend", "torch"))
             row = {"name": name, "kind": spec.kind, "active": name == settings.models.active,
-                   "dim": spec.dim, "max_seq_length": spec.max_seq_length,
-                   "device": resolve_device(settings.models.device), "chunks_embedded": counts.get(name, 0)}
+                   "dim": spec.dim, "max_seq_length": spec.max_seq_length, "backend": backend,
+                   "device": "cpu" if backend == "onnx" else resolve_device(settings.models.device),
+                   "chunks_embedded": counts.get(name, 0)}
             try:
                 row["path"] = str(corpus.registry.resolve(name)) if spec.source != "split-zip" or \
                     corpus.registry.is_available(name) else None

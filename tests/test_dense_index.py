@@ -83,10 +83,15 @@ def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(make_cor
     assert corpus.dense("all-minilm-l6-v2").kind == "flat"  # empty store: below the line
     rep = ingest(corpus, [page(f"https://example.org/{i}", f"Page {i} tells of harbour number {i}.")
                           for i in range(8)])
+    # Crossed the line during the ingest: rebuilt as HNSW in the same process.
+    dense = corpus.dense("all-minilm-l6-v2")
+    assert dense.kind == "hnsw" and isinstance(faiss.downcast_index(dense.index.index), faiss.IndexHNSWFlat)
+    assert dense.count() == 8 and corpus.consistency()["dense"]["all-minilm-l6-v2"]["kind"] == "hnsw"
+    corpus.flush()
     corpus.close()
     again = make_corpus(corpus.data_dir, index={"dense_kind": "auto", "hnsw_above": 5})
     dense = again.dense("all-minilm-l6-v2")
-    assert dense.kind == "hnsw" and isinstance(faiss.downcast_index(dense.index.index), faiss.IndexHNSWFlat)
+    assert dense.kind == "hnsw" and again.repairs == []
     ids = index_ids(again)
     assert ids["store"] == ids["dense:all-minilm-l6-v2"]
     # Deletes and changes go through tombstones (and a compaction once a fifth is dead).
@@ -97,8 +102,14 @@ def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(make_cor
     assert ids["store"] == ids["sparse"] == ids["dense:all-minilm-l6-v2"]
     top = again.dense("all-minilm-l6-v2").search(again.embedder().encode_query("lighthouse keeper"), 1)[0][0]
     assert again.store.chunks_by_id([top])[top]["text"] == "Page seven now tells of a lighthouse keeper."
+    assert again.dense("all-minilm-l6-v2").kind == "hnsw"  # 5 left: at the line
+    assert delete_page(again, rep.outcomes[3].page_id)  # 4 = 80% of 5: stays (the band between)
+    assert again.dense("all-minilm-l6-v2").kind == "hnsw"
+    assert delete_page(again, rep.outcomes[4].page_id)  # 3: below the band, flat again
+    assert again.dense("all-minilm-l6-v2").kind == "flat" and again.dense("all-minilm-l6-v2").count() == 3
+    again.flush()
     again.close()
-    # Shrunk below 80% of the line: flat again at the next start, rebuilt from the store.
+    # Reopened with another line: the kind follows it and the index still matches the store.
     third = make_corpus(corpus.data_dir, index={"dense_kind": "auto", "hnsw_above": 100})
     assert third.dense("all-minilm-l6-v2").kind == "flat"
     assert third.consistency()["consistent"]
