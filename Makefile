@@ -39,13 +39,20 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
+# plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).
 bench: install
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/embedders.py
+	$(BIN)/python bench/dense.py
+	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/rerank.py
 	$(BIN)/python bench/relations.py
 	$(BIN)/python bench/evidence.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
 # heading/passage and sentence/passage pairs with hybrid-search hard negatives. About 7 minutes

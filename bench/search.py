@@ -1,20 +1,23 @@
-"""Search latency per stage at 10k and 100k chunks, and the pipeline's overhead over bare calls.
+"""Search latency per stage at 10k, 100k and 1M chunks, and the pipeline's overhead over bare calls.
 
-    .venv/bin/python bench/search.py [--sizes 10000 100000] [--queries 100]
+    .venv/bin/python bench/search.py [--sizes 10000 100000 1000000] [--queries 100]
 
 The corpus is synthetic (Zipf-distributed pseudo-words, 10 chunks a page, random unit vectors
 written straight into the store), which is fine for scale: the cost of each stage depends on
 sizes, not on meaning. The query is embedded by the real model. For every query we time the full
 SearchService.search (its own per-stage timings) and, separately, the bare tantivy and FAISS
 calls with the same depth; the overhead ratio is p50(total) / (p50(embed) + p50(bare sparse) +
-p50(bare dense)). Writes bench/results/search.json and search.md.
+p50(bare dense)). The dense index is whatever the default settings pick at that size ("auto":
+flat, or HNSW from index.hnsw_above vectors). Memory: the process RSS added by building and
+searching the corpus (psutil), and the data dir's size on disk. Rerank is not in this table: its
+cost depends on the number of candidates and their length, not on corpus size (bench/rerank.md).
+Writes bench/results/search.{json,md,png}.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import resource
-import statistics
+import os
 import sys
 import tempfile
 import time
@@ -22,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -76,6 +80,7 @@ def build(corpus, n_chunks, dim, rng, vocab):
     t_store = time.perf_counter() - t0
     t0 = time.perf_counter()
     corpus.sync()
+    corpus.maintain_dense(corpus.settings.models.active)  # what an ingest does after a batch ("auto" kind)
     corpus.flush()
     return t_store, time.perf_counter() - t0
 
@@ -86,7 +91,7 @@ def pct(values, q):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--queries", type=int, default=100)
     args = ap.parse_args()
     base = load_settings()
@@ -96,10 +101,13 @@ def main():
     rng = np.random.default_rng(7)
     vocab = vocabulary(rng)
     results = {"model": base.models.active, "device": emb.device, "queries": args.queries, "sizes": {}}
+    proc = psutil.Process()
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
+            rss0 = proc.memory_info().rss
             corpus = open_corpus(load_settings(data_dir=tmp, search={"query_cache_size": 0}), pool)
             t_store, t_index = build(corpus, n, emb.dim, rng, vocab)
+            kind = corpus.dense(base.models.active).kind
             service = SearchService(corpus)
             queries = [" ".join(zipf_words(rng, vocab, 4)) for _ in range(args.queries + 5)]
             for q in queries[:5]:  # warm-up
@@ -125,11 +133,12 @@ def main():
                 for q in queries[5:]:
                     totals.append(service.search(SearchRequest(query=q, pin=False)).timings_ms["total"])
                 log_cost["on" if enabled else "off"] = round(pct(totals, 50), 3)
-            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rss_mb = (proc.memory_info().rss - rss0) / 2**20
+            disk_mb = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
             corpus.close()
-        row = {"chunks": n, "store_write_s": round(t_store, 2), "index_build_s": round(t_index, 2),
+        row = {"chunks": n, "dense_kind": kind, "store_write_s": round(t_store, 2), "index_build_s": round(t_index, 2),
                "p50_total_ms_log_off_on": log_cost,
-               "max_rss_mb": round(rss_mb, 1),
+               "rss_added_mb": round(rss_mb, 1), "disk_mb": round(disk_mb, 1),
                "stages_ms": {k: {"p50": round(pct(v, 50), 3), "p95": round(pct(v, 95), 3)} for k, v in stages.items()},
                "bare_sparse_ms": {"p50": round(pct(bare_sparse, 50), 3), "p95": round(pct(bare_sparse, 95), 3)},
                "bare_dense_ms": {"p50": round(pct(bare_dense, 50), 3), "p95": round(pct(bare_dense, 95), 3)}}
@@ -137,6 +146,8 @@ def main():
         row["overhead_ratio"] = round(row["stages_ms"]["total"]["p50"] / bare, 3)
         results["sizes"][str(n)] = row
         print(json.dumps(row, indent=2), flush=True)
+    results["growth"] = growth(results)
+    results["plot"] = plot(results)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "search.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -144,15 +155,59 @@ def main():
     print(markdown(results))
 
 
+STAGES = ["embed", "sparse", "dense", "fusion", "rollup", "hydrate", "total"]
+
+
+def growth(results) -> dict:
+    """How each cost grows: the exponent b of cost ~ size^b between the smallest and largest size
+    (1 = linear, 0 = flat), for every stage's p50, the build times and memory."""
+    rows = sorted(results["sizes"].values(), key=lambda r: r["chunks"])
+    if len(rows) < 2:
+        return {}
+    a, b = rows[0], rows[-1]
+    span = np.log(b["chunks"] / a["chunks"])
+
+    def exp(x, y):
+        return round(float(np.log(max(y, 1e-6) / max(x, 1e-6)) / span), 2)
+
+    out = {s: exp(a["stages_ms"][s]["p50"], b["stages_ms"][s]["p50"]) for s in STAGES if s in a["stages_ms"]}
+    out |= {"store_write_s": exp(a["store_write_s"], b["store_write_s"]),
+            "index_build_s": exp(a["index_build_s"], b["index_build_s"]),
+            "rss_added_mb": exp(a["rss_added_mb"], b["rss_added_mb"]), "disk_mb": exp(a["disk_mb"], b["disk_mb"])}
+    return out
+
+
+def plot(results) -> str:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import pyplot, save
+
+    plt = pyplot()
+    rows = sorted(results["sizes"].values(), key=lambda r: r["chunks"])
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for s in STAGES:
+        if all(s in r["stages_ms"] for r in rows):
+            ax.plot([r["chunks"] for r in rows], [max(r["stages_ms"][s]["p50"], 0.01) for r in rows], marker="o",
+                    label=s, linewidth=2.2 if s == "total" else 1.2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("chunks")
+    ax.set_ylabel("p50 ms")
+    ax.set_title("Search latency per stage by corpus size", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    return save(fig, "search")
+
+
 def markdown(results):
     sizes = list(results["sizes"].values())
-    stages = ["embed", "sparse", "dense", "fusion", "rollup", "hydrate", "total"]
-    lines = ["| stage (ms, p50 / p95) | " + " | ".join(f"{r['chunks']:,} chunks" for r in sizes) + " |",
-             "|---|" + "---|" * len(sizes)]
+    stages = STAGES
+    g = results.get("growth", {})
+    lines = ["| stage (ms, p50 / p95) | " + " | ".join(f"{r['chunks']:,} chunks ({r.get('dense_kind', 'flat')})"
+                                                     for r in sizes) + " | growth exponent |",
+             "|---|" + "---|" * len(sizes) + "---|"]
     for s in stages:
         lines.append(f"| {s} | " + " | ".join(
             f"{r['stages_ms'][s]['p50']:.2f} / {r['stages_ms'][s]['p95']:.2f}" if s in r["stages_ms"] else "-"
-            for r in sizes) + " |")
+            for r in sizes) + f" | {g.get(s, '-')} |")
     lines.append("| bare tantivy search | " + " | ".join(
         f"{r['bare_sparse_ms']['p50']:.2f} / {r['bare_sparse_ms']['p95']:.2f}" for r in sizes) + " |")
     lines.append("| bare FAISS search | " + " | ".join(
@@ -161,8 +216,10 @@ def markdown(results):
         f"**{r['overhead_ratio']:.2f}**" for r in sizes) + " |")
     lines.append("| p50 total, query log off / on (same queries, repeated) | " + " | ".join(
         f"{r['p50_total_ms_log_off_on']['off']:.2f} / {r['p50_total_ms_log_off_on']['on']:.2f}" for r in sizes) + " |")
-    lines.append("| index build (s) | " + " | ".join(f"{r['index_build_s']:.1f}" for r in sizes) + " |")
-    lines.append("| max RSS (MB) | " + " | ".join(f"{r['max_rss_mb']:.0f}" for r in sizes) + " |")
+    for key, label, fmt in (("store_write_s", "store write (s)", "{:.1f}"), ("index_build_s", "index build (s)", "{:.1f}"),
+                            ("rss_added_mb", "RSS added (MB)", "{:.0f}"), ("disk_mb", "data dir on disk (MB)", "{:.0f}")):
+        lines.append(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in sizes) + f" | {g.get(key, '-')} |")
+    lines += ["", "Growth exponent b: cost ~ size^b between the smallest and the largest size (1 linear, 0 flat)."]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,185 @@
+"""Side by side with what a user would pick instead, on the same documents and queries, in one run:
+
+- BM25: our tantivy arm vs bm25s (Snowball English stemmer via PyStemmer, English stop words) —
+  nDCG@10 and per-query latency of the bare retrieval call and of our whole sparse-only search;
+- hybrid: our whole pipeline (BM25 + dense + RRF + rollup + hydrate, default settings) vs txtai's
+  hybrid Embeddings (its BM25 + the same all-MiniLM-L6-v2 through sentence-transformers + FAISS,
+  its default score fusion) — nDCG@10 and p50 per query, each embedding the query itself.
+
+    .venv/bin/python bench/peers.py [--data-dir data-peers] [--collections cisi med npl cacm]
+
+Each collection gets a data dir of its own (`<data-dir>/<name>`, ingested on first run), so our BM25
+statistics cover that collection only, as the peers' do (one tantivy index shared by several
+workspaces computes IDF over all of them). Both peers index each document as title + text (as we
+do); URL pinning is off on our side (the collections' URLs are synthetic). Needs `pip install -e '.[bench]'` (bm25s, PyStemmer, txtai),
+which `make bench` does. Writes bench/results/peers.{json,md,png}.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import ir_measures
+import numpy as np
+
+from common import ROOT, p50_p95, pyplot, save, write, ir_corpus  # noqa: I001
+
+from engine.search import SearchRequest, SearchService  # noqa: E402
+from eval.run import MEASURES  # noqa: E402
+from indexes.sparse import SparseFilter  # noqa: E402
+
+COLLECTIONS = ("cisi", "med", "npl", "cacm")
+K = 100
+
+
+def doc_text(d: dict) -> str:
+    return " ".join(x for x in (d.get("title"), d.get("text")) if x) or "(empty)"
+
+
+def measure(coll, ranked: dict[str, list[tuple[str, float]]]) -> dict:
+    run = [ir_measures.ScoredDoc(q, d, s) for q, hits in ranked.items() for d, s in hits]
+    agg = ir_measures.calc_aggregate(MEASURES[:2], coll.qrels, run)
+    return {str(k): round(float(v), 4) for k, v in agg.items()}
+
+
+def timed(fn, queries: dict[str, str]):
+    out, lat = {}, []
+    for q in list(queries.values())[:3]:
+        fn(q)  # warm-up
+    for qid, text in queries.items():
+        t = time.perf_counter()
+        out[qid] = fn(text)
+        lat.append((time.perf_counter() - t) * 1000)
+    return out, p50_p95(lat)
+
+
+def ours(corpus, coll, name: str) -> dict:
+    service = SearchService(corpus)
+
+    def search(text, **weights):
+        res = service.search(SearchRequest(query=text[:2000], k=K, workspace=name, pin=False, **weights), log=False)
+        return [(h.url.rsplit("/", 1)[1], float(h.score)) for h in res.pages]
+
+    def bare_sparse(text):
+        return corpus.sparse.search(text[:2000], K, SparseFilter(workspace=name))
+
+    sparse, lat_sparse = timed(lambda t: search(t, dense_weight=0.0), coll.queries)
+    hybrid, lat_hybrid = timed(search, coll.queries)
+    _, lat_bare = timed(bare_sparse, coll.queries)
+    return {"bm25": {"quality": measure(coll, sparse), "search_ms": lat_sparse, "bare_ms": lat_bare},
+            "hybrid": {"quality": measure(coll, hybrid), "search_ms": lat_hybrid}}
+
+
+def bm25s_peer(coll) -> dict:
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("english")
+    ids = [d["id"] for d in coll.docs]
+    t = time.perf_counter()
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize([doc_text(d) for d in coll.docs], stopwords="en", stemmer=stemmer,
+                                   show_progress=False), show_progress=False)
+    build_s = time.perf_counter() - t
+
+    def search(text):
+        toks = bm25s.tokenize([text], stopwords="en", stemmer=stemmer, show_progress=False)
+        docs, scores = retriever.retrieve(toks, k=min(K, len(ids)), show_progress=False, n_threads=1)
+        return [(ids[int(i)], float(s)) for i, s in zip(docs[0], scores[0]) if s > 0]
+
+    ranked, lat = timed(search, coll.queries)
+    return {"quality": measure(coll, ranked), "bare_ms": lat, "build_s": round(build_s, 2)}
+
+
+def txtai_peer(coll, model_path: str) -> dict:
+    from txtai import Embeddings
+
+    t = time.perf_counter()
+    emb = Embeddings(path=model_path, method="sentence-transformers", content=False, hybrid=True)
+    emb.index([(d["id"], doc_text(d), None) for d in coll.docs])
+    build_s = time.perf_counter() - t
+
+    def search(text):
+        return [(str(i), float(s)) for i, s in emb.search(text[:2000], K)]
+
+    ranked, lat = timed(search, coll.queries)
+    emb.close()
+    return {"quality": measure(coll, ranked), "search_ms": lat, "build_s": round(build_s, 1)}
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# Side by side with peers ({res['cpus']} cores; bm25s {res['versions']['bm25s']}, "
+             f"txtai {res['versions']['txtai']}, tantivy {res['versions']['tantivy']})", "",
+             "## BM25: nDCG@10 (R@100) · p50 ms per query", "",
+             "| collection | tantivy arm (ours) | bm25s | ours, bare tantivy call | bm25s retrieve | "
+             "ours, whole sparse search |", "|---|---|---|---|---|---|"]
+    for name, r in res["collections"].items():
+        o, b = r["ours"]["bm25"], r["bm25s"]
+        lines.append(f"| {name} | {o['quality']['nDCG@10']:.3f} ({o['quality']['R@100']:.3f}) | "
+                     f"{b['quality']['nDCG@10']:.3f} ({b['quality']['R@100']:.3f}) | {o['bare_ms']['p50']:.2f} | "
+                     f"{b['bare_ms']['p50']:.2f} | {o['search_ms']['p50']:.2f} |")
+    lines += ["", "## Hybrid: nDCG@10 (R@100) · p50 / p95 ms per query (query embedding included)", "",
+              "| collection | Refindery hybrid | txtai hybrid | Refindery ms | txtai ms |", "|---|---|---|---|---|"]
+    for name, r in res["collections"].items():
+        o, t = r["ours"]["hybrid"], r["txtai"]
+        lines.append(f"| {name} | {o['quality']['nDCG@10']:.3f} ({o['quality']['R@100']:.3f}) | "
+                     f"{t['quality']['nDCG@10']:.3f} ({t['quality']['R@100']:.3f}) | "
+                     f"{o['search_ms']['p50']:.1f} / {o['search_ms']['p95']:.1f} | "
+                     f"{t['search_ms']['p50']:.1f} / {t['search_ms']['p95']:.1f} |")
+    m = res["mean"]
+    lines += ["", f"Mean over collections — BM25 nDCG@10: ours {m['ours_bm25']:.3f}, bm25s {m['bm25s']:.3f}; "
+              f"hybrid nDCG@10: ours {m['ours_hybrid']:.3f}, txtai {m['txtai']:.3f}; hybrid p50 ms: ours "
+              f"{m['ours_hybrid_ms']:.1f}, txtai {m['txtai_ms']:.1f}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=str(ROOT / "data-peers"))
+    ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
+    args = ap.parse_args()
+    import bm25s
+    import tantivy
+    import txtai
+
+    res = {"cpus": os.cpu_count(), "versions": {"bm25s": bm25s.__version__, "txtai": txtai.__version__,
+                                                "tantivy": getattr(tantivy, "__version__", "0.27")},
+           "collections": {}}
+    for name in args.collections:
+        corpus, colls = ir_corpus(os.path.join(args.data_dir, name), [name], [])
+        coll = colls[name]
+        res["model"] = corpus.settings.models.active
+        row = {"docs": len(coll.docs), "queries": len(coll.queries), "ours": ours(corpus, coll, name),
+               "bm25s": bm25s_peer(coll), "txtai": txtai_peer(coll, str(corpus.embedder().path))}
+        corpus.close()
+        res["collections"][name] = row
+        print(name, {k: row[k]["quality"]["nDCG@10"] for k in ("bm25s", "txtai")},
+              {k: v["quality"]["nDCG@10"] for k, v in row["ours"].items()}, flush=True)
+    rows = res["collections"].values()
+    res["mean"] = {
+        "ours_bm25": float(np.mean([r["ours"]["bm25"]["quality"]["nDCG@10"] for r in rows])),
+        "bm25s": float(np.mean([r["bm25s"]["quality"]["nDCG@10"] for r in rows])),
+        "ours_hybrid": float(np.mean([r["ours"]["hybrid"]["quality"]["nDCG@10"] for r in rows])),
+        "txtai": float(np.mean([r["txtai"]["quality"]["nDCG@10"] for r in rows])),
+        "ours_hybrid_ms": float(np.median([r["ours"]["hybrid"]["search_ms"]["p50"] for r in rows])),
+        "txtai_ms": float(np.median([r["txtai"]["search_ms"]["p50"] for r in rows]))}
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    names = list(res["collections"])
+    x = np.arange(len(names))
+    for ax, pairs, title in ((axes[0], (("ours", "bm25", "tantivy (ours)"), ("bm25s", None, "bm25s")), "BM25"),
+                             (axes[1], (("ours", "hybrid", "Refindery"), ("txtai", None, "txtai")), "hybrid")):
+        for j, (key, sub, label) in enumerate(pairs):
+            vals = [(r[key][sub] if sub else r[key])["quality"]["nDCG@10"] for r in res["collections"].values()]
+            ax.bar(x + (j - 0.5) * 0.38, vals, 0.38, label=label)
+        ax.set_xticks(x, names)
+        ax.set_ylabel("nDCG@10")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+    res["plot"] = save(fig, "peers")
+    write("peers", res, markdown(res))
+
+
+if __name__ == "__main__":
+    main()
