@@ -104,7 +104,9 @@ class Corpus:
     def maintain_dense(self, model: str) -> None:
         """After a write: under "auto", rebuild the index as the other kind when its size crossed the
         line (once, logged: about a minute per 100k vectors into HNSW on two cores); otherwise
-        compact an HNSW graph whose tombstones passed the limit. Both rebuild from the store."""
+        compact an HNSW graph whose tombstones passed the limit. Both rebuild from the store; the
+        replacement is built beside the live index and swapped in when complete, so searches
+        meanwhile read the old one."""
         with self.write_lock:
             dense = self.dense(model)
             live = int(dense.index.ntotal) - len(dense.deleted)
@@ -112,14 +114,14 @@ class Corpus:
             if want != dense.kind:
                 log.warning("dense:%s: %d vectors, switching the index from %s to %s (rebuild)",
                             model, live, dense.kind, want)
-                ix = self.settings.index
-                dense = DenseIndex(dense.path, dense.dim, want, ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
-                self._dense[model] = dense
             elif not dense.needs_compaction:
                 return
-            dense.reset()
+            ix = self.settings.index
+            fresh = DenseIndex(dense.path, dense.dim, want, ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search,
+                               load=False)
             ids, vecs = self.store.embeddings_for(model)
-            dense.add(ids, vecs)
+            fresh.add(ids, vecs)
+            self._dense[model] = fresh
 
     def dense_models_on_disk(self) -> list[str]:
         d = self.data_dir / DENSE_DIR

@@ -31,7 +31,7 @@ class DenseIndex:
     EXACT_BELOW = 20_000
 
     def __init__(self, path: Path | str, dim: int, kind: str = "flat", hnsw_m: int = 32,
-                 ef_construction: int = 200, ef_search: int = 128):
+                 ef_construction: int = 200, ef_search: int = 128, load: bool = True):
         self.path = Path(path)
         self.marker_path = self.path.with_suffix(".json")
         self.deleted_path = self.path.with_suffix(".deleted.npy")
@@ -44,7 +44,12 @@ class DenseIndex:
         self._lock = threading.RLock()
         self.dirty = False
         self._generation_override: int | None = None
-        self.index = self._load()
+        if load:
+            self.index = self._load()
+        else:  # a replacement being built beside the live index (see Corpus.maintain_dense)
+            self._generation_override = -1
+            self.index = self._empty()
+            self.dirty = True
 
     @staticmethod
     def kind_on_disk(path: Path | str) -> str | None:

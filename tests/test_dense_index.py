@@ -116,3 +116,20 @@ def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(make_cor
     ids = index_ids(third)
     assert ids["store"] == ids["dense:all-minilm-l6-v2"]
     third.close()
+
+
+def test_a_kind_switch_builds_beside_the_live_index(make_corpus):
+    from conftest import ingest, page
+
+    corpus = make_corpus(index={"dense_kind": "auto", "hnsw_above": 100})
+    ingest(corpus, [page(f"https://example.org/{i}", f"Page {i} is about quay number {i}.") for i in range(6)])
+    live = corpus.dense("all-minilm-l6-v2")
+    assert live.kind == "flat"
+    corpus.settings.index.hnsw_above = 6
+    corpus.maintain_dense("all-minilm-l6-v2")
+    fresh = corpus.dense("all-minilm-l6-v2")
+    # The old object was never emptied (a search holding it kept its answers); the new one is whole.
+    assert fresh is not live and live.count() == 6 and live.kind == "flat"
+    assert fresh.kind == "hnsw" and sorted(fresh.ids().tolist()) == sorted(live.ids().tolist())
+    corpus.flush()
+    assert corpus.consistency()["consistent"]
