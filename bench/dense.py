@@ -132,7 +132,8 @@ def bench_size(n: int, real: np.ndarray, queries: np.ndarray, ix, rng, tmp: str)
         ivf.nprobe = nprobe
         lat, got = timed_search(lambda q: [int(i) + 1 for i in ivf.search(q.reshape(1, -1), TOP_N)[1][0]], queries)
         row["indexes"][f"ivf nprobe{nprobe}"] = {
-            "nlist": nlist, "build_s": round(build_s, 2), "latency_ms": p50_p95(lat), "recall@10": round(recall_at_10(got, truth), 4),
+            "nlist": nlist, "build_s": round(build_s, 2), "latency_ms": p50_p95(lat),
+            "recall@10": round(recall_at_10(got, truth), 4),
             "recall@100": round(float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth)])), 4)}
         print(f"{n:,} ivf nprobe{nprobe}: {row['indexes'][f'ivf nprobe{nprobe}']}", flush=True)
     for d in built.values():

@@ -98,7 +98,8 @@ def markdown(res: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     e = res["embed_int8"]
     if e.get("chunks_per_s"):
-        lines += ["", f"Embedding every collection with the int8 entry ({e['chunks']} chunks) took {e['seconds']:.0f} s "
+        lines += ["", f"Embedding every collection with the int8 entry ({e['chunks']} chunks) took "
+                  f"{e['seconds']:.0f} s "
                   f"({e['chunks_per_s']:.1f} chunks/s, including the store and index writes)."]
     return "\n".join(lines) + "\n"
 

@@ -11,7 +11,8 @@
 Each collection gets a data dir of its own (`<data-dir>/<name>`, ingested on first run), so our BM25
 statistics cover that collection only, as the peers' do (one tantivy index shared by several
 workspaces computes IDF over all of them). Both peers index each document as title + text (as we
-do); URL pinning is off on our side (the collections' URLs are synthetic). Needs `pip install -e '.[bench]'` (bm25s, PyStemmer, txtai),
+do); URL pinning is off on our side (the collections' URLs are synthetic).
+Needs `pip install -e '.[bench]'` (bm25s, PyStemmer, txtai),
 which `make bench` does. Writes bench/results/peers.{json,md,png}.
 """
 from __future__ import annotations
@@ -139,12 +140,9 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(ROOT / "data-peers"))
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
     args = ap.parse_args()
-    import bm25s
-    import tantivy
-    import txtai
+    from importlib.metadata import version
 
-    res = {"cpus": os.cpu_count(), "versions": {"bm25s": bm25s.__version__, "txtai": txtai.__version__,
-                                                "tantivy": getattr(tantivy, "__version__", "0.27")},
+    res = {"cpus": os.cpu_count(), "versions": {p: version(p) for p in ("bm25s", "txtai", "tantivy")},
            "collections": {}}
     for name in args.collections:
         corpus, colls = ir_corpus(os.path.join(args.data_dir, name), [name], [])

@@ -216,8 +216,10 @@ def markdown(results):
         f"**{r['overhead_ratio']:.2f}**" for r in sizes) + " |")
     lines.append("| p50 total, query log off / on (same queries, repeated) | " + " | ".join(
         f"{r['p50_total_ms_log_off_on']['off']:.2f} / {r['p50_total_ms_log_off_on']['on']:.2f}" for r in sizes) + " |")
-    for key, label, fmt in (("store_write_s", "store write (s)", "{:.1f}"), ("index_build_s", "index build (s)", "{:.1f}"),
-                            ("rss_added_mb", "RSS added (MB)", "{:.0f}"), ("disk_mb", "data dir on disk (MB)", "{:.0f}")):
+    for key, label, fmt in (("store_write_s", "store write (s)", "{:.1f}"),
+                            ("index_build_s", "index build (s)", "{:.1f}"),
+                            ("rss_added_mb", "RSS added (MB)", "{:.0f}"),
+                            ("disk_mb", "data dir on disk (MB)", "{:.0f}")):
         lines.append(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in sizes) + f" | {g.get(key, '-')} |")
     lines += ["", "Growth exponent b: cost ~ size^b between the smallest and the largest size (1 linear, 0 flat)."]
     return "\n".join(lines) + "\n"
