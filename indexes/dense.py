@@ -36,6 +36,7 @@ class DenseIndex:
         self.marker_path = self.path.with_suffix(".json")
         self.deleted_path = self.path.with_suffix(".deleted.npy")
         self.deleted: set[int] = set()
+        self._dead_cache = None  # (sorted tombstone array, IDSelectorNot over it), rebuilt after a change
         self.dim = dim
         self.kind = kind
         self.hnsw_m = hnsw_m
@@ -105,6 +106,7 @@ class DenseIndex:
         with self._lock:
             if self.kind == "hnsw":
                 self.deleted.update(ids.tolist())
+                self._dead_cache = None
             else:
                 self.index.remove_ids(faiss.IDSelectorBatch(ids))
             self.dirty = True
@@ -121,6 +123,7 @@ class DenseIndex:
                 # A tombstoned id added again lives again; its old entry (same id) is dropped from
                 # results by id, so only one of the two is ever returned.
                 self.deleted.difference_update(ids.tolist())
+                self._dead_cache = None
             self.index.add_with_ids(vectors, ids)
             self.dirty = True
 
@@ -128,6 +131,7 @@ class DenseIndex:
         with self._lock:
             self.index = self._empty()
             self.deleted = set()
+            self._dead_cache = None
             self.dirty = True
 
     def save(self, generation: int) -> None:
@@ -162,7 +166,7 @@ class DenseIndex:
                 return ids
             ids = np.unique(ids)
             if self.deleted:
-                ids = np.setdiff1d(ids, np.fromiter(self.deleted, dtype=np.int64), assume_unique=True)
+                ids = np.setdiff1d(ids, self._dead()[0], assume_unique=True)
             return ids
 
     def search(self, query: np.ndarray, top_n: int, allowed_ids: np.ndarray | None = None) -> list[tuple[int, float]]:
@@ -181,6 +185,17 @@ class DenseIndex:
             scores, ids = self.index.search(q, min(top_n, self.index.ntotal), params=params)
         return _ranked(ids[0], scores[0])
 
+    def _dead(self):
+        """The tombstones as a sorted array and as a FAISS selector excluding them, built once per
+        change rather than on every query (a fifth of a large graph can be tombstones)."""
+        if self._dead_cache is None:
+            arr = np.asarray(sorted(self.deleted), dtype=np.int64)
+            inner = faiss.IDSelectorBatch(arr)
+            sel = faiss.IDSelectorNot(inner)
+            sel.inner_ref = inner  # the Not selector does not own its inner one
+            self._dead_cache = (arr, sel)
+        return self._dead_cache
+
     def _search_hnsw(self, q: np.ndarray, top_n: int, allowed_ids) -> list[tuple[int, float]]:
         with self._lock:
             total = int(self.index.ntotal)
@@ -188,7 +203,7 @@ class DenseIndex:
             if allowed_ids is not None:
                 allowed = np.unique(np.asarray(allowed_ids, dtype=np.int64))
                 if self.deleted:
-                    allowed = np.setdiff1d(allowed, np.fromiter(self.deleted, dtype=np.int64), assume_unique=True)
+                    allowed = np.setdiff1d(allowed, self._dead()[0], assume_unique=True)
                 if len(allowed) == 0:
                     return []
                 if len(allowed) <= self.EXACT_BELOW:
@@ -206,7 +221,7 @@ class DenseIndex:
                 sel = faiss.IDSelectorBatch(allowed)
                 ef = min(max(ef, int(ef * total / len(allowed))), 4 * max(self.ef_search, top_n))
             elif self.deleted:
-                sel = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self.deleted, dtype=np.int64)))
+                sel = self._dead()[1]
             else:
                 sel = None
             params = faiss.SearchParametersHNSW(sel=sel, efSearch=ef) if sel is not None else \
