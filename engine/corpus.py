@@ -188,6 +188,33 @@ class Corpus:
         return out | {"available": spec.kind == "reranker", "path": str(path),
                       "backend": spec.extra.get("backend", "torch")}
 
+    def models_status(self, kind: str | None = None) -> list[dict]:
+        """Every model in the registry (or of one kind): whether it is active or kept up to date on ingest, its
+        backend and device, how many chunks it has embedded, and whether its weights are installed
+        (with the install hint when not)."""
+        from models.device import resolve_device
+        from models.registry import ModelNotFound
+
+        s = self.settings
+        counts = self.store.counts()["embeddings"]
+        rows = []
+        for name in self.registry.names(kind):
+            spec = self.registry.spec(name)
+            backend = str(spec.extra.get("backend", "torch"))
+            row = {"name": name, "kind": spec.kind, "active": name == s.models.active,
+                   "also_embed": name in s.models.also_embed, "dim": spec.dim,
+                   "max_seq_length": spec.max_seq_length, "backend": backend,
+                   "device": "cpu" if backend == "onnx" else resolve_device(s.models.device),
+                   "chunks_embedded": counts.get(name, 0)}
+            try:
+                row["path"] = str(self.registry.resolve(name)) if spec.source != "split-zip" or \
+                    self.registry.is_available(name) else None
+                row["installed"] = row["path"] is not None
+            except ModelNotFound as exc:
+                row["path"], row["installed"], row["install"] = None, False, exc.install
+            rows.append(row)
+        return rows
+
     def chunk_page_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, int]:
         return self._chunk_page_map()
 

@@ -26,6 +26,7 @@ from .corpus import Corpus
 from .errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
 from .querylog import LogEntry
 from .fusion import Fused, rrf
+from .highlight import highlight_spans, query_terms
 from .pinning import pin_intent
 from .recency import age_days, decay_factor
 from .rollup import rollup
@@ -98,6 +99,9 @@ class Snippet(BaseModel):
     char_start: int
     char_end: int
     score: float
+    highlights: list[tuple[int, int]] = Field(
+        default_factory=list, description="[start, end) offsets in `text` of the words matching a query term "
+                                          "(compared by the BM25 index's stems), for marking.")
 
 
 class ArmHit(BaseModel):
@@ -450,6 +454,7 @@ class SearchService:
         timings["hydrate"] += (time.perf_counter() - th) * 1000
 
         fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in fused}
+        terms = query_terms(req.query)
         hits = []
         for i, pid in enumerate(window):
             m = meta[pid]
@@ -459,7 +464,8 @@ class SearchService:
             snippets = [Snippet(chunk_id=c, text=chunk_meta[c]["text"],
                                 section_path=list(chunk_meta[c]["section_path"] or []),
                                 char_start=chunk_meta[c]["char_start"], char_end=chunk_meta[c]["char_end"],
-                                score=chunk_scores[c]) for c in cids[:snippets_n]]
+                                score=chunk_scores[c], highlights=highlight_spans(chunk_meta[c]["text"], terms))
+                        for c in cids[:snippets_n]]
             explain = None
             if p.explain:
                 explain = self._explain(cids, fused_by_id, rerank_scores, chunk_scores, p, entry, m, now,

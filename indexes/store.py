@@ -383,6 +383,36 @@ class CorpusStore:
                                      params).fetchall()
         return [r[0] for r in rows]
 
+    def facets(self, workspace: str, scopes=None, limit: int = 50) -> dict:
+        """What a workspace's pages can be filtered by, with page counts: domains, live clusters
+        (with up to three titles of their most recently seen pages), entities, the last_seen range."""
+        where, params = "p.workspace_id = ?", [workspace]
+        if scopes is not None:
+            where += " AND p.scope IN (SELECT unnest(?::VARCHAR[]))"
+            params.append(list(scopes))
+        cur = self.cursor()
+        n, lo, hi = cur.execute(f"SELECT count(*), min(last_seen), max(last_seen) FROM pages p WHERE {where}",
+                                params).fetchone()
+        domains = cur.execute(
+            f"""SELECT p.domain, count(*) AS n FROM pages p WHERE {where} AND p.domain IS NOT NULL
+                GROUP BY 1 ORDER BY n DESC, 1 LIMIT ?""", [*params, limit]).fetchall()
+        clusters = cur.execute(
+            f"""SELECT p.cluster_id, count(*) AS n,
+                       list(p.title ORDER BY p.last_seen DESC, p.page_id)
+                           FILTER (WHERE p.title IS NOT NULL AND p.title <> '')
+                FROM pages p JOIN clusters c ON c.cluster_id = p.cluster_id AND c.tombstoned_at IS NULL
+                WHERE {where} GROUP BY 1 ORDER BY n DESC, 1 LIMIT ?""", [*params, limit]).fetchall()
+        entities = cur.execute(
+            f"""SELECT e.entity_id, e.canonical, count(DISTINCT p.page_id) AS n
+                FROM pages p JOIN page_entities pe ON pe.page_id = p.page_id
+                JOIN entities e ON e.entity_id = pe.entity_id
+                WHERE {where} GROUP BY 1, 2 ORDER BY n DESC, 2, 1 LIMIT ?""", [*params, limit]).fetchall()
+        return {"pages": int(n), "last_seen": {"min": lo, "max": hi},
+                "domains": [{"domain": d, "pages": int(c)} for d, c in domains],
+                "clusters": [{"cluster_id": int(cid), "pages": int(c), "titles": list(t or [])[:3]}
+                             for cid, c, t in clusters],
+                "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
+
     def chunk_ids_of_pages(self, page_ids: list[str]) -> np.ndarray:
         if not page_ids:
             return np.zeros(0, dtype=np.int64)

@@ -26,6 +26,7 @@ from .auth import BodyLimit, KeyAuth, current_grant
 from .errors import ERROR_RESPONSES, install_error_handlers, not_found
 from .keys import router as keys_router
 from .mcp import build_mcp
+from .web import mount_web
 from .evidence import router as evidence_router
 from .public import router as public_router
 
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     # MCP over streamable HTTP at /mcp: the same tools as `refindery mcp` (stdio), on this app.
     app.state.mcp = build_mcp(app, (settings.server.host if settings else "127.0.0.1"))
     app.router.routes.extend(app.state.mcp.streamable_http_app().routes)
+    mount_web(app)
     if corpus is not None:  # usable without the lifespan too (a TestClient outside `with`)
         app.state.corpus = corpus
         app.state.search = SearchService(corpus)
@@ -160,6 +162,22 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
         g.require_write()
         body.workspace = g.scoped(body.workspace, c.settings.default_workspace)
         return upsert_entity(c, body)
+
+    @app.get("/v1/facets", tags=["search"])
+    def facets(workspace: str | None = None, limit: int = Query(50, ge=1, le=1000), c: Corpus = Depends(get_corpus),
+               g: Grant = Depends(current_grant)) -> dict:
+        """What a workspace's pages can be filtered by, with page counts: domains, live clusters (with
+        a few titles each), entities, and the range of last_seen; the values /v1/search's filters take."""
+        ws = g.workspace(workspace, c.settings.default_workspace)
+        return {"workspace": ws} | c.store.facets(ws, g.document_scopes, limit)
+
+    @app.get("/v1/models", tags=["search"])
+    def models(c: Corpus = Depends(get_corpus)) -> dict:
+        """The registry's embedders and rerankers: which is active, which are kept up to date on
+        ingest, chunks embedded, installed or not (with how to install) — what /v1/compare can take."""
+        # No file paths over HTTP: they tell a caller about the server's disk, not about the models.
+        return {"active": c.settings.models.active,
+                "models": [{k: v for k, v in m.items() if k != "path"} for m in c.models_status()]}
 
     @app.get("/v1/clusters", tags=["clusters"])
     def clusters(workspace: str | None = None, include_tombstoned: bool = False,

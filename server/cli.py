@@ -203,8 +203,6 @@ def cmd_reindex(args) -> int:
 def cmd_models(args) -> int:
     from engine.corpus import Corpus
     from engine.ingest import embed_missing
-    from models.device import resolve_device
-    from models.registry import ModelNotFound
 
     settings = _settings(args)
     corpus = Corpus(settings)
@@ -216,22 +214,7 @@ def cmd_models(args) -> int:
             corpus.flush()
             _print({"model": args.embed, "embedded": n})
             return 0
-        counts = corpus.store.counts()["embeddings"]
-        rows = []
-        for name in corpus.registry.names():
-            spec = corpus.registry.spec(name)
-            backend = str(spec.extra.get("backend", "torch"))
-            row = {"name": name, "kind": spec.kind, "active": name == settings.models.active,
-                   "dim": spec.dim, "max_seq_length": spec.max_seq_length, "backend": backend,
-                   "device": "cpu" if backend == "onnx" else resolve_device(settings.models.device),
-                   "chunks_embedded": counts.get(name, 0)}
-            try:
-                row["path"] = str(corpus.registry.resolve(name)) if spec.source != "split-zip" or \
-                    corpus.registry.is_available(name) else None
-                row["installed"] = row["path"] is not None
-            except ModelNotFound as exc:
-                row["path"], row["installed"], row["install"] = None, False, exc.install
-            rows.append(row)
+        rows = corpus.models_status()
         _print(rows)
         return 0
     finally:

@@ -37,6 +37,19 @@ def pool():
     return p
 
 
+@pytest.fixture(scope="session")
+def int8_pool(tmp_path_factory):
+    """A pool over the registry with its own models cache, for the ONNX int8 embedder: exported
+    there once per session; a corpus's pool then reuses the same loaded instance."""
+    from engine.settings import load_settings
+    from models.embedder import EmbedderPool
+    from models.registry import ModelRegistry
+
+    s = load_settings()
+    cache = tmp_path_factory.mktemp("models-cache")
+    return EmbedderPool(ModelRegistry(s.registry_path, cache), "cpu", s.models.batch_size)
+
+
 @pytest.fixture
 def make_corpus(pool, tmp_path):
     """Open a corpus on a fresh (or given) data dir, sharing the session's model."""

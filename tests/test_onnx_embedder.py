@@ -9,17 +9,6 @@ import pytest
 INT8 = "all-minilm-l6-v2-int8"
 
 
-@pytest.fixture(scope="module")
-def int8_pool(tmp_path_factory):
-    from engine.settings import load_settings
-    from models.embedder import EmbedderPool
-    from models.registry import ModelRegistry
-
-    s = load_settings()
-    cache = tmp_path_factory.mktemp("models-cache")
-    return EmbedderPool(ModelRegistry(s.registry_path, cache), "cpu", s.models.batch_size)
-
-
 def test_int8_entry_exports_once_and_tracks_the_torch_model(int8_pool, pool):
     from models.onnx_embedder import export_path
 
