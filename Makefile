@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DEMO   := demo/pages.jsonl.gz
 
-.PHONY: install demo test bench eval reranker models-mpnet serve clean
+.PHONY: install browser demo test bench eval reranker models-mpnet serve clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml
@@ -20,12 +20,15 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/refindery ingest $(DEMO)
+	@$(BIN)/refindery models --embed all-minilm-l6-v2-int8 > /dev/null && \
+	    echo "Embedded the demo with all-minilm-l6-v2-int8 as well (ONNX int8): the web page's compare view."
+	@$(BIN)/refindery clusters refit --if-missing > /dev/null && echo "Clustered the demo pages: the cluster filter."
 	@$(BIN)/refindery relations demo > /dev/null && echo "Loaded the relation-search roster into workspace 'roster'."
 	@$(BIN)/refindery dictionary set demo/dictionary.md > /dev/null && echo "Installed demo/dictionary.md for evidence search."
 	@$(BIN)/refindery reranker status --brief
 	@echo ""
 	@echo "Refindery is serving the demo corpus at http://$(HOST):$(PORT)  (Ctrl-C stops it)"
-	@echo "Try:"
+	@echo "Open http://$(HOST):$(PORT)/ in a browser for search and compare, or try:"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/search -H 'content-type: application/json' \\"
 	@echo "       -d '{\"query\": \"how do I pretty-print JSON\", \"k\": 5}'"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/public/search -H 'content-type: application/json' \\"
@@ -36,7 +39,17 @@ demo: install
 	@echo ""
 	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
 
-test: install
+# tests/test_web.py drives Debian's Chromium; installed here (as root, with apt-get) when missing.
+browser:
+	@command -v chromium > /dev/null 2>&1 || [ -n "$$REFINDERY_CHROMIUM" ] || { \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+	        echo "Installing Debian's chromium for the web tests (apt-get) ..."; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null; \
+	    else \
+	        echo "The web tests need Chromium: sudo apt-get install chromium, or set REFINDERY_CHROMIUM"; exit 1; \
+	    fi; }
+
+test: install browser
 	$(BIN)/python -m pytest -q
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and

@@ -229,7 +229,11 @@ def cmd_clusters(args) -> int:
     try:
         ws = args.workspace or corpus.settings.default_workspace
         if args.action == "refit":
-            _print(refit_clusters(corpus, ws, args.k))
+            live = corpus.store.clusters(ws)
+            if args.if_missing and live:
+                _print({"workspace": ws, "skipped": True, "clusters": len(live)})
+            else:
+                _print(refit_clusters(corpus, ws, args.k))
         else:
             _print(corpus.store.clusters(ws, include_tombstoned=True))
         return 0
@@ -591,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["refit", "list"])
     s.add_argument("--k", type=int, default=None, help="number of clusters (default sqrt(pages / 2))")
     s.add_argument("--workspace", default=None)
+    s.add_argument("--if-missing", action="store_true", help="refit: only when the workspace has no live clusters")
     s.set_defaults(func=cmd_clusters)
 
     s = sub.add_parser("eval", help="offline evaluation")

@@ -187,6 +187,25 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     # the MCP tools apply the same grant: tests/test_mcp_transports.py drives them over /mcp with such a key
 
 
+def test_facets_models_and_the_web_page_under_keys(acl):
+    """The page and its script load without a key (they hold no data); what they show comes from /v1,
+    under the caller's grant: facets count only the pages a key may read, in workspaces it may read."""
+    for path in ("/", "/ui/app.js", "/ui/app.css"):
+        assert acl.get(path).status_code == 200, path
+    assert "text/html" in acl.get("/").headers["content-type"]
+    assert acl.get("/v1/facets").status_code == 401 and acl.get("/v1/models").status_code == 401
+    whole = acl.get("/v1/facets", params={"workspace": "alpha"}, headers=auth(acl.alpha)).json()
+    scoped = acl.get("/v1/facets", params={"workspace": "alpha"}, headers=auth(acl.team_a)).json()
+    assert whole["pages"] == 3 and whole["domains"] == [{"domain": "a.example", "pages": 3}]
+    assert scoped["pages"] == 1 and scoped["domains"] == [{"domain": "a.example", "pages": 1}]
+    hidden = acl.get("/v1/facets", params={"workspace": "beta"}, headers=auth(acl.alpha))
+    assert hidden.status_code == 404 and hidden.json()["detail"]["type"] == "workspace_not_found"
+    models = acl.get("/v1/models", headers=auth(acl.reader)).json()
+    assert models["active"] == "all-minilm-l6-v2"
+    assert {m["name"] for m in models["models"]} >= {"all-minilm-l6-v2", "all-minilm-l6-v2-int8"}
+    assert not any("path" in m for m in models["models"])  # nothing about the server's disk
+
+
 def test_every_call_is_audited_with_its_key_route_workspace_and_outcome(acl):
     calls = {
         "ok": acl.post("/v1/search", json={"query": "json"}, headers=auth(acl.alpha)),

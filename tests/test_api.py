@@ -56,6 +56,48 @@ def test_malformed_search_is_422_with_a_type(shared_client, body):
     assert r.json()["detail"]["type"] == "validation_error"
 
 
+def test_snippets_carry_the_spans_of_the_query_terms(shared_client):
+    """Every word of a snippet whose stem is a query term is marked, and nothing else is: checked here
+    against plain regular expressions for the forms of the two query words."""
+    import re
+
+    body = shared_client.post("/v1/search", json={"query": "Modules functions", "k": 10}).json()
+    snippets = [s for p in body["pages"] for s in p["snippets"]]
+    assert any(s["highlights"] for s in snippets)
+    forms = re.compile(r"(?<![^\W_])(modules?|functions?)(?![^\W_])", re.IGNORECASE)
+    for s in snippets:
+        marked = [s["text"][a:b].lower() for a, b in s["highlights"]]
+        assert marked == [m.group().lower() for m in forms.finditer(s["text"])]
+        assert all(0 <= a < b <= len(s["text"]) for a, b in s["highlights"])
+
+
+def test_highlight_offsets_count_characters_and_follow_the_analyzer():
+    from engine.highlight import highlight_spans, query_terms
+
+    text = "Café naïve — the CAFÉS' transactional_log: transactions, transact; trans-action"
+    spans = highlight_spans(text, query_terms("cafés transaction"))
+    assert [text[a:b] for a, b in spans] == ["Café", "CAFÉS", "transactional", "transactions", "transact"]
+    assert highlight_spans(text, query_terms("")) == []
+
+
+def test_facets_list_what_the_filters_take(shared_client, shared_corpus, demo_subset):
+    f = shared_client.get("/v1/facets").json()
+    assert f["workspace"] == shared_corpus.settings.default_workspace
+    assert f["pages"] == len(demo_subset) == sum(d["pages"] for d in f["domains"])
+    cur = shared_corpus.store.cursor()
+    lo, hi = cur.execute("SELECT min(last_seen), max(last_seen) FROM pages").fetchone()
+    assert f["last_seen"] == {"min": lo.isoformat(), "max": hi.isoformat()}
+    by_entity = dict(cur.execute("""SELECT e.canonical, count(DISTINCT pe.page_id) FROM page_entities pe
+                                    JOIN entities e USING (entity_id) GROUP BY 1""").fetchall())
+    assert {e["canonical"]: e["pages"] for e in f["entities"]} == by_entity
+    assert f["clusters"] == []  # none fitted yet
+    # A domain it lists filters to exactly that many pages.
+    d = f["domains"][0]
+    r = shared_client.post("/v1/search", json={"query": "the", "k": 200, "filters": {"domain": d["domain"]}}).json()
+    assert r["total"] <= d["pages"] and {p["domain"] for p in r["pages"]} == {d["domain"]}
+    assert shared_client.get("/v1/facets", params={"limit": 0}).status_code == 422
+
+
 def test_unknown_page_is_404_with_a_type(shared_client):
     for r in (shared_client.get("/v1/pages/pg_nope"), shared_client.delete("/v1/pages/pg_nope")):
         assert r.status_code == 404

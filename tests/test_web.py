@@ -174,6 +174,7 @@ def test_search_page_and_keyboard(tab, server):
     spans = [s for p in expected["pages"] for sn in p["snippets"] for s in sn["highlights"]]
     assert len(marks) <= len(spans)
     shot(tab, "search")
+    shot(tab, "search-top", full=False)
 
     tab.keyboard.press("ArrowDown")
     assert focused(tab)["pageId"] == hit["page_id"]
@@ -338,6 +339,7 @@ def test_compare_two_embedders_side_by_side(tab, server):
     now = tab.evaluate("() => [document.activeElement.dataset.side, document.activeElement.closest('li').dataset.pageId]")
     assert now[0] == "B" and (now[1] == pid if pid in runs[INT8] else True)
     shot(tab, "compare")
+    shot(tab, "compare-top", full=False)
 
     tab.set_viewport_size({"width": 390, "height": 900})  # a phone-width window: the lists stack
     box_a = tab.locator("#list-a").bounding_box()
@@ -357,11 +359,17 @@ def test_api_errors_are_shown_as_messages(tab, server):
     tab.goto(f"/?view=compare&q=json&a={TORCH}&b={TORCH}")
     alert.wait_for()
     assert "HTTP 422" in alert.inner_text() and "distinct" in alert.inner_text()
-    # A model that is not in the registry: 404 from the API, shown, the form still usable.
+    shot(tab, "error-compare", full=False)
+    # A model that is not in the registry (an old link): the API's 422 model_unknown, shown; the form
+    # still works.
     tab.goto(f"/?view=compare&q=json&a={TORCH}&b=no-such-model")
     alert.wait_for()
-    assert "HTTP 404" in alert.inner_text() or "HTTP 422" in alert.inner_text()
+    assert "model_unknown" in alert.inner_text() and "HTTP 422" in alert.inner_text()
     assert tab.locator("#cq").is_enabled()
+    # An empty query never reaches the API: the page says what to do instead.
+    tab.goto("/")
+    tab.keyboard.press("Enter")
+    assert "Type something to search for" in tab.locator("#message").inner_text()
 
 
 def test_labels_and_a_narrow_window(tab):

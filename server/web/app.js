@@ -100,10 +100,10 @@ function showError(err, where = document.getElementById("message")) {
   if (!where) return;
   where.replaceChildren();
   if (!err) return;
-  const status = err.status ? `HTTP ${err.status}` : "no answer";
+  const status = err.status ? `HTTP ${err.status}` : err.type === "network" ? "no answer" : null;
   where.append(h("p", { class: "message error" },
     h("strong", {}, "Error: "), errorText(err), " ",
-    h("span", { class: "err-type" }, `(${err.type}, ${status})`),
+    status ? h("span", { class: "err-type" }, `(${err.type}, ${status})`) : null,
     err.status === 401 || err.status === 403
       ? [" ", h("button", { type: "button", onclick: openKeyDialog }, "Enter an API key")] : null));
 }
@@ -193,7 +193,8 @@ async function renderSearch(p) {
   const st = searchState(p);
   document.title = st.q ? `${st.q} — Refindery` : "Refindery";
   const q = h("input", { id: "q", type: "search", name: "q", value: st.q, autocomplete: "off",
-    placeholder: "What do you remember of the page? Words, a phrase, or its URL", required: true,
+    placeholder: "What do you remember of the page? Words, a phrase, or its URL",
+    "aria-required": "true",
     "aria-describedby": "q-hint" });
   const domain = h("input", { id: "f-domain", list: "domains", value: st.domain, autocomplete: "off",
     placeholder: "any" });
@@ -507,7 +508,7 @@ async function renderCompare(p) {
   const q = p.get("q") || "";
   const k = Math.min(50, Math.max(1, parseInt(p.get("k") || "10", 10) || 10));
   document.title = q ? `Compare: ${q} — Refindery` : "Compare embedders — Refindery";
-  const qi = h("input", { id: "cq", type: "search", value: q, autocomplete: "off", required: true,
+  const qi = h("input", { id: "cq", type: "search", value: q, autocomplete: "off", "aria-required": "true",
     placeholder: "A query to run through both embedders" });
   const a = h("select", { id: "model-a" });
   const b = h("select", { id: "model-b" });
@@ -541,6 +542,11 @@ async function renderCompare(p) {
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();
+    if (!qi.value.trim()) {
+      showError(new ApiError(0, { type: "empty_query", title: "Type a query to compare the embedders on" }));
+      qi.focus();
+      return;
+    }
     go(searchUrl({ view: "compare", q: qi.value.trim(), a: a.value, b: b.value, k: ki.value }));
   });
   if (!q) {
