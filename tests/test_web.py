@@ -98,7 +98,7 @@ def server(pool, int8_pool, tmp_path_factory):
     assert uv.started, "uvicorn did not start"
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=60) as client:
-        yield base, client
+        yield base, client, corpus
     uv.should_exit = True
     thread.join(timeout=30)
     corpus.close()
@@ -152,8 +152,8 @@ def api_search(client, **body) -> dict:
 
 def test_search_page_and_keyboard(tab, server):
     """Focus on load, Enter searches, results as pages with marked terms, arrows move, Enter opens
-    the page, Esc comes back; what is shown is what /v1/search answers."""
-    _, client = server
+    the page (and logs a click on the query), Esc comes back; what is shown is what /v1/search answers."""
+    _, client, corpus = server
     tab.goto("/")
     assert focused(tab)["id"] == "q"
     tab.keyboard.type("sqlite transaction")
@@ -193,13 +193,24 @@ def test_search_page_and_keyboard(tab, server):
     assert tab.eval_on_selector_all("#page-similar a", "as => as.map(a => new URL(a.href).searchParams.get('id'))") \
         == [s["page_id"] for s in similar["pages"]]
     shot(tab, "page")
+    # Opening a result told the query log: a "click" on the page's logged query (sent in the background).
+    deadline = time.monotonic() + 10
+    clicks = []
+    while not clicks and time.monotonic() < deadline:
+        clicks = corpus.store.cursor().execute(
+            "SELECT query_id FROM feedback WHERE page_id = ? AND kind = 'click'", [second["page_id"]]).fetchall()
+        time.sleep(0.05)
+    assert len(clicks) == 1
+    corpus.querylog.flush()
+    query = corpus.store.cursor().execute("SELECT query FROM log_queries WHERE query_id = ?", [clicks[0][0]]).fetchone()
+    assert query == ("sqlite transaction",)
     tab.keyboard.press("Escape")
     tab.wait_for_selector("#results li.result")
     assert tab.input_value("#q") == "sqlite transaction"
 
 
 def test_paging_with_arrow_keys(tab, server):
-    _, client = server
+    _, client, _ = server
     tab.goto("/?q=python")
     tab.wait_for_selector("#results li.result")
     total = api_search(client, query="python", k=10)["total"]
@@ -216,12 +227,14 @@ def test_paging_with_arrow_keys(tab, server):
 
 
 def test_filters_domain_dates_cluster_entity(tab, server):
-    _, client = server
+    _, client, _ = server
     facets = client.get("/v1/facets").json()
     assert {d["domain"] for d in facets["domains"]} == {"docs.python.org", "postgresql.org", "sqlite.org"}
     tab.goto("/?q=transactions")
     tab.wait_for_selector("#results li.result")
-    tab.click("#filters summary")
+    tab.focus("#filters summary")
+    tab.keyboard.press("Enter")  # the filters open from the keyboard
+    assert tab.locator("#filters").get_attribute("open") is not None
     tab.get_by_label("Domain").fill("sqlite.org")
     tab.get_by_label("Last seen from").fill("2026-05-01")
     tab.get_by_label("Last seen until").fill("2026-11-30")
@@ -262,7 +275,7 @@ def test_filters_domain_dates_cluster_entity(tab, server):
 
 
 def test_explain_toggle_shows_provenance(tab, server):
-    _, client = server
+    _, client, _ = server
     tab.goto("/?q=json+module")
     tab.wait_for_selector("#results li.result")
     assert tab.locator(".explain").count() == 0
@@ -288,7 +301,7 @@ def test_explain_toggle_shows_provenance(tab, server):
 
 
 def test_similar_pages_from_a_result(tab, server):
-    _, client = server
+    _, client, _ = server
     tab.goto("/?q=window+functions")
     tab.wait_for_selector("#results li.result")
     first_id = shown_ids(tab)[0]
@@ -304,7 +317,7 @@ def test_similar_pages_from_a_result(tab, server):
 
 
 def test_compare_two_embedders_side_by_side(tab, server):
-    _, client = server
+    _, client, _ = server
     tab.goto("/?view=compare")
     assert focused(tab)["id"] == "cq"
     tab.wait_for_selector(f"#model-b option[value='{INT8}']", state="attached")
@@ -336,7 +349,8 @@ def test_compare_two_embedders_side_by_side(tab, server):
     pid = tab.evaluate("() => document.activeElement.closest('li').dataset.pageId")
     assert pid == runs[TORCH][0]
     tab.keyboard.press("ArrowRight")
-    now = tab.evaluate("() => [document.activeElement.dataset.side, document.activeElement.closest('li').dataset.pageId]")
+    now = tab.evaluate("() => [document.activeElement.dataset.side,"
+                       " document.activeElement.closest('li').dataset.pageId]")
     assert now[0] == "B" and (now[1] == pid if pid in runs[INT8] else True)
     shot(tab, "compare")
     shot(tab, "compare-top", full=False)
