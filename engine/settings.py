@@ -70,6 +70,7 @@ class SearchSettings(BaseModel):
     suggestions: bool = False
     query_cache_size: int = Field(256, ge=0)
     snippets_per_page: int = Field(2, ge=1)
+    highlight: bool = True
 
 
 class CompilerSettings(BaseModel):

@@ -69,6 +69,9 @@ def test_snippets_carry_the_spans_of_the_query_terms(shared_client):
         marked = [s["text"][a:b].lower() for a, b in s["highlights"]]
         assert marked == [m.group().lower() for m in forms.finditer(s["text"])]
         assert all(0 <= a < b <= len(s["text"]) for a, b in s["highlights"])
+    off = shared_client.post("/v1/search", json={"query": "Modules functions", "k": 10, "highlight": False}).json()
+    assert [p["page_id"] for p in off["pages"]] == [p["page_id"] for p in body["pages"]]
+    assert not any(s["highlights"] for p in off["pages"] for s in p["snippets"])
 
 
 def test_highlight_offsets_count_characters_and_follow_the_analyzer():
