@@ -152,6 +152,20 @@ async function render() {
   return renderSearch(p);
 }
 
+// A query form: an empty query never reaches the API (the page says what to do); otherwise go to
+// the URL the form's state makes.
+function onQuerySubmit(form, input, emptyMessage, url) {
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (!input.value.trim()) {
+      showError(new ApiError(0, { type: "empty_query", title: emptyMessage }));
+      input.focus();
+      return;
+    }
+    go(url());
+  });
+}
+
 // ---- facets (filter values) --------------------------------------------------------------------
 
 async function facets(ws) {
@@ -234,15 +248,7 @@ async function renderSearch(p) {
     from: from.value, to: to.value, cluster: cluster.value, entity: entity.value.trim(), explain: explain.checked,
     ws: st.ws,
   });
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    if (!q.value.trim()) {
-      showError(new ApiError(0, { type: "empty_query", title: "Type something to search for" }));
-      q.focus();
-      return;
-    }
-    go(searchUrl({ view: undefined, ...state() }));
-  });
+  onQuerySubmit(form, q, "Type something to search for", () => searchUrl(state()));
   explain.addEventListener("change", () => {
     if (st.q) go(searchUrl({ ...state(), q: st.q, page: st.page > 1 ? st.page : undefined }), { replace: true });
   });
@@ -540,15 +546,8 @@ async function renderCompare(p) {
   a.value = p.get("a") || reg.active;
   b.value = p.get("b") || (pickB ? pickB.name : reg.active);
 
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    if (!qi.value.trim()) {
-      showError(new ApiError(0, { type: "empty_query", title: "Type a query to compare the embedders on" }));
-      qi.focus();
-      return;
-    }
-    go(searchUrl({ view: "compare", q: qi.value.trim(), a: a.value, b: b.value, k: ki.value }));
-  });
+  onQuerySubmit(form, qi, "Type a query to compare the embedders on",
+    () => searchUrl({ view: "compare", q: qi.value.trim(), a: a.value, b: b.value, k: ki.value }));
   if (!q) {
     out.append(h("p", { class: "empty" }, "Runs the whole search pipeline once per embedder over one shared BM25 " +
       "arm, and shows both lists with how far they agree. An embedder with no vectors yet embeds the corpus on " +
