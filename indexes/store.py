@@ -399,7 +399,7 @@ class CorpusStore:
         clusters = cur.execute(
             f"""SELECT p.cluster_id, count(*) AS n,
                        list(p.title ORDER BY p.last_seen DESC, p.page_id)
-                           FILTER (WHERE p.title IS NOT NULL AND p.title <> '')
+                           FILTER (WHERE p.title IS NOT NULL AND p.title <> '')[1:3]
                 FROM pages p JOIN clusters c ON c.cluster_id = p.cluster_id AND c.tombstoned_at IS NULL
                 WHERE {where} GROUP BY 1 ORDER BY n DESC, 1 LIMIT ?""", [*params, limit]).fetchall()
         entities = cur.execute(
@@ -409,7 +409,7 @@ class CorpusStore:
                 WHERE {where} GROUP BY 1, 2 ORDER BY n DESC, 2, 1 LIMIT ?""", [*params, limit]).fetchall()
         return {"pages": int(n), "last_seen": {"min": lo, "max": hi},
                 "domains": [{"domain": d, "pages": int(c)} for d, c in domains],
-                "clusters": [{"cluster_id": int(cid), "pages": int(c), "titles": list(t or [])[:3]}
+                "clusters": [{"cluster_id": int(cid), "pages": int(c), "titles": list(t or [])}
                              for cid, c, t in clusters],
                 "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
 
