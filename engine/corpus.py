@@ -23,7 +23,7 @@ from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
 from .errors import PageNotFound
-from .querylog import QueryLog
+from .querylog import QueryLog, utcnow
 from .settings import Settings
 
 log = logging.getLogger("refindery.corpus")
@@ -235,6 +235,22 @@ class Corpus:
             self.repairs.extend(done)
             return reports
 
+    def quarantine(self, rejected: dict[str, str]) -> int | None:
+        """Move pages an index cannot hold out of the corpus (into the store's quarantine, reported by
+        /v1/status) and out of every index, so one bad row never stops a repair, a reindex or the next
+        ingest. Returns the generation that did it (None when there was nothing to move)."""
+        if not rejected:
+            return None
+        with self.write_lock:
+            chunk_ids = self.store.chunk_ids_of_pages(sorted(rejected))
+            for pid, reason in sorted(rejected.items()):
+                log.error("quarantined page %s: the index cannot hold it (%s)", pid, reason)
+            gen = self.store.quarantine(rejected, utcnow())
+            self.sparse.replace_pages(sorted(rejected), [], gen)
+            for d in self._dense.values():
+                d.remove(np.intersect1d(d.ids(), np.asarray(chunk_ids, dtype=np.int64)))
+            return gen
+
     def _sync_sparse(self) -> RepairReport:
         g_store = self.store.generation()
         g = self.sparse.generation
@@ -248,11 +264,13 @@ class Corpus:
         if 0 <= g <= g_store and g >= pruned:
             pages = self.store.changed_pages_since(g)
             docs = [d for batch in self.store.index_docs(pages) for d in batch]
-            self.sparse.replace_pages(pages, docs, g_store)
+            rejected = self.sparse.replace_pages(pages, docs, g_store)
+            g_now = self.quarantine(rejected) or g_store
             if self.sparse.count() == self.store.counts()["chunks"]:
-                return RepairReport("sparse", "replayed", g, g_store, f"{len(pages)} pages")
-        self.sparse.rebuild(self.store.index_docs(), g_store)
-        return RepairReport("sparse", "rebuilt", g, g_store)
+                return RepairReport("sparse", "replayed", g, g_now, f"{len(pages)} pages" + _left_out(rejected))
+        rejected = self.sparse.rebuild(self.store.index_docs(), g_store)
+        g_now = self.quarantine(rejected) or g_store
+        return RepairReport("sparse", "rebuilt", g, g_now, _left_out(rejected).strip())
 
     def _sync_dense(self, model: str) -> RepairReport:
         dense = self.dense(model)
@@ -287,7 +305,7 @@ class Corpus:
         with self.write_lock:
             pages = self.store.changed_pages_since(self.sparse.generation)
             docs = [d for batch in self.store.index_docs(pages) for d in batch]
-            self.sparse.replace_pages(pages, docs, generation)
+            generation = self.quarantine(self.sparse.replace_pages(pages, docs, generation)) or generation
             for d in self._dense.values():
                 d.dirty = d.dirty or d.generation != generation
 
@@ -326,8 +344,9 @@ class Corpus:
             for m in self.embedder_names:
                 embed_missing(self, m)
             g = self.store.generation()
-            self.sparse.rebuild(self.store.index_docs(), g)
-            reports = [RepairReport("sparse", "rebuilt", g, g)]
+            rejected = self.sparse.rebuild(self.store.index_docs(), g)
+            g = self.quarantine(rejected) or g
+            reports = [RepairReport("sparse", "rebuilt", g, g, _left_out(rejected).strip())]
             for m in self.embedder_names:
                 d = self.dense(m)
                 d.reset()
@@ -345,6 +364,10 @@ class Corpus:
             self.flush()
         finally:
             self.store.close()
+
+
+def _left_out(rejected: dict[str, str]) -> str:
+    return f" ({len(rejected)} pages the index cannot hold moved to quarantine)" if rejected else ""
 
 
 def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bool = True) -> Corpus:

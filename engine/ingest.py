@@ -47,7 +47,7 @@ class PageOutcome:
     index: int  # line number (JSONL/folder) or position (API batch)
     page_id: str | None
     url: str | None
-    status: str  # created | updated | unchanged | revisited | error
+    status: str  # created | updated | unchanged | revisited | merged (another visit in the batch) | error
     error: str | None = None
     chunks: int = 0
 
@@ -240,8 +240,9 @@ class Ingester:
                     for c in write.chunks:
                         if old is None or c.chunk_id not in old.chunk_ids:
                             new_texts[c.chunk_id] = c.text
-                for p in visits:
-                    report.outcomes.append(PageOutcome(p.index, pid, p.page.url, status, chunks=n_chunks))
+                for p in visits:  # one status a page: the batch's other items of it are "merged" visits
+                    report.outcomes.append(PageOutcome(p.index, pid, p.page.url, status if p is newest else "merged",
+                                                       chunks=n_chunks if p is newest else 0))
                 if touch is not None:
                     touches.append(touch)
             if not writes and not touches:
@@ -257,8 +258,12 @@ class Ingester:
             _maybe_crash("before_store", self._batch_no)
             gen = corpus.store.apply(writes, touches)
             _maybe_crash("after_store", self._batch_no)
-            self._apply_to_indexes(writes, touches, existing, gen)
+            rejected = self._apply_to_indexes(writes, touches, existing, gen)
             _maybe_crash("after_indexes", self._batch_no)
+            for o in report.outcomes:
+                if o.page_id in rejected:  # stored, but no index could hold it: moved to quarantine
+                    o.status, o.error, o.chunks = "error", f"quarantined: {rejected[o.page_id]}", 0
+                    report.errors.append(RecordError(line=o.index, source="batch", error=o.error))
 
     def _classify(self, newest: _Prepared, visits: list[_Prepared], seen: list[datetime],
                   old: ExistingPage | None) -> tuple[str, PageWrite | None, Touch | None]:
@@ -293,21 +298,27 @@ class Ingester:
         return PageWrite(page=page, chunks=rows, entities=p.entities)
 
     def _apply_to_indexes(self, writes: list[PageWrite], touches: list[Touch],
-                          existing: dict[str, ExistingPage], gen: int) -> None:
+                          existing: dict[str, ExistingPage], gen: int) -> dict[str, str]:
+        """Bring every index to `gen`; a page the sparse index cannot hold goes to quarantine (its
+        id -> reason is returned). The edge's checks (engine/values.py) keep this empty in practice."""
         corpus = self.corpus
         pages = [w.page.page_id for w in writes] + [t.page_id for t in touches]
         docs = [d for batch in corpus.store.index_docs(pages) for d in batch]
-        corpus.sparse.replace_pages(pages, docs, gen)
+        rejected = corpus.sparse.replace_pages(pages, docs, gen)
         _maybe_crash("after_sparse", self._batch_no)
         gone = [cid for w in writes if w.page.page_id in existing
                 for cid in existing[w.page.page_id].chunk_ids - {c.chunk_id for c in w.chunks}]
         for model in corpus.embedder_names:
             dense = corpus.dense(model)
-            fresh = [(cid, v) for w in writes for cid, v in w.vectors.get(model, {}).items()]
+            fresh = [(cid, v) for w in writes if w.page.page_id not in rejected
+                     for cid, v in w.vectors.get(model, {}).items()]
             dense.remove(gone)
             if fresh:
                 dense.add(np.array([f[0] for f in fresh], dtype=np.int64), np.vstack([f[1] for f in fresh]))
+        corpus.quarantine(rejected)
+        for model in corpus.embedder_names:
             corpus.maintain_dense(model)
+        return rejected
 
 
 def delete_page(corpus: Corpus, page_id: str) -> bool:

@@ -11,37 +11,40 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .urls import normalize_url
+from .values import Int64, StorableDate, Text
+
 FOLDER_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm"}
 
 
 class EntityInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    canonical: str = Field(min_length=1, max_length=300)
-    aliases: list[str] = Field(default_factory=list, max_length=100)
-    id: str | None = Field(default=None, max_length=200)
+    canonical: Text = Field(min_length=1, max_length=300)
+    aliases: list[Text] = Field(default_factory=list, max_length=100)
+    id: Text | None = Field(default=None, max_length=200)
 
 
 class PageInput(BaseModel):
-    """One page. `body_text` or `html` (extracted with trafilatura) must be given."""
+    """One page. `body_text` or `html` (extracted with trafilatura) must be given. Every value is
+    checked against what the store and both indexes can hold (engine/values.py), so a page either
+    goes in whole or is refused with its reason."""
     model_config = ConfigDict(extra="ignore")
 
-    url: str = Field(min_length=1, max_length=8192)
-    title: str | None = Field(default=None, max_length=2000)
-    body_text: str | None = None
-    html: str | None = None
-    seen_at: datetime | None = None
-    published: datetime | None = None
-    entities: list[str | EntityInput] = Field(default_factory=list, max_length=1000)
-    scope: str | None = Field(default=None, max_length=200)
-    cluster_id: int | None = None
+    url: Text = Field(min_length=1, max_length=8192)
+    title: Text | None = Field(default=None, max_length=2000)
+    body_text: Text | None = None
+    html: Text | None = None
+    seen_at: StorableDate | None = None
+    published: StorableDate | None = None
+    entities: list[Text | EntityInput] = Field(default_factory=list, max_length=1000)
+    scope: Text | None = Field(default=None, max_length=200)
+    cluster_id: Int64 | None = None
 
-    @field_validator("seen_at", "published")
+    @field_validator("url")
     @classmethod
-    def _utc_naive(cls, v: datetime | None) -> datetime | None:
-        # Stored as naive UTC; naive input is taken to be UTC already.
-        if v is None:
-            return None
-        return v.astimezone(timezone.utc).replace(tzinfo=None) if v.tzinfo else v
+    def _url(cls, v: str) -> str:
+        normalize_url(v)  # an unsupported scheme (javascript:, data:, ftp:) or no host: refused here
+        return v
 
     @model_validator(mode="after")
     def _has_text(self) -> "PageInput":

@@ -9,6 +9,10 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _BARE_DOMAIN = re.compile(r"^(?:www\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}\.?$", re.I)
 
 
+_HOST_PORT = re.compile(r"^[a-z0-9-]+:\d{1,5}(?:[/?#]|$)", re.I)
+_NEVER_SCHEMES = {"javascript", "data", "vbscript", "blob", "about", "mailto", "tel"}
+
+
 class InvalidURL(ValueError):
     pass
 
@@ -24,8 +28,9 @@ def normalize_url(url: str) -> str:
     if not raw:
         raise InvalidURL("empty URL")
     if "://" not in raw:
-        m = re.match(r"^([a-z][a-z0-9+.-]*):(?!\d)", raw, re.I)
-        if m and "." not in m.group(1):
+        # "example.com/a" and "localhost:8080/a" are hosts; "javascript:1", "mailto:x" are schemes.
+        m = re.match(r"^([a-z][a-z0-9+.-]*):", raw, re.I)
+        if m and (m.group(1).lower() in _NEVER_SCHEMES or ("." not in m.group(1) and not _HOST_PORT.match(raw))):
             raise InvalidURL(f"unsupported URL scheme {m.group(1)!r}")
         raw = "http://" + raw
     parts = urlsplit(raw)

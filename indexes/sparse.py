@@ -22,6 +22,8 @@ from .store import IndexDoc
 _QUERY_SYNTAX = re.compile(r"[^\w\s]+", re.UNICODE)
 SEARCH_FIELDS = ["title", "section", "body"]
 FORMAT_VERSION = 1
+# tantivy keeps dates as i64 nanoseconds: what lies outside cannot be indexed (the edge refuses it).
+DATE_MIN, DATE_MAX = datetime(1678, 1, 1), datetime(2262, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -115,35 +117,65 @@ class SparseIndex:
             doc.add_integer("cluster_id", int(d.cluster_id))
         return doc
 
-    def replace_pages(self, page_ids: Iterable[str], docs: Iterable[IndexDoc], generation: int) -> None:
+    def _docs(self, docs: Iterable[IndexDoc], rejected: dict[str, str]) -> list[tantivy.Document]:
+        """tantivy documents for `docs`, built before a writer is opened (so a value the index cannot
+        hold never leaves a writer, and its lock, behind). A page with any such chunk is left out
+        whole and named in `rejected` (page id -> reason)."""
+        out: list[tuple[str, tantivy.Document]] = []
+        for d in docs:
+            if d.page_id in rejected:
+                continue
+            try:
+                out.append((d.page_id, self._doc(d)))
+            except (ValueError, OverflowError, TypeError) as exc:  # out-of-range date/int, unencodable text
+                rejected[d.page_id] = f"{type(exc).__name__}: {exc}"
+        return [doc for pid, doc in out if pid not in rejected]
+
+    def replace_pages(self, page_ids: Iterable[str], docs: Iterable[IndexDoc], generation: int) -> dict[str, str]:
         """Drop every chunk of `page_ids`, add `docs`, commit, then record `generation`.
-        Idempotent, so replaying it after a crash is always safe."""
+        Idempotent, so replaying it after a crash is always safe. Returns the pages left out because
+        the index cannot hold one of their values (page id -> reason)."""
+        page_ids = list(page_ids)
+        rejected: dict[str, str] = {}
+        built = self._docs(docs, rejected)
         with self._lock:
             writer = self.index.writer(self.writer_heap, 1)
             try:
                 for pid in page_ids:
                     writer.delete_documents_by_term("page_id", pid)
-                for d in docs:
-                    writer.add_document(self._doc(d))
+                for doc in built:
+                    writer.add_document(doc)
                 writer.commit()
                 writer.wait_merging_threads()
             except BaseException:
                 writer.rollback()
                 raise
+            finally:
+                del writer  # the lock goes with the writer, not with a traceback that still holds it
             self.index.reload()
             self.mark(generation)
+        return rejected
 
-    def rebuild(self, batches: Iterable[list[IndexDoc]], generation: int) -> None:
+    def rebuild(self, batches: Iterable[list[IndexDoc]], generation: int) -> dict[str, str]:
+        """Every chunk again from the store; returns the pages left out (as replace_pages)."""
+        rejected: dict[str, str] = {}
         with self._lock:
             writer = self.index.writer(self.writer_heap, 1)
-            writer.delete_all_documents()
-            for batch in batches:
-                for d in batch:
-                    writer.add_document(self._doc(d))
-            writer.commit()
-            writer.wait_merging_threads()
+            try:
+                writer.delete_all_documents()
+                for batch in batches:
+                    for doc in self._docs(batch, rejected):
+                        writer.add_document(doc)
+                writer.commit()
+                writer.wait_merging_threads()
+            except BaseException:
+                writer.rollback()
+                raise
+            finally:
+                del writer
             self.index.reload()
             self.mark(generation)
+        return rejected
 
     # Reads --------------------------------------------------------------------------------------
     def count(self) -> int:

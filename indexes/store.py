@@ -11,6 +11,8 @@ Tables (one row kind each):
   embeddings(model, chunk_id, vector)        one vector per (model, chunk)
   changes(generation, page_id, op)           which pages each generation touched; indexes replay
                                              it to catch up after a crash
+  quarantine(page_id, ..., reason, page)     pages an index could not hold, moved out of the corpus
+                                             whole (row kept as JSON) so store and indexes agree
 
 Every write is one transaction that also bumps the generation, so a reader (or an index
 catching up) sees either all of a batch or none of it.
@@ -52,6 +54,9 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS embeddings (
         model VARCHAR NOT NULL, chunk_id BIGINT NOT NULL, vector FLOAT[] NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS changes (generation BIGINT NOT NULL, page_id VARCHAR NOT NULL, op VARCHAR NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        page_id VARCHAR NOT NULL, workspace_id VARCHAR, url VARCHAR, reason VARCHAR NOT NULL,
+        quarantined_at TIMESTAMP NOT NULL, generation BIGINT NOT NULL, page JSON)""",
     """CREATE TABLE IF NOT EXISTS clusters (
         cluster_id BIGINT PRIMARY KEY, workspace_id VARCHAR NOT NULL, model VARCHAR, size INTEGER,
         created_at TIMESTAMP NOT NULL, tombstoned_at TIMESTAMP)""",
@@ -601,6 +606,34 @@ class CorpusStore:
                 con.rollback()
                 raise
             return gen
+
+    def quarantine(self, reasons: dict[str, str], now: datetime) -> int:
+        """Move pages out of the corpus into `quarantine` (their row as JSON, with the reason), in one
+        transaction that bumps the generation like a delete; return the new generation."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                gen = self._bump(con)
+                for pid, reason in sorted(reasons.items()):
+                    con.execute("INSERT INTO quarantine SELECT page_id, workspace_id, url, ?, ?, ?, to_json(p) "
+                                "FROM pages p WHERE page_id = ?", [reason, now, gen, pid])
+                    self._delete_page(con, pid)
+                con.executemany("INSERT INTO changes VALUES (?, ?, 'delete')", [(gen, pid) for pid in sorted(reasons)])
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            return gen
+
+    def quarantined(self, limit: int = 20) -> dict:
+        """How many pages are in quarantine, and the newest `limit` of them (without their text)."""
+        cur = self.cursor()
+        n = cur.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+        cols = ["page_id", "workspace_id", "url", "reason", "quarantined_at"]
+        rows = cur.execute(f"SELECT {', '.join(cols)} FROM quarantine ORDER BY quarantined_at DESC, page_id "
+                           "LIMIT ?", [limit]).fetchall()
+        return {"pages": n, "recent": [dict(zip(cols, r)) | {"quarantined_at": r[4].isoformat()} for r in rows]}
 
     def _delete_page(self, con, page_id: str) -> None:
         con.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE page_id = ?)",

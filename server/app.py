@@ -225,6 +225,7 @@ def status_of(c: Corpus) -> dict:
         "counts": counts,
         "generations": c.consistency(),
         "repairs_at_open": [r.__dict__ for r in c.repairs],
+        "quarantine": c.store.quarantined(),
         "query_log": c.querylog.stats(),
         "reranker": c.reranker_status(),
     }

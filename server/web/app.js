@@ -26,6 +26,16 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// A page's URL as a link target only when it is http(s) or file: never javascript:, data: and the like.
+function safeHref(url) {
+  try {
+    const u = new URL(String(url), "http://placeholder.invalid/");
+    return ["http:", "https:", "file:"].includes(u.protocol) && /^(https?|file):/i.test(String(url)) ? u.href : null;
+  } catch {
+    return null;
+  }
+}
+
 const sr = (text) => h("span", { class: "sr-only" }, text);
 
 function shortDate(iso) {
@@ -352,7 +362,8 @@ function resultItem(hit, st) {
         s.section_path.length ? h("span", { class: "section" }, s.section_path.join(" › ") + ": ") : null,
         marked(s.text, s.highlights))),
       h("div", { class: "actions" }, simButton,
-        h("a", { href: hit.url, rel: "noopener noreferrer", target: "_blank" }, "Open original ↗")),
+        safeHref(hit.url) ? h("a", { href: safeHref(hit.url), rel: "noopener noreferrer", target: "_blank" },
+          "Open original ↗") : ""),
       hit.explain ? explainBlock(hit) : null,
       similarBox));
 }
@@ -467,7 +478,8 @@ async function renderPage(p) {
   const simBox = h("div", { id: "page-similar" });
   body.replaceChildren(
     h("article", { class: "page" }, heading,
-      h("p", { class: "url" }, h("a", { href: page.url, rel: "noopener noreferrer", target: "_blank" }, page.url)),
+      h("p", { class: "url" }, safeHref(page.url) ? h("a", { href: safeHref(page.url), rel: "noopener noreferrer",
+        target: "_blank" }, page.url) : page.url),
       h("dl", { class: "facts" },
         h("dt", {}, "Domain"), h("dd", {}, page.domain || "—"),
         h("dt", {}, "First seen"), h("dd", {}, shortDate(page.first_seen)),
