@@ -122,9 +122,14 @@ def verify(keys: KeyStore, token: str) -> Grant | None:
 
 
 def grant_for(keys: KeyStore, authorization: str | None) -> Grant:
-    """The grant of a request's Authorization header: OPEN while no key exists."""
-    if keys.active == 0:
+    """The grant of a request's Authorization header: OPEN only while the data dir has never had a
+    key (or was explicitly reopened with `refindery keys open`). Revoking the last key leaves it
+    closed: every request then needs a key, and only a local `refindery keys create` makes one."""
+    if not keys.closed:
         return OPEN
+    if keys.active == 0:
+        raise Unauthorized("every API key of this server is revoked: create one on the server itself "
+                           "(refindery keys create --workspace '*')")
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("this server needs an API key: send Authorization: Bearer <key>")
@@ -152,7 +157,24 @@ def revoke_key(keys: KeyStore, key_id: str) -> dict:
 
 
 def is_loopback(host: str) -> bool:
-    return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
+    """Whether every address `host` stands for is a loopback one (127.0.0.0/8, ::1). A name is
+    resolved, so "127.0.0.1.example" is not loopback; a name that does not resolve is not either."""
+    import ipaddress
+    import socket
+
+    name = (host or "").strip().strip("[]")
+    if not name:
+        return False
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(name, None)
+    except (socket.gaierror, UnicodeError, OSError):
+        return False
+    addrs = {info[4][0] for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
 
 
 def readable_page(grant: Grant, store, page_id: str) -> None:

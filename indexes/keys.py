@@ -26,9 +26,33 @@ class KeyStore:
         with store.transaction() as con:
             con.execute(DDL)
         self._active = self._count()
+        self._closed = self._read_closed()
 
     def _count(self) -> int:
         return self.store.cursor().execute("SELECT count(*) FROM api_keys WHERE revoked_at IS NULL").fetchone()[0]
+
+    def _read_closed(self) -> bool:
+        """Closed once a key has ever existed (the meta flag; a data dir from before the flag: any
+        key row, revoked or not), until `reopen`."""
+        cur = self.store.cursor()
+        row = cur.execute("SELECT value FROM meta WHERE key = 'auth'").fetchone()
+        if row is not None:
+            return row[0] == "closed"
+        return cur.execute("SELECT count(*) FROM api_keys").fetchone()[0] > 0
+
+    @property
+    def closed(self) -> bool:
+        """Whether requests need a key: from the first key on, even after the last one is revoked."""
+        return self._closed
+
+    def reopen(self) -> None:
+        """Let requests in without a key again (the CLI's explicit, local `keys open`): only when no
+        key is active."""
+        with self._lock, self.store.transaction() as con:
+            if self._count():
+                raise ValueError("keys are still active: revoke them first")
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('auth', 'open')")
+            self._closed = False
 
     @property
     def active(self) -> int:
@@ -40,7 +64,9 @@ class KeyStore:
         with self._lock, self.store.transaction() as con:
             con.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                         [key_id, name, salt, digest, workspaces, scopes, read_only, now])
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('auth', 'closed')")
             self._active += 1
+            self._closed = True
 
     def secret_row(self, key_id: str) -> tuple[str, str, list[str], list[str], bool] | None:
         """(salt, digest, workspaces, scopes, read_only) of an active key."""

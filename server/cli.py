@@ -88,6 +88,18 @@ def cmd_keys(args) -> int:
             _print(create_key(corpus.keys, args.workspace, args.scope, args.read_only, args.name))
         elif args.action == "list":
             _print({"keys": list_keys(corpus.keys)})
+        elif args.action == "open":
+            if not args.yes:
+                print("error: keys open lets every request in without a key (served on loopback only); "
+                      "confirm with --yes", file=sys.stderr)
+                return 2
+            try:
+                corpus.keys.reopen()
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            _print({"open": True, "note": "requests need no key until the next key is created; "
+                                          "`refindery serve` binds to loopback only meanwhile"})
         else:
             if not args.key_id:
                 print("error: keys revoke needs a KEY_ID", file=sys.stderr)
@@ -669,8 +681,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=cmd_relations)
 
-    s = sub.add_parser("keys", help="API keys: create (the token is shown once), list, revoke")
-    s.add_argument("action", choices=["create", "list", "revoke"])
+    s = sub.add_parser("keys", help="API keys: create (the token is shown once), list, revoke; open (no key "
+                                    "needed again, once every key is revoked: local and explicit)")
+    s.add_argument("action", choices=["create", "list", "revoke", "open"])
+    s.add_argument("--yes", action="store_true", help="open: confirm")
     s.add_argument("key_id", nargs="?", help="revoke: the key's id")
     s.add_argument("--workspace", action="append", help="create: a workspace it may use (repeat; '*' for all)")
     s.add_argument("--scope", action="append", default=[], help="create: a document scope it may read (repeat)")

@@ -112,3 +112,61 @@ def test_reindex_skips_a_bad_row_instead_of_dying(make_corpus):
     reports = corpus.reindex()
     assert "quarantine" in reports[0].detail
     assert corpus.consistency()["consistent"] and corpus.store.quarantined()["pages"] == 1
+
+
+# 2. Keys never fail open ----------------------------------------------------------------------------
+
+def test_revoking_the_last_key_leaves_the_server_closed_and_only_the_cli_reopens_it(tmp_path, capsys, monkeypatch):
+    from docs.examples import make_client
+    from engine.access import create_key
+    from server.cli import main
+
+    client = make_client(tmp_path / "data")
+    try:
+        token = create_key(client.corpus.keys, ["*"])["token"]
+        key_id = token.split("_")[1]
+        assert client.delete(f"/v1/keys/{key_id}", headers=h(token)).status_code == 200
+        r = client.get("/v1/status")
+        assert r.status_code == 401 and r.json()["detail"]["type"] == "unauthorized"
+        r = client.post("/v1/keys", json={"workspaces": ["*"]})   # no admin key can be minted anonymously
+        assert r.status_code == 401 and client.corpus.keys.active == 0
+        assert client.get("/mcp").status_code == 401
+    finally:
+        client.corpus.close()
+    # closed survives a restart, and serving beyond loopback is refused without an active key
+    monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "data"))
+    client = make_client(tmp_path / "data")
+    try:
+        assert client.get("/v1/status").status_code == 401
+    finally:
+        client.corpus.close()
+    assert main(["serve", "--host", "0.0.0.0", "--port", "9"]) == 2
+    capsys.readouterr()
+    assert main(["keys", "open"]) == 2                       # explicit: needs --yes
+    assert main(["keys", "open", "--yes"]) == 0
+    capsys.readouterr()
+    client = make_client(tmp_path / "data")
+    try:
+        assert client.get("/v1/status").status_code == 200
+    finally:
+        client.corpus.close()
+
+
+def test_keys_open_is_refused_while_a_key_is_active(tmp_path, capsys, monkeypatch):
+    from server.cli import main
+
+    monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "data"))
+    assert main(["keys", "create", "--workspace", "*"]) == 0
+    capsys.readouterr()
+    assert main(["keys", "open", "--yes"]) == 2
+    assert "still active" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("127.0.0.1.example", False), ("127.evil.example", False), ("0.0.0.0", False), ("::", False),
+    ("10.0.0.1", False), ("", False)])
+def test_the_loopback_check_resolves_addresses(host, loopback):
+    from engine.access import is_loopback
+
+    assert is_loopback(host) is loopback
