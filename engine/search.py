@@ -22,7 +22,10 @@ from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
 from models.reranker import RerankerUnavailable, load_reranker
 
+from indexes.sparse import DATE_MAX, DATE_MIN
+
 from .corpus import Corpus
+from .values import Int64
 from .errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
 from .querylog import LogEntry
 from .fusion import Fused, rrf
@@ -32,7 +35,7 @@ from .recency import age_days, decay_factor
 from .rollup import rollup
 
 
-MIN_TIME, MAX_TIME = datetime(1678, 1, 1), datetime(2262, 1, 1)
+MIN_TIME, MAX_TIME = DATE_MIN, DATE_MAX
 
 
 def _listify(v):
@@ -48,7 +51,7 @@ class SearchFilters(BaseModel):
     domain: list[str] | None = Field(default=None, max_length=100, description="Domain(s), e.g. sqlite.org.")
     after: datetime | None = Field(default=None, description="last_seen at or after (inclusive).")
     before: datetime | None = Field(default=None, description="last_seen before (exclusive).")
-    cluster_id: list[int] | None = Field(default=None, max_length=100)
+    cluster_id: list[Int64] | None = Field(default=None, max_length=100)
     entity: list[str] | None = Field(default=None, max_length=100,
                                      description="Entity id, canonical form or alias (case-insensitive).")
 

@@ -25,6 +25,8 @@ One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loade
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass
 
 import duckdb
@@ -184,7 +186,8 @@ class RelationStore:
         res = self.cursor().execute(
             "SELECT load_id, created_at, source, format, summary FROM rel_loads WHERE workspace_id = ? "
             "ORDER BY created_at, load_id", [workspace_id]).fetchall()
-        return [{"load_id": r[0], "created_at": r[1], "source": r[2], "format": r[3], "summary": r[4]}
+        # the source by its file name: replies never carry the server's paths
+        return [{"load_id": r[0], "created_at": r[1], "source": Path(r[2]).name, "format": r[3], "summary": r[4]}
                 for r in res]
 
     def load_spec(self, load_id: str) -> dict | None:

@@ -19,6 +19,8 @@ from engine.access import Grant, grant_for
 from engine.errors import EngineError
 from engine.querylog import LogEntry, utcnow
 
+from .errors import REQUEST_ID
+
 OPEN_PATHS = {"/healthz", "/docs", "/openapi.json", "/redoc", "/docs/oauth2-redirect"}
 SCOPE_KEY = "refindery.grant"
 
@@ -102,6 +104,7 @@ class KeyAuth:
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         request_id = f"req_{secrets.token_hex(8)}"
+        scope[REQUEST_ID] = request_id
         outcome = {"status": 500}
 
         async def send_with_id(message):

@@ -149,7 +149,7 @@ def cmd_evidence(args) -> int:
     corpus = open_corpus(_settings(args))
     try:
         resp = EvidenceSearch(corpus, SearchService(corpus)).search(req)
-        print(resp.model_dump_json(indent=2) if args.json else resp.summary)
+        print(json.dumps(resp.model_dump(mode="json") | {"file": resp.file}, indent=2) if args.json else resp.summary)
         return 0
     finally:
         corpus.close()

@@ -1,6 +1,8 @@
 """Every refusal is JSON {"detail": {"type", "title", ...}} with the right status."""
 from __future__ import annotations
 
+import logging
+import secrets
 from typing import Any, Union
 
 from fastapi import FastAPI, Request
@@ -32,7 +34,8 @@ _WHAT = {401: "no API key, or a bad one (once keys exist)", 403: "outside the ke
          "scoped, or a route over every workspace)", 404: "an unknown reference (or one outside the key's "
          "workspaces)", 409: "it exists already", 413: "the request body is too large",
          422: "a malformed or invalid request", 429: "over the key's rate (see Retry-After)",
-         502: "an upstream model call failed", 503: "a capability that is not configured"}
+         500: "an unexpected failure, logged under the reply's request_id", 502: "an upstream model call failed",
+         503: "a capability that is not configured"}
 # Documented on every route, so clients (and schemathesis) know each refusal's shape.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": Union[ErrorBody, BareRefusal] if code == 503 else ErrorBody, "description": what}
@@ -43,6 +46,19 @@ def json_errors() -> dict[int | str, dict[str, Any]]:
     """The same refusals for a route whose own replies are not JSON: their content type spelled out."""
     return {code: {"description": what, "content": {"application/json": {"schema": {
         "$ref": "#/components/schemas/ErrorBody"}}}} for code, what in _WHAT.items() if code != 503}
+
+
+log = logging.getLogger("refindery.server")
+REQUEST_ID = "refindery.request_id"   # the scope key the key middleware puts each request's id under
+
+
+def internal_error(scope: dict, what: str, exc: BaseException) -> dict:
+    """The body of an unexpected failure: no exception text (it can quote SQL or paths), only the
+    request id the full traceback is logged under."""
+    request_id = scope.get(REQUEST_ID) or f"req_{secrets.token_hex(8)}"
+    log.error("internal error in %s (request %s)", what, request_id, exc_info=exc)
+    return {"type": "internal_error", "title": "the server failed on this request; the failure is logged under "
+                                              "its request_id", "request_id": request_id}
 
 
 class ApiError(Exception):
@@ -73,6 +89,12 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse({"detail": {"type": "validation_error", "title": "the request is malformed",
                                         "errors": errors}}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        # Starlette's outermost middleware answers with this, then re-raises for the server's log.
+        body = internal_error(request.scope, f"{request.method} {request.url.path}", exc)
+        return JSONResponse({"detail": body}, status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):

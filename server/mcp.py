@@ -32,6 +32,7 @@ from engine.search import SearchRequest
 from engine.similar import MEDIATIONS, similar_pages
 
 from .auth import SCOPE_KEY
+from .errors import internal_error
 from .evidence import searcher as evidence_searcher
 
 INSTRUCTIONS = (
@@ -73,15 +74,20 @@ def _refusal(exc: Exception, path: str) -> Refusal:
     return Refusal(422, path, {"type": "validation_error", "title": "the request is malformed", "errors": errors})
 
 
-def request_grant(ctx: Context | None) -> Grant:
-    """The grant of the HTTP request that carried a tool call (streamable HTTP at /mcp, where the key
-    middleware put it); a call over stdio or in process carries none and is open, as the routes are
-    while no key exists."""
+def request_scope(ctx: Context | None) -> dict:
+    """The ASGI scope of the HTTP request that carried a tool call ({} over stdio or in process)."""
     try:
         request = ctx.request_context.request if ctx is not None else None
     except (ValueError, AttributeError, LookupError):
         request = None
-    grant = request.scope.get(SCOPE_KEY) if request is not None and hasattr(request, "scope") else None
+    return request.scope if request is not None and hasattr(request, "scope") else {}
+
+
+def request_grant(ctx: Context | None) -> Grant:
+    """The grant of the HTTP request that carried a tool call (streamable HTTP at /mcp, where the key
+    middleware put it); a call over stdio or in process carries none and is open, as the routes are
+    while no key exists."""
+    grant = request_scope(ctx).get(SCOPE_KEY)
     return grant if grant is not None else Grant(None)
 
 
@@ -105,6 +111,8 @@ def tool_function(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any
                 return call(model(**kwargs), grant)
             except (EngineError, ValidationError) as exc:
                 raise _refusal(exc, path) from exc
+            except Exception as exc:  # never raw driver text (SQL, paths) to an agent: the route's 500 body
+                raise Refusal(500, path, internal_error(request_scope(ctx), f"MCP tool {path}", exc)) from None
         return await anyio.to_thread.run_sync(run)
 
     fn.__signature__ = inspect.Signature(params)

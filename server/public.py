@@ -1,15 +1,13 @@
 """The public relation verbs: workspaces, loads, search, facts, corrections, region, audit."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import APIRouter, Depends, Query, Request
 
 from engine.access import Forbidden, Grant
 from engine.readers.criteria import CriterionReader
 from engine.relations.facts import (AuditNotFound, CorrectionRequest, FactsRequest, RegionRequest, audit_events,
                                     correct, facts, region)
-from engine.relations.loads import LoadRequest, load
+from engine.relations.loads import LoadRequest, load, workspace_roots
 from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace
 
@@ -49,9 +47,8 @@ def loads_create(workspace_id: str, body: LoadRequest, request: Request, g: Gran
     g.require_write()
     _in(g, workspace_id)
     c = request.app.state.corpus
-    dirs = c.settings.relations.source_dirs
-    allowed = [Path(d) for d in dirs] if dirs else ([c.data_dir / "sources"] if c.keys.active else None)
-    return load(_relations(request), workspace_id, body, allowed)
+    roots = workspace_roots(c.settings.relations.source_dirs, c.data_dir, workspace_id, c.keys.closed)
+    return load(_relations(request), workspace_id, body, roots)
 
 
 @router.post("/v1/public/search", tags=["relations"])

@@ -170,3 +170,216 @@ def test_the_loopback_check_resolves_addresses(host, loopback):
     from engine.access import is_loopback
 
     assert is_loopback(host) is loopback
+
+
+# 3, 4. Loads stay inside their workspace's folder ---------------------------------------------------
+
+@pytest.fixture
+def keyed(tmp_path):
+    """A server with keys and two relation workspaces, each key bound to one."""
+    from docs.examples import make_client
+    from engine.access import create_key
+
+    client = make_client(tmp_path / "data")
+    admin = create_key(client.corpus.keys, ["*"])["token"]
+    for ws in ("wa", "wb"):
+        r = client.post("/v1/public/workspaces", json={"workspace_id": ws, "packs": ["expert_network"]},
+                        headers=h(admin))
+        assert r.status_code == 201, r.text
+    client.a = create_key(client.corpus.keys, ["wa"])["token"]
+    client.sources = client.data_dir / "sources"
+    yield client
+    client.corpus.close()
+
+
+def _load(client, ws, source, token):
+    from docs.examples.roster import LOAD
+
+    return client.post(f"/v1/public/workspaces/{ws}/loads", json={"source": str(source), **LOAD}, headers=h(token))
+
+
+def test_a_key_cannot_load_another_workspaces_export_and_refusals_name_no_server_path(keyed):
+    from docs.examples.roster import write_export
+
+    b_export = write_export(keyed.sources / "wb" / "export.duckdb")
+    for src in (b_export, "../wb/export.duckdb"):
+        r = _load(keyed, "wa", src, keyed.a)
+        assert r.status_code == 403 and r.json()["detail"]["type"] == "source_forbidden", r.text
+        assert str(keyed.data_dir) not in r.text, r.text
+    write_export(keyed.sources / "wa" / "export.duckdb")
+    ok = _load(keyed, "wa", "export.duckdb", keyed.a)   # relative to the workspace's own folder
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["source"] == "export.duckdb" and str(keyed.data_dir) not in ok.text
+    described = keyed.get("/v1/public/workspaces/wa", headers=h(keyed.a))
+    assert described.status_code == 200 and str(keyed.data_dir) not in described.text
+
+
+def test_a_view_in_an_export_cannot_read_files_outside_and_views_are_a_clear_422(keyed, tmp_path):
+    import duckdb
+
+    from docs.examples.roster import write_export
+
+    secret = tmp_path / "outside-secret.csv"
+    secret.write_text("person_id\nroot:x:0:0\n")
+    export = write_export(keyed.sources / "wa" / "export.duckdb")
+    con = duckdb.connect(str(export))
+    con.execute("DROP TABLE people")
+    con.execute(f"CREATE VIEW people AS SELECT * FROM read_csv('{secret}', all_varchar = true)")
+    con.close()
+    r = _load(keyed, "wa", "export.duckdb", keyed.a)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]["reason"] in ("source_view_unsupported", "source_unreadable")
+    assert "root:x" not in r.text and str(tmp_path) not in r.text
+    from indexes.sources import Source
+    with Source(export, roots=[keyed.sources / "wa"]) as src:      # and not by reading the view either
+        with pytest.raises(Exception) as err:
+            src._con.execute(f"SELECT * FROM {src._alias}.people").fetchall()
+        assert "disabled" in str(err.value) or "Permission" in str(err.value)
+    # a view over the export's own tables: a clear 422 naming the view, nothing loaded
+    export = write_export(keyed.sources / "wa" / "export.duckdb")
+    con = duckdb.connect(str(export))
+    con.execute("ALTER TABLE people RENAME TO people_t")
+    con.execute("CREATE VIEW people AS SELECT * FROM people_t")
+    con.close()
+    r = _load(keyed, "wa", "export.duckdb", keyed.a)
+    assert r.status_code == 422 and r.json()["detail"]["reason"] == "source_view_unsupported", r.text
+    assert keyed.corpus.relations.loads("wa") == []
+
+
+def test_a_folder_source_whose_file_links_outside_is_refused(keyed, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "roles.csv").write_text("role_id,person_id\nr1,p1\n")
+    folder = keyed.sources / "wa" / "csvs"
+    folder.mkdir(parents=True)
+    (folder / "people.csv").write_text("person_id\np1\n")
+    (folder / "roles.csv").symlink_to(outside / "roles.csv")
+    r = keyed.post("/v1/public/workspaces/wa/loads", headers=h(keyed.a), json={
+        "source": "csvs", "format": "csv", "entities": {"table": "people", "id_column": "person_id"}})
+    assert r.status_code == 403 and r.json()["detail"]["type"] == "source_forbidden", r.text
+    assert str(tmp_path) not in r.text
+    (folder / "roles.csv").unlink()
+    r = keyed.post("/v1/public/workspaces/wa/loads", headers=h(keyed.a), json={
+        "source": "csvs", "format": "csv", "entities": {"table": "people", "id_column": "person_id"}})
+    assert r.status_code == 201, r.text
+
+
+# 5. The dictionary read route opens no file outside the dictionary folder ---------------------------
+
+def test_the_dictionary_read_route_validates_the_name_as_the_write_route_does(tmp_path):
+    from docs.examples import make_client
+
+    secret = tmp_path / "x" / "outside-secret.md"
+    secret.parent.mkdir()
+    secret.write_text("## hidden-term\n\nsecret-alias\n")
+    client = make_client(tmp_path / "data")
+    try:
+        for name in (str(secret.with_suffix("")), "../../x/outside-secret", "/work/pyproject"):
+            r = client.get("/v1/evidence/dictionary", params={"workspace": name})
+            assert r.status_code == 422 and r.json()["detail"]["type"] == "dictionary_invalid", r.text
+            assert "hidden-term" not in r.text and "secret-alias" not in r.text
+        ok = client.put("/v1/evidence/dictionary", params={"workspace": "birds"},
+                        json={"format": "markdown", "text": "## gannet\n\nsula\n"})
+        assert ok.status_code == 200 and ok.json()["file"] == "birds.md"   # no server path in the reply
+        assert client.get("/v1/evidence/dictionary", params={"workspace": "birds"}).json()["entries"] == 1
+    finally:
+        client.corpus.close()
+
+
+# 6. No plain-text 5xx --------------------------------------------------------------------------------
+
+@pytest.fixture
+def roster_client(tmp_path, pool):
+    from docs.examples import make_client
+    from docs.examples.roster import roster
+
+    client = make_client(tmp_path / "data", pool)
+    client.ws = roster(client).workspace_id
+    client.post("/v1/pages", json={"pages": [{"url": "https://a.example/1", "body_text": "gannets dive"}]})
+    yield client
+    if not client.corpus.store.closed:
+        client.corpus.close()
+
+
+@pytest.mark.parametrize("body, status, kind", [
+    # an unknown slot is a gap, as the seed's contract says (slot_unknown:<name>), never a TypeError
+    ({"constraints": [{"relation": "held_role", "slot": "nope", "op": "eq", "value": "x"}]}, 200, None),
+    ({"constraints": [{"relation": "held_role", "slot": "seniority", "op": "eq", "value": "VP"}],
+      "offset": 9223372036854775808}, 422, "validation_error"),
+    ({"constraints": [{"relation": "held_role", "slot": "seniority", "op": "eq", "value": "NaN"}]}, None, None),
+])
+def test_relation_search_never_answers_a_500(roster_client, body, status, kind):
+    r = roster_client.post("/v1/public/search", json={"workspace_id": roster_client.ws, **body})
+    assert r.status_code < 500 and r.headers["content-type"].startswith("application/json"), r.text
+    if status:
+        assert r.status_code == status, r.text
+    if kind:
+        assert r.json()["detail"]["type"] == kind
+    if status == 200:
+        assert r.json()["bound"] is False
+        assert "slot_unknown:nope" in json.dumps(r.json()["gaps"])
+        assert r.json()["licence"]["complete"] is False if "licence" in r.json() else True
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_refused_as_constraint_values(roster_client, value):
+    raw = ('{"workspace_id": "%s", "constraints": [{"relation": "held_role", "slot": "seniority", '
+           '"op": "gte", "value": %s}]}') % (roster_client.ws, value)
+    r = roster_client.post("/v1/public/search", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"]["type"] == "search_constraint_invalid", r.text
+
+
+def test_search_filters_take_only_int64_cluster_ids(roster_client):
+    r = roster_client.post("/v1/search", json={"query": "gannets", "filters": {"cluster_id": [1 << 63]}})
+    assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error", r.text
+    r = roster_client.post("/v1/search", json={"query": "gannets", "filters": {"cluster_id": [(1 << 63) - 1]}})
+    assert r.status_code == 200 and r.json()["total"] == 0
+
+
+def test_every_integer_the_api_takes_is_bounded(roster_client):
+    spec = roster_client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    unbounded = []
+
+    def walk(node, where, seen=()):
+        if isinstance(node, list):
+            for x in node:
+                walk(x, where, seen)
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref", "").split("/")[-1]
+        if ref and ref not in seen:
+            walk(schemas[ref], ref, seen + (ref,))
+        if node.get("type") == "integer" and ("minimum" not in node or "maximum" not in node):
+            unbounded.append(where)
+        for k, v in node.items():
+            walk(v, f"{where}.{k}", seen)
+
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            for prm in op.get("parameters", []):
+                walk(prm.get("schema", {}), f"{method} {path} ?{prm['name']}")
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            walk(body or {}, f"{method} {path} body")
+    assert unbounded == []
+
+
+def test_an_unexpected_failure_is_a_json_500_with_a_request_id_over_http_and_mcp(roster_client, caplog):
+    from docs.examples.over_mcp import call_tool
+
+    roster_client.corpus.store.close()   # a real failure: the database has gone away under the server
+    from fastapi.testclient import TestClient
+
+    client = TestClient(roster_client.app, raise_server_exceptions=False)
+    r = client.post("/v1/search", json={"query": "gannets"})
+    assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+    detail = r.json()["detail"]
+    assert detail["type"] == "internal_error" and detail["request_id"].startswith("req_")
+    assert "SELECT" not in r.text and "duckdb" not in r.text.lower()
+    assert detail["request_id"] in caplog.text            # logged under the id the client sees
+    res = call_tool(roster_client, "get_page", {"page_id": "pg_x"})
+    assert res.isError
+    text = res.content[0].text
+    body = json.loads(text[text.index("{"):])
+    assert body["status"] == 500 and body["path"] == "/v1/pages/{id}"
+    assert body["detail"]["type"] == "internal_error" and "SELECT" not in text

@@ -54,11 +54,11 @@ def test_with_keys_loads_read_only_from_the_source_folders(tmp_path):
 
     client = make_client(tmp_path / "data")
     try:
-        inside = write_export(client.data_dir / "sources" / "export.duckdb")
+        inside = write_export(client.data_dir / "sources" / "w" / "export.duckdb")  # the workspace's own folder
         outside = write_export(tmp_path / "elsewhere" / "export.duckdb")
         token = create_key(client.corpus.keys, ["*"])["token"]
         assert client.post("/v1/public/workspaces", json={"workspace_id": "w"}, headers=h(token)).status_code == 201
-        for src in (outside, client.data_dir / "sources" / ".." / ".." / "elsewhere" / "export.duckdb"):
+        for src in (outside, client.data_dir / "sources" / "w" / ".." / ".." / ".." / "elsewhere" / "export.duckdb"):
             r = client.post("/v1/public/workspaces/w/loads", json={"source": str(src), **LOAD}, headers=h(token))
             assert r.status_code == 403 and r.json()["detail"]["type"] == "source_forbidden", r.text
         ok = client.post("/v1/public/workspaces/w/loads", json={"source": str(inside), **LOAD}, headers=h(token))

@@ -9,6 +9,7 @@ something its type cannot answer is a 422 too: the request never made sense.
 from __future__ import annotations
 
 import calendar
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -55,7 +56,18 @@ def sql_str(value: str) -> str:
 
 
 def _scalar(v) -> bool:
-    return isinstance(v, (str, int, float)) and not isinstance(v, bool) and (not isinstance(v, str) or v.strip() != "")
+    """A string (non-blank, valid Unicode) or a finite number: NaN and Infinity compare with nothing."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return False
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, int):
+        return abs(v) < 1 << 63
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return v.strip() != ""
 
 
 def parse_constraints(raw: Any) -> list[Constraint]:
@@ -81,7 +93,7 @@ def parse_constraints(raw: Any) -> list[Constraint]:
         elif c["op"] == "in" and not (isinstance(c["value"], list) and c["value"] and all(map(_scalar, c["value"]))):
             problem = "op in takes a non-empty list of values"
         elif c["op"] != "in" and not _scalar(c["value"]):
-            problem = f"op {c['op']} takes one value (a string or a number)"
+            problem = f"op {c['op']} takes one value (a string or a finite number)"
         elif "required" in c and not isinstance(c["required"], bool):
             problem = "required is true or false"
         elif c.get("brief_span") is not None and not (

@@ -100,9 +100,9 @@ def span_sql(v: str) -> tuple[str, str]:
     return lo, hi
 
 
-def _check(space: Space, req: LoadRequest) -> tuple[Source, dict]:
+def _check(space: Space, req: LoadRequest, path: Path, roots: list[Path] | None) -> tuple[Source, dict]:
     try:
-        src = Source(req.source, req.format)
+        src = Source(path, req.format, roots)
     except SourceError as exc:
         raise LoadInvalid(str(exc), reason=exc.kind) from exc
     plan: dict = {"relations": [], "entities": None, "coverage": []}
@@ -113,7 +113,13 @@ def _check(space: Space, req: LoadRequest) -> tuple[Source, dict]:
             if table not in tables:
                 raise LoadInvalid(f"{where}: the source has no table {table!r}", reason="load_table_unknown",
                                   tables=sorted(tables))
-            return set(src.columns(table))
+            try:
+                return set(src.columns(table))
+            except SourceError as exc:
+                raise LoadInvalid(f"{where}: {exc}", reason=exc.kind) from exc
+            except Exception as exc:  # a table DuckDB/sqlite cannot read (a view over a file it may not open)
+                raise LoadInvalid(f"{where}: cannot read {table!r} ({type(exc).__name__})",
+                                  reason="source_unreadable") from exc
 
         def need(cols: set[str], col: str, table: str, where: str) -> None:
             if col not in cols:
@@ -171,8 +177,10 @@ def _check(space: Space, req: LoadRequest) -> tuple[Source, dict]:
 def _read(src: Source, table: str, cols: list[str], key: str | None, where: str) -> pa.Table:
     try:
         data = src.read(table, cols, key)
+    except SourceError as exc:
+        raise LoadInvalid(f"{where}: {exc}", reason=exc.kind) from exc
     except Exception as exc:  # a source DuckDB/sqlite cannot read as declared
-        raise LoadInvalid(f"{where}: cannot read {table!r}: {exc}", reason="source_unreadable") from exc
+        raise LoadInvalid(f"{where}: cannot read {table!r}: {_no_paths(str(exc))}", reason="source_unreadable") from exc
     if key is not None:
         keys = data.column("__key")
         if keys.null_count or len(pc.unique(keys)) != len(keys):
@@ -259,22 +267,54 @@ class SourceForbidden(EngineError):
     status, type = 403, "source_forbidden"
 
 
-def confine(source: str, allowed: list[Path] | None) -> None:
-    """A load reads only from the allowed folders (None: anywhere). The path is resolved first, so
-    neither `..` nor a symbolic link leads out."""
+def workspace_roots(source_dirs: list[str], data_dir: Path, workspace_id: str, closed: bool) -> list[Path] | None:
+    """The folders a workspace's loads may read: `<dir>/<workspace_id>/` of each configured source
+    folder (default `<data_dir>/sources/<workspace_id>/`), so one workspace's key never reads another's
+    exports. None (anywhere) only for a server that has never had a key and no source_dirs set."""
+    if not source_dirs and not closed:
+        return None
+    return [Path(d).expanduser() / workspace_id for d in (source_dirs or [str(data_dir / "sources")])]
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+def confine(source: str, allowed: list[Path] | None) -> Path:
+    """The source path a load may read. With `allowed` folders: a relative path is taken inside the
+    first of them; the path is resolved (so neither `..` nor a symbolic link leads out), and a folder
+    source's files, and any link in the folders a DuckDB export could name in a view, must resolve
+    inside too. Refusals name no server path."""
+    given = Path(source).expanduser()
     if allowed is None:
-        return
-    path = Path(source).expanduser().resolve()
-    if not any(path == d or path.is_relative_to(d) for d in (Path(a).expanduser().resolve() for a in allowed)):
-        raise SourceForbidden("loads read only from the configured source folders ([relations] source_dirs)",
-                              allowed=[str(a) for a in allowed])
+        return given
+    roots = [r.expanduser().resolve() for r in allowed]
+    if not given.is_absolute():
+        given = next((r / given for r in roots if (r / given).exists()), roots[0] / given)
+    path = given.resolve()
+    forbidden = SourceForbidden("loads read only from the workspace's own source folder "
+                                "(<source_dirs>/<workspace_id>/); name the source relative to it")
+    if not _inside(path, roots):
+        raise forbidden
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for f in root.rglob("*"):   # a link anywhere in the folders could be read through a view or a table file
+            if f.is_symlink() and not _inside(f.resolve(), roots):
+                raise SourceForbidden(f"the source folder holds a link that leads outside it ({f.name!r})")
+    return path
+
+
+def shown(path: str | Path) -> str:
+    """A source as replies name it: the file's name, never the server's path to it."""
+    return Path(path).name
 
 
 def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: list[Path] | None = None) -> dict:
-    """`allowed`: the folders sources may be read from (None: anywhere)."""
+    """`allowed`: the folders sources may be read from (None: anywhere); see workspace_roots."""
     space = open_space(rstore, workspace_id)
-    confine(req.source, allowed)
-    src, plan = _check(space, req)
+    path = confine(req.source, allowed)
+    src, plan = _check(space, req, path, allowed)
     load_id = f"ld_{secrets.token_hex(5)}"
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     with src:
@@ -348,4 +388,12 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
                     [load_id, workspace_id, now, src.key, src.format,
                      json.dumps(req.model_dump()), json.dumps(summary)])
     rstore.changed(workspace_id)
-    return {"load_id": load_id, "workspace_id": workspace_id, "source": src.key, "format": src.format, **summary}
+    return {"load_id": load_id, "workspace_id": workspace_id, "source": shown(src.key), "format": src.format,
+            **summary}
+
+
+def _no_paths(text: str) -> str:
+    """An error message without the absolute paths a driver may quote."""
+    import re
+
+    return re.sub(r"(?:[A-Za-z]:)?/(?:[^\s\"']+/)+([^\s\"'/]+)", r"\1", text)

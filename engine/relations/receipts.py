@@ -62,8 +62,10 @@ class ReceiptReader:
             try:
                 with Source(spec["source"], spec["format"]) as src:
                     now = src.cells(table, m.get("key_column"), [r["row_key"] for r in group], columns)
-            except (SourceError, Exception) as exc:  # a source moved or gone: nothing verifies
+            except SourceError as exc:  # a source moved or gone: nothing verifies
                 error = f"source unreadable: {exc}"
+            except Exception as exc:
+                error = f"source unreadable: {type(exc).__name__}"
             for row in group:
                 receipts = {}
                 for slot, column in m["slots"].items():

@@ -61,7 +61,7 @@ class RelationSearchRequest(BaseModel):
     limit: int | None = Field(default=None, ge=0, le=500,
                               description="Matches on this page (default 50; 25 with detail compact); "
                                           "the counts stay whole.")
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=1_000_000_000, description="Matches to skip (paging).")
     list_limit: int | None = Field(default=None, ge=0, le=200,
                                    description="Bound on every list of non-matches (default 200).")
     entity_ids: list[str] | None = Field(default=None, max_length=500,
@@ -141,8 +141,8 @@ class RelationSearch:
             raise SearchConstraintInvalid("the constraints name relations of different subject kinds",
                                           kinds=kinds)
         if not kinds:
-            known = {space.schema.relation(c.relation) for c in constraints} - {None}
-            kinds = sorted({r.subject for r in known}) or space.subject_kinds()
+            known = (space.schema.relation(c.relation) for c in constraints)
+            kinds = sorted({r.subject for r in known if r is not None}) or space.subject_kinds()
         groups = make_groups(bound)
         span = parse_span(req.as_of) if req.as_of else None
         plan = Plan(space, groups, bound, span, kinds)

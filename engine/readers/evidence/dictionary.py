@@ -243,6 +243,9 @@ class Dictionary:
 
 
 def dictionary_path(directory: Path, workspace: str) -> Path | None:
+    """The workspace's dictionary file, if it has one. The name is checked as on write, so a request
+    can never name a file outside the dictionary folder (``/etc/x``, ``../pyproject``)."""
+    _file_name(workspace)
     found = [directory / f"{workspace}{s}" for s in SUFFIXES if (directory / f"{workspace}{s}").is_file()]
     if len(found) > 1:
         raise DictionaryError(f"workspace {workspace!r} has two dictionaries: {', '.join(p.name for p in found)}")
@@ -262,11 +265,15 @@ def load_dictionary(directory: Path, workspace: str, packs: list[str]) -> Dictio
 _WORKSPACE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
-def dictionary_file(directory: Path, workspace: str, fmt: str) -> Path:
+def _file_name(workspace: str) -> str:
     if not _WORKSPACE_FILE.match(workspace) or ".." in workspace:
         raise DictionaryError(f"workspace {workspace!r} cannot name a dictionary file "
                               "(letters, digits, '.', '_' and '-')")
-    return directory / f"{workspace}{'.toml' if fmt.lower() == 'toml' else '.md'}"
+    return workspace
+
+
+def dictionary_file(directory: Path, workspace: str, fmt: str) -> Path:
+    return directory / f"{_file_name(workspace)}{'.toml' if fmt.lower() == 'toml' else '.md'}"
 
 
 def install_dictionary(directory: Path, workspace: str, fmt: str, text: str) -> dict:
@@ -282,7 +289,7 @@ def install_dictionary(directory: Path, workspace: str, fmt: str, text: str) -> 
         p = directory / f"{workspace}{other}"
         if p != target and p.exists():
             p.unlink()
-    return {"workspace": workspace, "file": str(target), "entries": len(entries)}
+    return {"workspace": workspace, "file": target.name, "entries": len(entries)}
 
 
 def describe(dictionary: Dictionary, workspace: str, limit: int = 1000) -> dict:

@@ -102,7 +102,8 @@ class EvidenceResponse(BaseModel):
     query_id: str
     session_id: str
     path: str = Field(description="The packet, relative to the data dir (agent_reports/…).")
-    file: str = Field(description="The packet's absolute path.")
+    file: str = Field(exclude=True, description="The packet's absolute path: for local callers (the CLI prints "
+                      "it), never serialised into a reply, which names `path` relative to the data dir.")
     appendix_path: str | None = None
     reports_written: int
     sources_found: int = Field(description="Sources in the packet (every call of the session so far).")
