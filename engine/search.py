@@ -254,7 +254,7 @@ class SearchService:
         f = filters or SearchFilters()
         entity_ids: list[str] = []
         for ref in f.entity or []:
-            eid = store.resolve_entity(workspace, ref)
+            eid = store.resolve_entity(workspace, ref, list(scopes) if scopes is not None else None)
             if eid is None:
                 raise EntityNotFound(f"no entity {ref!r} in workspace {workspace!r}", ref=ref)
             entity_ids.append(eid)

@@ -352,14 +352,20 @@ class CorpusStore:
         cur.close()
 
     # Filters, entities, pins -----------------------------------------------------------------------
-    def resolve_entity(self, workspace: str, ref: str) -> str | None:
-        """An entity id from its id, canonical form or an alias (case-insensitive)."""
+    def resolve_entity(self, workspace: str, ref: str, scopes: list[str] | None = None) -> str | None:
+        """An entity id from its id, canonical form or an alias (case-insensitive). With `scopes`,
+        only an entity some page of those document scopes names (to a scoped key, an entity of other
+        scopes' pages does not exist)."""
+        in_scope = "" if scopes is None else (
+            "AND entity_id IN (SELECT pe.entity_id FROM page_entities pe JOIN pages p USING (page_id) "
+            "WHERE p.scope IN (SELECT unnest(?::VARCHAR[])))")
         row = self.cursor().execute(
-            """SELECT entity_id FROM entities WHERE workspace_id = ? AND (
+            f"""SELECT entity_id FROM entities WHERE workspace_id = ? AND (
                    entity_id = ? OR lower(canonical) = lower(?)
                    OR list_contains(list_transform(coalesce(aliases, []), lambda a: lower(a)), lower(?)))
+                {in_scope}
                ORDER BY (entity_id = ?) DESC, (lower(canonical) = lower(?)) DESC, entity_id LIMIT 1""",
-            [workspace, ref, ref, ref, ref, ref]).fetchone()
+            [workspace, ref, ref, ref] + ([] if scopes is None else [list(scopes)]) + [ref, ref]).fetchone()
         return row[0] if row else None
 
     def filtered_pages(self, workspace: str, domains=(), after=None, before=None, cluster_ids=(),
@@ -487,10 +493,20 @@ class CorpusStore:
                 raise
             return gen
 
-    def clusters(self, workspace: str, include_tombstoned: bool = False) -> list[dict]:
-        res = self.cursor().execute(
-            f"""SELECT cluster_id, model, size, created_at, tombstoned_at FROM clusters WHERE workspace_id = ?
-                {'' if include_tombstoned else 'AND tombstoned_at IS NULL'} ORDER BY cluster_id""", [workspace])
+    def clusters(self, workspace: str, include_tombstoned: bool = False, scopes: list[str] | None = None) -> list[dict]:
+        """A workspace's clusters. With `scopes`, each size counts only the pages of those document
+        scopes, and a cluster with none of them is left out (its size would tell of other pages)."""
+        tomb = "" if include_tombstoned else "AND c.tombstoned_at IS NULL"
+        if scopes is None:
+            res = self.cursor().execute(
+                f"""SELECT cluster_id, model, size, created_at, tombstoned_at FROM clusters c WHERE workspace_id = ?
+                    {tomb} ORDER BY cluster_id""", [workspace])
+        else:
+            res = self.cursor().execute(
+                f"""SELECT c.cluster_id, c.model, CAST(count(*) AS INTEGER) AS size, c.created_at, c.tombstoned_at
+                    FROM clusters c JOIN pages p ON p.cluster_id = c.cluster_id AND p.workspace_id = c.workspace_id
+                    WHERE c.workspace_id = ? AND p.scope IN (SELECT unnest(?::VARCHAR[])) {tomb}
+                    GROUP BY ALL ORDER BY c.cluster_id""", [workspace, list(scopes)])
         cols = [d[0] for d in res.description]
         return [dict(zip(cols, r)) for r in res.fetchall()]
 

@@ -183,7 +183,9 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     def clusters(workspace: str | None = None, include_tombstoned: bool = False,
                  c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
         ws = g.workspace(workspace, c.settings.default_workspace)
-        return {"workspace": ws, "clusters": c.store.clusters(ws, include_tombstoned)}
+        scopes = g.document_scopes
+        return {"workspace": ws, "clusters": c.store.clusters(ws, include_tombstoned,
+                                                              list(scopes) if scopes is not None else None)}
 
     @app.post("/v1/clusters/refit", tags=["clusters"])
     def clusters_refit(workspace: str | None = None, k: int | None = Query(None, ge=2, le=10_000),

@@ -86,12 +86,21 @@ def public_region(body: RegionRequest, request: Request, g: Grant = Depends(curr
     return region(_relations(request), body)
 
 
+def _within_scopes(g: Grant, event: dict) -> bool:
+    """A key with document scopes sees an event only if the search it records read no document
+    outside them (an event from before scopes were recorded counts as reading every document)."""
+    if not g.scopes:
+        return True
+    read = (event.get("summary") or {}).get("document_scopes")
+    return read is not None and set(read) <= set(g.scopes)
+
+
 @router.get("/v1/audit/events", tags=["relations"])
 def audit(request: Request, request_id: str = Query(min_length=1, max_length=100),
           g: Grant = Depends(current_grant)) -> dict:
     """What an answer rested on: the rows (and spans) a request delivered."""
     out = audit_events(_relations(request), request_id)
-    out["events"] = [e for e in out["events"] if g.may_read(e["workspace_id"])]
+    out["events"] = [e for e in out["events"] if g.may_read(e["workspace_id"]) and _within_scopes(g, e)]
     if not out["events"]:
         raise AuditNotFound(f"no audit event for request {request_id!r}", ref=request_id)
     return out

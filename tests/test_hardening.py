@@ -383,3 +383,68 @@ def test_an_unexpected_failure_is_a_json_500_with_a_request_id_over_http_and_mcp
     body = json.loads(text[text.index("{"):])
     assert body["status"] == 500 and body["path"] == "/v1/pages/{id}"
     assert body["detail"]["type"] == "internal_error" and "SELECT" not in text
+
+
+# 7. Scoped keys learn nothing of what they may not read ---------------------------------------------
+
+def test_scoped_keys_get_scope_correct_clusters_entities_and_audit_events(tmp_path, pool):
+    from docs.examples import make_client
+    from docs.examples.roster import roster
+    from engine.access import create_key
+
+    client = make_client(tmp_path / "data", pool)
+    try:
+        ws = roster(client).workspace_id
+        pages = [{"url": f"https://{s}.example/{i}", "body_text": f"{s} notes {i} on gannets and puffins at sea",
+                  "scope": s, "entities": ["Alpha" if s == "team-a" else "Bravo"]}
+                 for s in ("team-a", "team-b") for i in range(3)]
+        assert client.post("/v1/pages", json={"workspace": ws, "pages": pages}).json()["errors"] is False
+        assert client.post("/v1/clusters/refit", params={"workspace": ws, "k": 2}).status_code == 200
+        admin = create_key(client.corpus.keys, ["*"])["token"]
+        team_a = create_key(client.corpus.keys, [ws], scopes=["team-a"])["token"]
+
+        every = client.get("/v1/clusters", params={"workspace": ws}, headers=h(admin)).json()["clusters"]
+        mine = client.get("/v1/clusters", params={"workspace": ws}, headers=h(team_a)).json()["clusters"]
+        assert sum(c["size"] for c in every) == 6 and sum(c["size"] for c in mine) == 3
+        assert all(c["size"] > 0 for c in mine)
+
+        def entity_search(token, ref):
+            return client.post("/v1/search", headers=h(token), json={
+                "query": "gannets", "workspace": ws, "filters": {"entity": ref}})
+
+        assert entity_search(team_a, "Alpha").status_code == 200
+        unknown, other = entity_search(team_a, "Nope"), entity_search(team_a, "Bravo")
+        assert unknown.status_code == other.status_code == 404
+        assert unknown.json()["detail"]["type"] == other.json()["detail"]["type"] == "entity_not_found"
+        assert entity_search(admin, "Bravo").status_code == 200
+
+        body = {"workspace_id": ws, "constraints": [{"relation": "held_role", "slot": "seniority", "op": "gte",
+                                                      "value": "VP"}]}
+        by_admin = client.post("/v1/public/search", json=body, headers=h(admin)).json()["request_id"]
+        by_a = client.post("/v1/public/search", json=body, headers=h(team_a)).json()["request_id"]
+        seen = client.get("/v1/audit/events", params={"request_id": by_admin}, headers=h(team_a))
+        assert seen.status_code == 404 and seen.json()["detail"]["type"] == "audit_event_not_found"
+        assert client.get("/v1/audit/events", params={"request_id": by_a}, headers=h(team_a)).status_code == 200
+        assert client.get("/v1/audit/events", params={"request_id": by_admin}, headers=h(admin)).status_code == 200
+    finally:
+        client.corpus.close()
+
+
+# 8. URLs, duplicates in a batch ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["javascript:1", "javascript:alert(1)", "JavaScript:1//x", "data:text/html,x",
+                                 "vbscript:x", "ftp://files.example/x"])
+def test_only_http_https_and_file_urls_are_pages(make_corpus, url):
+    rep = ingest(make_corpus(), [{"url": url, "body_text": "x"}])
+    assert rep.outcomes[0].status == "error" and "scheme" in rep.outcomes[0].error
+
+
+def test_three_spellings_of_one_url_in_a_batch_report_one_created_page(make_corpus):
+    corpus = make_corpus()
+    rep = ingest(corpus, [{"url": u, "body_text": "gannets"} for u in
+                          ("https://www.Example.com/a/", "http://example.com/a", "example.com/a#top")])
+    assert [o.status for o in rep.outcomes].count("created") == 1
+    assert {o.page_id for o in rep.outcomes} == {rep.outcomes[0].page_id}
+    assert [o.status for o in rep.outcomes].count("merged") == 2
+    assert rep.summary()["created"] == 1 and corpus.store.counts()["pages"] == 1
+    assert corpus.store.page(rep.outcomes[0].page_id)["visit_count"] == 3

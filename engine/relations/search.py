@@ -232,6 +232,8 @@ class RelationSearch:
         rows = [row["row_id"] for m in body["matches"] for row in m["rows"]]
         summary = {k: v for k, v in body["counts"].items() if k != "per_constraint"}
         summary["coverage"] = body["coverage"]
+        # the documents the answer could rest on: a key scoped narrower may not see this event
+        summary["document_scopes"] = list(self.scopes) if self.scopes is not None else None
         request = req.model_dump(exclude_none=True)
         self.rstore.record_audit(request_id, _utcnow(), "search", req.workspace_id, json.dumps(request),
                                  json.dumps(rows), json.dumps([]), json.dumps(summary))
