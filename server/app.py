@@ -23,7 +23,7 @@ from models.registry import ModelNotFound
 from engine.access import Grant, readable_page, readable_query
 
 from .auth import BodyLimit, KeyAuth, current_grant
-from .errors import ERROR_RESPONSES, install_error_handlers, not_found
+from .errors import ERROR_RESPONSES, StrictJSONRoute, install_error_handlers, not_found
 from .keys import router as keys_router
 from .mcp import build_mcp
 from .web import mount_web
@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan, responses=ERROR_RESPONSES,
                   description="Hybrid retrieval: refind search, relation search, evidence search.")
     install_error_handlers(app)
+    app.router.route_class = StrictJSONRoute   # the routes declared below; the routers set it themselves
     app.add_middleware(KeyAuth, corpus_of=lambda: app.state.corpus)
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.corpus.settings.server.max_body_bytes)
     app.include_router(public_router)

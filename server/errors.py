@@ -5,7 +5,11 @@ import logging
 import secrets
 from typing import Any, Union
 
+import json
+import re
+
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -59,6 +63,40 @@ def internal_error(scope: dict, what: str, exc: BaseException) -> dict:
     log.error("internal error in %s (request %s)", what, request_id, exc_info=exc)
     return {"type": "internal_error", "title": "the server failed on this request; the failure is logged under "
                                               "its request_id", "request_id": request_id}
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate(body: bytes) -> bool:
+    """Whether a JSON body holds a \\uD800-\\uDFFF escape that is not half of a pair: text no store
+    can hold and no reply can carry (checked in full only when such an escape appears at all)."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return False
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except ValueError:
+        return False   # not JSON: the route's own parsing refuses it
+    return False
+
+
+class StrictJSONRoute(APIRoute):
+    """A route that refuses a JSON body holding a lone surrogate with 422, before any handler (or
+    the query log, or a reply echoing it) meets text that cannot be encoded."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def strict(request: Request):
+            if request.method in ("POST", "PUT", "PATCH") and lone_surrogate(await request.body()):
+                raise RequestValidationError([{"loc": ["body"], "type": "unicode_surrogate", "msg":
+                                               "the body holds a lone surrogate (\\uD800-\\uDFFF not in a pair): "
+                                               "not valid Unicode"}])
+            return await handler(request)
+
+        return strict
 
 
 class ApiError(Exception):

@@ -11,9 +11,9 @@ from engine.access import Forbidden, Grant
 from engine.readers.evidence import service as evidence
 
 from .auth import current_grant
-from .errors import json_errors
+from .errors import StrictJSONRoute, json_errors
 
-router = APIRouter(tags=["evidence"])
+router = APIRouter(tags=["evidence"], route_class=StrictJSONRoute)
 
 
 def searcher(app) -> evidence.EvidenceSearch:

@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.access import Grant, access_log, create_key, list_keys, revoke_key
 
 from .auth import current_grant
+from .errors import StrictJSONRoute
 
-router = APIRouter(tags=["keys"])
+router = APIRouter(tags=["keys"], route_class=StrictJSONRoute)
 
 
 class KeyCreate(BaseModel):

@@ -12,8 +12,9 @@ from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace
 
 from .auth import current_grant
+from .errors import StrictJSONRoute
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 
 def _in(g: Grant, workspace_id: str) -> None:

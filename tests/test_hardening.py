@@ -448,3 +448,15 @@ def test_three_spellings_of_one_url_in_a_batch_report_one_created_page(make_corp
     assert [o.status for o in rep.outcomes].count("merged") == 2
     assert rep.summary()["created"] == 1 and corpus.store.counts()["pages"] == 1
     assert corpus.store.page(rep.outcomes[0].page_id)["visit_count"] == 3
+
+
+def test_a_lone_surrogate_anywhere_in_a_json_body_is_a_422_not_a_500(roster_client):
+    for path, raw in (("/v1/search", '{"query": "gannets \\udc00"}'),
+                      ("/v1/pages", '{"pages": [{"url": "https://x.example/\\udc00", "body_text": "x"}]}'),
+                      ("/v1/public/search", '{"workspace_id": "%s", "brief": "VPs \\ud800"}' % roster_client.ws)):
+        r = roster_client.post(path, content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error", (path, r.text)
+    # a surrogate pair is a character like any other (an emoji, as ensure_ascii JSON clients send it)
+    r = roster_client.post("/v1/search", content='{"query": "gannets \\ud83d\\ude00"}',
+                           headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
