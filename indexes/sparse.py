@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import tantivy
 
@@ -131,41 +131,13 @@ class SparseIndex:
                 rejected[d.page_id] = f"{type(exc).__name__}: {exc}"
         return [doc for pid, doc in out if pid not in rejected]
 
-    def replace_pages(self, page_ids: Iterable[str], docs: Iterable[IndexDoc], generation: int) -> dict[str, str]:
-        """Drop every chunk of `page_ids`, add `docs`, commit, then record `generation`.
-        Idempotent, so replaying it after a crash is always safe. Returns the pages left out because
-        the index cannot hold one of their values (page id -> reason)."""
-        page_ids = list(page_ids)
-        rejected: dict[str, str] = {}
-        built = self._docs(docs, rejected)
+    def _write(self, fill: Callable[[tantivy.IndexWriter], None], generation: int) -> None:
+        """One writer: `fill` it, commit, record `generation`; on any failure roll back and let the
+        writer (and its lock) go at once, not with a traceback that still holds it."""
         with self._lock:
             writer = self.index.writer(self.writer_heap, 1)
             try:
-                for pid in page_ids:
-                    writer.delete_documents_by_term("page_id", pid)
-                for doc in built:
-                    writer.add_document(doc)
-                writer.commit()
-                writer.wait_merging_threads()
-            except BaseException:
-                writer.rollback()
-                raise
-            finally:
-                del writer  # the lock goes with the writer, not with a traceback that still holds it
-            self.index.reload()
-            self.mark(generation)
-        return rejected
-
-    def rebuild(self, batches: Iterable[list[IndexDoc]], generation: int) -> dict[str, str]:
-        """Every chunk again from the store; returns the pages left out (as replace_pages)."""
-        rejected: dict[str, str] = {}
-        with self._lock:
-            writer = self.index.writer(self.writer_heap, 1)
-            try:
-                writer.delete_all_documents()
-                for batch in batches:
-                    for doc in self._docs(batch, rejected):
-                        writer.add_document(doc)
+                fill(writer)
                 writer.commit()
                 writer.wait_merging_threads()
             except BaseException:
@@ -175,6 +147,35 @@ class SparseIndex:
                 del writer
             self.index.reload()
             self.mark(generation)
+
+    def replace_pages(self, page_ids: Iterable[str], docs: Iterable[IndexDoc], generation: int) -> dict[str, str]:
+        """Drop every chunk of `page_ids`, add `docs`, commit, then record `generation`.
+        Idempotent, so replaying it after a crash is always safe. Returns the pages left out because
+        the index cannot hold one of their values (page id -> reason)."""
+        page_ids = list(page_ids)
+        rejected: dict[str, str] = {}
+        built = self._docs(docs, rejected)
+
+        def fill(writer):
+            for pid in page_ids:
+                writer.delete_documents_by_term("page_id", pid)
+            for doc in built:
+                writer.add_document(doc)
+
+        self._write(fill, generation)
+        return rejected
+
+    def rebuild(self, batches: Iterable[list[IndexDoc]], generation: int) -> dict[str, str]:
+        """Every chunk again from the store; returns the pages left out (as replace_pages)."""
+        rejected: dict[str, str] = {}
+
+        def fill(writer):
+            writer.delete_all_documents()
+            for batch in batches:
+                for doc in self._docs(batch, rejected):
+                    writer.add_document(doc)
+
+        self._write(fill, generation)
         return rejected
 
     # Reads --------------------------------------------------------------------------------------

@@ -56,7 +56,8 @@ def test_the_reported_request_is_a_batch_error_not_a_500_and_the_server_restarts
         r = client.post("/v1/pages", json={"workspace": "wsa", "pages": [BAD_DATE]})
         assert r.status_code == 200 and r.json()["errors"] is True
         assert r.json()["items"][0]["status"] == "error" and "seen_at" in r.json()["items"][0]["error"]
-        r = client.post("/v1/pages", json={"workspace": "wsb", "pages": [{"url": "https://b.example/", "body_text": "y"}]})
+        r = client.post("/v1/pages", json={"workspace": "wsb",
+                                           "pages": [{"url": "https://b.example/", "body_text": "y"}]})
         assert r.json()["items"][0]["status"] == "created"
         assert client.get("/v1/status").json()["generations"]["consistent"] is True
     corpus.close()

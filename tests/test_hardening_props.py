@@ -26,7 +26,8 @@ PAGE = st.fixed_dictionaries(
               "entities": st.lists(TEXT, max_size=3)})
 FILTERS = st.fixed_dictionaries({}, optional={
     "after": DATES.map(datetime.isoformat), "before": DATES.map(datetime.isoformat),
-    "cluster_id": st.lists(INTS, max_size=3), "domain": st.lists(TEXT, max_size=2), "entity": st.lists(TEXT, max_size=2)})
+    "cluster_id": st.lists(INTS, max_size=3), "domain": st.lists(TEXT, max_size=2),
+    "entity": st.lists(TEXT, max_size=2)})
 STATUSES = {"created", "updated", "revisited", "unchanged", "merged", "error"}
 
 
