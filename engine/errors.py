@@ -5,7 +5,16 @@ so the faces can never disagree on what a refusal is.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_ABSOLUTE_PATH = re.compile(r"(?:[A-Za-z]:)?/(?:[^\s\"'/]+/)+([^\s\"'/]+)")
+
+
+def without_paths(text: str) -> str:
+    """A message without the absolute paths a driver or a resolver may quote: each becomes its last
+    part (replies never tell a caller where the server keeps its files)."""
+    return _ABSOLUTE_PATH.sub(r"\1", text)
 
 
 class EngineError(Exception):

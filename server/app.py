@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -17,6 +18,7 @@ from engine.entities import EntityUpsert, upsert_entity
 from engine.ingest import Ingester, delete_page
 from engine.search import SearchRequest, SearchResponse, SearchService
 from engine.similar import similar_pages
+from engine.errors import without_paths
 from engine.settings import Settings, load_settings
 from models.registry import ModelNotFound
 
@@ -121,7 +123,12 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None) -
     @app.get("/v1/status", tags=["ops"])
     def status(c: Corpus = Depends(get_corpus), g: Grant = Depends(current_grant)) -> dict:
         g.require_everywhere("status (counts over every workspace)")
-        return status_of(c)
+        out = status_of(c)   # over HTTP without the server's paths (`refindery status` prints them locally)
+        out["data_dir"] = Path(out["data_dir"]).name
+        out["reranker"].pop("path", None)
+        if "reason" in out["reranker"]:
+            out["reranker"]["reason"] = without_paths(out["reranker"]["reason"])
+        return out
 
     @app.post("/v1/pages", response_model=UpsertResponse, tags=["pages"])
     def upsert_pages(body: PagesUpsert, c: Corpus = Depends(get_corpus),

@@ -461,3 +461,9 @@ def test_a_lone_surrogate_anywhere_in_a_json_body_is_a_422_not_a_500(roster_clie
     r = roster_client.post("/v1/search", content='{"query": "gannets \\ud83d\\ude00"}',
                            headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
+
+
+def test_status_over_http_names_no_server_path(roster_client):
+    r = roster_client.get("/v1/status")
+    assert r.status_code == 200 and str(roster_client.data_dir.parent) not in r.text
+    assert r.json()["data_dir"] == "data" and r.json()["quarantine"] == {"pages": 0, "recent": []}

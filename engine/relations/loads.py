@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from indexes.relations import RelationStore
 from indexes.sources import FORMATS, Source, SourceError
 
-from ..errors import EngineError, LoadInvalid
+from ..errors import EngineError, LoadInvalid, without_paths
 from .packs import Relation
 from .workspaces import Space, open_space
 
@@ -180,7 +180,7 @@ def _read(src: Source, table: str, cols: list[str], key: str | None, where: str)
     except SourceError as exc:
         raise LoadInvalid(f"{where}: {exc}", reason=exc.kind) from exc
     except Exception as exc:  # a source DuckDB/sqlite cannot read as declared
-        raise LoadInvalid(f"{where}: cannot read {table!r}: {_no_paths(str(exc))}", reason="source_unreadable") from exc
+        raise LoadInvalid(f"{where}: cannot read {table!r}: {without_paths(str(exc))}", reason="source_unreadable") from exc
     if key is not None:
         keys = data.column("__key")
         if keys.null_count or len(pc.unique(keys)) != len(keys):
@@ -391,9 +391,3 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
     return {"load_id": load_id, "workspace_id": workspace_id, "source": shown(src.key), "format": src.format,
             **summary}
 
-
-def _no_paths(text: str) -> str:
-    """An error message without the absolute paths a driver may quote."""
-    import re
-
-    return re.sub(r"(?:[A-Za-z]:)?/(?:[^\s\"']+/)+([^\s\"'/]+)", r"\1", text)
