@@ -467,3 +467,23 @@ def test_status_over_http_names_no_server_path(roster_client):
     r = roster_client.get("/v1/status")
     assert r.status_code == 200 and str(roster_client.data_dir.parent) not in r.text
     assert r.json()["data_dir"] == "data" and r.json()["quarantine"] == {"pages": 0, "recent": []}
+
+
+def test_a_value_that_slips_past_the_edge_is_quarantined_by_the_ingest_itself(make_corpus):
+    """Defence in depth: a record built without validation (as a caller of the Python API may) with a
+    date tantivy cannot hold is stored, refused by the index, moved to quarantine, and reported as
+    that item's error; its batch-mates and every index stay consistent."""
+    from datetime import datetime
+
+    from engine.records import PageInput
+
+    corpus = make_corpus()
+    slipped = PageInput.model_construct(url="https://old.example/x", title=None, body_text="an old page",
+                                        html=None, seen_at=datetime(1600, 1, 1), published=None, entities=[],
+                                        scope=None, cluster_id=None)
+    rep = ingest(corpus, [{"url": "https://ok.example/1", "body_text": "gannets"}, slipped])
+    assert [o.status for o in rep.outcomes] == ["created", "error"]
+    assert rep.outcomes[1].error.startswith("quarantined:") and "out of range" in rep.outcomes[1].error
+    state = corpus.consistency()
+    assert state["consistent"] and state["chunks"] == 1 and corpus.store.quarantined()["pages"] == 1
+    assert ingest(corpus, [{"url": "https://ok.example/2", "body_text": "puffins"}]).count("created") == 1
