@@ -49,7 +49,9 @@ browser:
 	        echo "The web tests need Chromium: sudo apt-get install chromium, or set REFINDERY_CHROMIUM"; exit 1; \
 	    fi; }
 
+# lint-imports first: an import against the layers or the wings (pyproject.toml) fails with a readable message.
 test: install browser
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and

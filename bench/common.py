@@ -54,8 +54,8 @@ def p50_p95(values) -> dict:
 def ir_corpus(data_dir: Path, names, models: list[str]):
     """The development collections in one data dir (a workspace each, as `make eval` makes them),
     ingested and embedded with `models` where they are not yet; returns (corpus, collections)."""
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
     from eval import collections, run
     from eval.ir import DEFAULT_IR_DIR
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from common import ROOT, p50_p95, pyplot, save, write  # noqa: I001
 
-from engine.settings import load_settings  # noqa: E402
+from engine.core.settings import load_settings  # noqa: E402
 from indexes.dense import DenseIndex  # noqa: E402
 
 TOP_N = 100  # the dense arm's depth (search.dense_top_n)

@@ -57,7 +57,7 @@ def speed(corpus, texts: list[str], repeats: int) -> dict:
 
 
 def quality(corpus, colls) -> dict:
-    from engine.search import SearchService
+    from engine.refind.search import SearchService
 
     service = SearchService(corpus)
     out = {}
@@ -114,9 +114,8 @@ def main() -> None:
 
     corpus, colls = ir_corpus(args.data_dir, COLLECTIONS, [TORCH, INT8])
     t = time.perf_counter()
-    from engine.ingest import embed_missing
 
-    n = embed_missing(corpus, INT8)
+    n = corpus.embed_missing(INT8)
     corpus.sync()
     embed_s = time.perf_counter() - t
     total = corpus.store.cursor().execute("SELECT count(*) FROM chunks").fetchone()[0]

@@ -21,12 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.corpus import open_corpus  # noqa: E402
-from engine.ingest import Ingester  # noqa: E402
-from engine.readers.evidence import service  # noqa: E402
-from engine.readers.evidence.search import EvidenceRequest, EvidenceSearch  # noqa: E402
-from engine.search import SearchService  # noqa: E402
-from engine.settings import load_settings  # noqa: E402
+from engine.core.corpus import open_corpus  # noqa: E402
+from engine.ingest.pipeline import Ingester  # noqa: E402
+from engine.evidence import service  # noqa: E402
+from engine.evidence.search import EvidenceRequest, EvidenceSearch  # noqa: E402
+from engine.refind.search import SearchService  # noqa: E402
+from engine.core.settings import load_settings  # noqa: E402
 
 QUESTIONS = {
     "simple": ["how do I read a file line by line", "create a table from a query result",

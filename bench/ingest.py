@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.corpus import open_corpus  # noqa: E402
-from engine.ingest import Ingester  # noqa: E402
-from engine.records import read_jsonl  # noqa: E402
-from engine.settings import load_settings  # noqa: E402
+from engine.core.corpus import open_corpus  # noqa: E402
+from engine.ingest.pipeline import Ingester  # noqa: E402
+from engine.ingest.records import read_jsonl  # noqa: E402
+from engine.core.settings import load_settings  # noqa: E402
 from models.embedder import EmbedderPool  # noqa: E402
 from models.registry import ModelRegistry  # noqa: E402
 

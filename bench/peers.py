@@ -26,7 +26,7 @@ import numpy as np
 
 from common import ROOT, p50_p95, pyplot, save, write, ir_corpus  # noqa: I001
 
-from engine.search import SearchRequest, SearchService  # noqa: E402
+from engine.refind.search import SearchRequest, SearchService  # noqa: E402
 from eval.run import MEASURES  # noqa: E402
 from indexes.sparse import SparseFilter  # noqa: E402
 

@@ -30,13 +30,13 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.corpus import open_corpus  # noqa: E402
+from engine.core.corpus import open_corpus  # noqa: E402
 from engine.relations.enumeration import Enumerator, Plan, make_groups  # noqa: E402
 from engine.relations.constraints import bind, parse_constraints  # noqa: E402
 from engine.relations.loads import LoadRequest, load  # noqa: E402
 from engine.relations.search import RelationSearch, RelationSearchRequest  # noqa: E402
 from engine.relations.workspaces import WorkspaceCreate, create_workspace, open_space  # noqa: E402
-from engine.settings import load_settings  # noqa: E402
+from engine.core.settings import load_settings  # noqa: E402
 
 FIVE = [
     {"relation": "held_role", "slot": "seniority", "op": "gte", "value": "VP"},

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.chunking import chunk_text  # noqa: E402
-from engine.settings import load_settings  # noqa: E402
+from engine.ingest.chunking import chunk_text  # noqa: E402
+from engine.core.settings import load_settings  # noqa: E402
 from models.registry import ModelRegistry, ModelSpec  # noqa: E402
 from models.reranker import Reranker  # noqa: E402
 from models.reranker_train import export_onnx, truncate_layers  # noqa: E402

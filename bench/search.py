@@ -30,11 +30,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.corpus import open_corpus  # noqa: E402
-from engine.ingest import chunk_id_for  # noqa: E402
-from engine.search import SearchRequest, SearchService  # noqa: E402
-from engine.settings import load_settings  # noqa: E402
-from engine.urls import page_id_for  # noqa: E402
+from engine.core.corpus import open_corpus  # noqa: E402
+from engine.ingest.pipeline import chunk_id_for  # noqa: E402
+from engine.refind.search import SearchRequest, SearchService  # noqa: E402
+from engine.core.settings import load_settings  # noqa: E402
+from engine.core.urls import page_id_for  # noqa: E402
 from indexes.store import ChunkRow, PageRow, PageWrite  # noqa: E402
 from models.embedder import EmbedderPool  # noqa: E402
 from models.registry import ModelRegistry  # noqa: E402

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from engine.extract import ExtractionFailed, html_to_text  # noqa: E402
+from engine.ingest.extract import ExtractionFailed, html_to_text  # noqa: E402
 
 OUT = Path(__file__).with_name("pages.jsonl.gz")
 MIN_CHARS, MAX_CHARS = 1500, 16000

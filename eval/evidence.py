@@ -1,7 +1,7 @@
 """Calibration of evidence search's confidence on the development collections, and its check.
 
 For every judged query of a collection, one round as evidence search runs it (hybrid, k pages,
-explain on) gives each returned page its signals (engine/readers/evidence/confidence.py) and a
+explain on) gives each returned page its signals (engine/evidence/confidence.py) and a
 label: judged relevant or not. A logistic regression (scikit-learn) over the signals of all
 collections is the shipped calibration. The check is leave-one-collection-out: fit on the other
 collections, then count on the held-out one how many sources each level holds and how many of
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.corpus import Corpus
-from engine.readers.evidence.confidence import (FEATURES, LEVELS, Calibration, candidate_chunks, chunk_cosines,
+from engine.core.corpus import Corpus
+from engine.evidence.confidence import (FEATURES, LEVELS, Calibration, candidate_chunks, chunk_cosines,
                                                 signals, word_concepts)
-from engine.search import SearchRequest, SearchService
+from engine.refind.search import SearchRequest, SearchService
 
 from .collections import Collection
 
@@ -65,7 +65,7 @@ def fit(parts: list[dict], thresholds: dict | None = None) -> Calibration:
 
 def levels_table(cal: Calibration, part: dict) -> dict:
     """Per level: sources, judged relevant, precision; and the queries with at least one high source."""
-    from engine.readers.evidence.confidence import Signals
+    from engine.evidence.confidence import Signals
 
     out = {lvl: {"sources": 0, "relevant": 0} for lvl in (*LEVELS, "not_a_source")}
     queries_high: set[str] = set()
@@ -141,7 +141,7 @@ def packets(corpus: Corpus, coll: Collection, workspace: str, calibration: Calib
     import statistics
     import time
 
-    from engine.readers.evidence.search import EvidenceRequest, EvidenceSearch
+    from engine.evidence.search import EvidenceRequest, EvidenceSearch
 
     settings = corpus.settings.evidence.model_copy(update={"reports_dir": str(reports_dir)})
     corpus.settings = corpus.settings.model_copy(update={"evidence": settings})

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.corpus import Corpus
+from engine.core.corpus import Corpus
 
 from . import collections, run
 

@@ -9,10 +9,10 @@ from statistics import mean
 import ir_measures
 from ir_measures import RR, nDCG
 
-from engine.agreement import agreement
-from engine.corpus import Corpus
-from engine.search import SearchRequest, SearchService
-from engine.settings import Settings
+from engine.refind.agreement import agreement
+from engine.core.corpus import Corpus
+from engine.refind.search import SearchRequest, SearchService
+from engine.core.settings import Settings
 
 MEASURES = [nDCG @ 10, RR @ 10]
 

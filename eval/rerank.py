@@ -18,10 +18,10 @@ import json
 import time
 from pathlib import Path
 
-from engine.corpus import Corpus, open_corpus
-from engine.rerank_pairs import NegativePlan, judgment_pairs, mined_pairs
-from engine.reranker_training import train_reranker
-from engine.settings import Settings, load_settings
+from engine.core.corpus import Corpus, open_corpus
+from engine.refind.rerank_pairs import NegativePlan, judgment_pairs, mined_pairs
+from engine.refind.reranker_training import train_reranker
+from engine.core.settings import Settings, load_settings
 from models.registry import register_reranker
 from models.reranker_train import Pair, TrainConfig
 

@@ -15,9 +15,9 @@ import ir_measures
 from ir_measures import AP, R, RR, nDCG
 from scipy.stats import ttest_rel
 
-from engine.corpus import Corpus
-from engine.ingest import Ingester, embed_missing
-from engine.search import SearchRequest, SearchService
+from engine.core.corpus import Corpus
+from engine.ingest.pipeline import Ingester
+from engine.refind.search import SearchRequest, SearchService
 
 from .collections import Collection
 
@@ -40,7 +40,7 @@ def prepare(corpus: Corpus, coll: Collection, workspace: str, models: list[str],
     """Ingest the collection into `workspace` (idempotent), embed it with every model, sync the indexes."""
     summary = ingest(corpus, coll, workspace, progress)
     for m in models:
-        embed_missing(corpus, m)
+        corpus.embed_missing(m)
     corpus.sync()
     return summary
 

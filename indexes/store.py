@@ -439,9 +439,6 @@ class CorpusStore:
             """SELECT page_id, url, title, domain, cluster_id FROM pages WHERE workspace_id = ?
                ORDER BY page_id""", [workspace]).fetchall()
 
-    def workspace_count(self) -> int:
-        return self.cursor().execute("SELECT count(DISTINCT workspace_id) FROM pages").fetchone()[0]
-
     def workspaces_with_pages(self) -> frozenset[str]:
         return frozenset(r[0] for r in self.cursor().execute("SELECT DISTINCT workspace_id FROM pages").fetchall())
 
@@ -578,10 +575,6 @@ class CorpusStore:
             "SELECT DISTINCT page_id FROM changes WHERE generation > ? ORDER BY 1", [generation]
         ).fetchall()
         return [r[0] for r in rows]
-
-    def oldest_change_generation(self) -> int | None:
-        row = self.cursor().execute("SELECT min(generation) FROM changes").fetchone()
-        return row[0]
 
     def counts(self) -> dict:
         cur = self.cursor()
@@ -783,11 +776,6 @@ class CorpusStore:
                WHERE e.model = ? ORDER BY 1""", [model]).fetchnumpy()
         ids = rows["chunk_id"].astype(np.int64) if len(rows["chunk_id"]) else np.zeros(0, dtype=np.int64)
         return ids, len(ids)
-
-    def checkpoint(self) -> None:
-        with self._write_lock:
-            self._con.execute("CHECKPOINT")
-
 
 def _merge_vectors(writes: list[PageWrite]) -> dict[str, tuple[list[int], list[np.ndarray]]]:
     out: dict[str, tuple[list[int], list[np.ndarray]]] = {}

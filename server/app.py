@@ -11,18 +11,18 @@ from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from engine.clusters import refit_clusters
-from engine.compare import CompareRequest, CompareResponse, compare
-from engine.corpus import Corpus, open_corpus, read_page
-from engine.entities import EntityUpsert, upsert_entity
-from engine.ingest import Ingester, delete_page
-from engine.search import SearchRequest, SearchResponse, SearchService
-from engine.similar import similar_pages
-from engine.errors import without_paths
-from engine.settings import Settings, load_settings
+from engine.ingest.clusters import refit_clusters
+from engine.refind.compare import CompareRequest, CompareResponse, compare
+from engine.core.corpus import Corpus, open_corpus, read_page
+from engine.ingest.entities import EntityUpsert, upsert_entity
+from engine.ingest.pipeline import Ingester, delete_page
+from engine.refind.search import SearchRequest, SearchResponse, SearchService
+from engine.refind.similar import similar_pages
+from engine.core.errors import without_paths
+from engine.core.settings import Settings, load_settings
 from models.registry import ModelNotFound
 
-from engine.access import Grant, readable_page, readable_query
+from engine.core.access import Grant, readable_page, readable_query
 
 from .auth import BodyLimit, KeyAuth, current_grant
 from .errors import ERROR_RESPONSES, StrictJSONRoute, install_error_handlers, not_found

@@ -15,9 +15,10 @@ import time
 
 from fastapi import Request
 
-from engine.access import Grant, grant_for
-from engine.errors import EngineError
-from engine.querylog import LogEntry, utcnow
+from engine.core.access import Grant, grant_for
+from engine.core.errors import EngineError
+from engine.core.clock import utcnow
+from engine.core.querylog import LogEntry
 
 from .errors import REQUEST_ID
 

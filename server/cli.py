@@ -5,24 +5,25 @@ import argparse
 import json
 import logging
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
-from engine.access import is_loopback
-from engine.settings import ConfigFileError, Settings, load_settings
+from engine.core.access import is_loopback
+from engine.core.settings import ConfigFileError, Settings, load_settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config)
 
 
-def _print(obj, as_json: bool = True) -> None:
+def _print(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
 def cmd_ingest(args) -> int:
-    from engine.corpus import open_corpus
-    from engine.ingest import Ingester
-    from engine.records import read_source
+    from engine.core.corpus import open_corpus
+    from engine.ingest.pipeline import Ingester
+    from engine.ingest.records import read_source
 
     settings = _settings(args)
     corpus = open_corpus(settings)
@@ -65,7 +66,7 @@ def cmd_serve(args) -> int:
 
 
 def _active_keys(settings) -> int:
-    from engine.corpus import open_corpus
+    from engine.core.corpus import open_corpus
 
     corpus = open_corpus(settings, repair=False)
     try:
@@ -75,8 +76,8 @@ def _active_keys(settings) -> int:
 
 
 def cmd_keys(args) -> int:
-    from engine.access import create_key, list_keys, revoke_key
-    from engine.corpus import open_corpus
+    from engine.core.access import create_key, list_keys, revoke_key
+    from engine.core.corpus import open_corpus
 
     corpus = open_corpus(_settings(args), repair=False)
     try:
@@ -111,8 +112,8 @@ def cmd_keys(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from engine.corpus import open_corpus
-    from engine.search import SearchRequest, SearchService
+    from engine.core.corpus import open_corpus
+    from engine.refind.search import SearchRequest, SearchService
 
     corpus = open_corpus(_settings(args))
     try:
@@ -135,9 +136,9 @@ def cmd_search(args) -> int:
 def cmd_evidence(args) -> int:
     from pydantic import ValidationError
 
-    from engine.corpus import open_corpus
-    from engine.readers.evidence.search import EvidenceRequest, EvidenceSearch
-    from engine.search import SearchService
+    from engine.core.corpus import open_corpus
+    from engine.evidence.search import EvidenceRequest, EvidenceSearch
+    from engine.refind.search import SearchService
 
     try:
         req = EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
@@ -156,8 +157,8 @@ def cmd_evidence(args) -> int:
 
 
 def cmd_dictionary(args) -> int:
-    from engine.corpus import open_corpus
-    from engine.readers.evidence import service
+    from engine.core.corpus import open_corpus
+    from engine.evidence import service
 
     corpus = open_corpus(_settings(args), repair=False)
     try:
@@ -176,9 +177,9 @@ def cmd_dictionary(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from engine.compare import CompareRequest, compare
-    from engine.corpus import open_corpus
-    from engine.search import SearchService
+    from engine.refind.compare import CompareRequest, compare
+    from engine.core.corpus import open_corpus
+    from engine.refind.search import SearchService
 
     corpus = open_corpus(_settings(args))
     try:
@@ -201,7 +202,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_reindex(args) -> int:
-    from engine.corpus import open_corpus
+    from engine.core.corpus import open_corpus
 
     corpus = open_corpus(_settings(args), repair=False)
     try:
@@ -213,15 +214,14 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from engine.corpus import Corpus
-    from engine.ingest import embed_missing
+    from engine.core.corpus import Corpus
 
     settings = _settings(args)
     corpus = Corpus(settings)
     try:
         if args.embed:
             corpus.sync([])
-            n = embed_missing(corpus, args.embed)
+            n = corpus.embed_missing(args.embed)
             corpus.sync([args.embed])
             corpus.flush()
             _print({"model": args.embed, "embedded": n})
@@ -234,8 +234,8 @@ def cmd_models(args) -> int:
 
 
 def cmd_clusters(args) -> int:
-    from engine.clusters import refit_clusters
-    from engine.corpus import open_corpus
+    from engine.ingest.clusters import refit_clusters
+    from engine.core.corpus import open_corpus
 
     corpus = open_corpus(_settings(args))
     try:
@@ -253,121 +253,10 @@ def cmd_clusters(args) -> int:
         corpus.close()
 
 
-def cmd_eval(args) -> int:
-    from engine.corpus import open_corpus
-    from eval.ir import DEFAULT_IR_DIR, evaluate, markdown, write_results
-
-    settings = _settings(args)
-    if args.suite == "run":
-        return _eval_run(args, settings)
-    if args.suite == "replay":
-        return _eval_replay(args, settings)
-    if args.suite == "evidence":
-        return _eval_evidence(args, settings)
-    ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
-    if not ir_dir.is_dir():
-        print(f"error: no test collections at {ir_dir} (use --ir-dir)", file=sys.stderr)
-        return 2
-    # One data dir per collection: BM25's corpus statistics (idf, average length) are per tantivy
-    # index, so collections sharing one index would change each other's scores.
-    base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
-    result = {"model": settings.models.active, "collections": {}}
-    for name in args.collections:
-        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
-        try:
-            part = evaluate(corpus, ir_dir, [name], progress=not args.no_progress)
-        finally:
-            corpus.close()
-        result["collections"].update(part["collections"])
-    j, m = write_results(result)
-    print(markdown(result))
-    print(f"written: {j} and {m}")
-    return 0
-
-
-def cmd_reranker(args) -> int:
-    """`refindery reranker train`: a cross-encoder from the bundled encoder, on judgments, mined
-    pairs and logged feedback; saved as a CrossEncoder folder and registered by name."""
-    from engine.corpus import open_corpus
-    from engine.rerank_pairs import NegativePlan, describe, feedback_pairs, mined_pairs
-    from engine.reranker_training import train_reranker
-    from models.device import DeviceUnavailable
-    from models.reranker_train import TrainConfig
-
-    settings = _settings(args)
-    workspace = args.workspace or settings.default_workspace
-    corpus = open_corpus(settings)
-    try:
-        if args.action == "status":
-            st = corpus.reranker_status()
-            if not args.brief:
-                _print(st)
-            elif st["available"]:
-                print(f"Reranker {st['name']} is trained ({st['path']}); rerank is "
-                      f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
-            else:
-                print("Rerank is off: no trained reranker here (and one trained on CPU in minutes did not beat "
-                      "hybrid search on held-out collections; README, 'Reranker'). To try one on this corpus: "
-                      "`make reranker`, then search with \"rerank\": true.")
-            return 0
-        registry = corpus.registry
-        name = args.name
-        declared = None
-        if name in registry.names("reranker"):
-            declared = registry.declared_path(name)
-        out = Path(args.out) if args.out else (declared or settings.data_dir / "rerankers" / name)
-        if args.if_missing and (out / "config.json").exists():
-            _print({"name": name, "out_dir": str(out.resolve()), "trained": False,
-                    "reason": "a reranker is already there (--if-missing)"})
-            return 0
-        plan = NegativePlan(hard=args.hard_negatives, random=args.random_negatives)
-        pairs, sources = [], {}
-        if args.qrels:
-            from eval.rerank import collection_pairs
-
-            base = Path(args.ir_data_dir) if args.ir_data_dir else settings.data_dir / "ir"
-            for d in args.qrels:
-                got = collection_pairs(settings, Path(d), base, plan, seed=args.seed)
-                sources.setdefault("judgments", []).append({"collection": str(d), **describe(got)})
-                pairs += got
-        if args.mined > 0:
-            got = mined_pairs(corpus, workspace, n=args.mined, plan=plan, seed=args.seed)
-            sources["mined"] = {"workspace": workspace, **describe(got)}
-            pairs += got
-        if args.from_log:
-            got = feedback_pairs(corpus, workspace, plan=plan, seed=args.seed)
-            sources["feedback"] = {"workspace": workspace, **describe(got)}
-            pairs += got
-        if not pairs or not any(p.label > 0.5 for p in pairs):
-            print(f"error: no training pairs: workspace {workspace!r} gave none (is it ingested?); "
-                  "add --qrels DIR or --from-log", file=sys.stderr)
-            return 2
-        config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
-                             seed=args.seed, layers=args.layers, loss=args.loss,
-                             device=args.device or settings.models.device,
-                             eval_every=max(1, min(100, args.steps // 4)), progress=not args.no_progress)
-        try:
-            result = train_reranker(registry, pairs, out, name=name, base=args.base, config=config,
-                                    sources=sources, register=not args.no_register and declared is None,
-                                    onnx=args.onnx)
-        except (ValueError, DeviceUnavailable) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if declared is not None:
-            result["registered"] = {"name": name, "registry": str(registry.path), "changed": False,
-                                    "note": "already declared there"}
-        result["use"] = (f"set models.reranker = \"{name}\" (or REFINDERY_MODELS__RERANKER={name}) and ask for "
-                         "\"rerank\": true, or set search.rerank = true")
-        _print(result)
-        return 0
-    finally:
-        corpus.close()
-
-
 def cmd_log(args) -> int:
     from datetime import datetime
 
-    from engine.corpus import Corpus
+    from engine.core.corpus import Corpus
 
     before = datetime.fromisoformat(args.before)
     corpus = Corpus(_settings(args))
@@ -378,98 +267,10 @@ def cmd_log(args) -> int:
         corpus.close()
 
 
-def _eval_run(args, settings) -> int:
-    from engine.corpus import open_corpus
-    from eval import collections, run
-
-    if not args.collection:
-        print("error: eval run needs --collection PATH", file=sys.stderr)
-        return 2
-    if args.data_dir:
-        settings = settings.model_copy(update={"data_dir": Path(args.data_dir).resolve()})
-    try:
-        coll = collections.load(args.collection)
-    except (collections.CollectionError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    models = args.models.split(",") if args.models else [settings.models.active]
-    variants = args.variants.split(",")
-    corpus = open_corpus(settings)
-    try:
-        result = run.evaluate_run(corpus, coll, models, variants, progress=not args.no_progress)
-    finally:
-        corpus.close()
-    paths = run.write_report(result, Path(args.reports))
-    print(run.markdown(result))
-    print("written: " + ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
-def _eval_evidence(args, settings) -> int:
-    from engine.corpus import open_corpus
-    from engine.readers.evidence.confidence import CALIBRATION_FILE
-    from eval import collections, evidence, run
-    from eval.ir import DEFAULT_IR_DIR
-
-    import tempfile
-
-    if len(args.collections) < 2:
-        print("error: eval evidence fits on some collections and checks on another: name at least two",
-              file=sys.stderr)
-        return 2
-    ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
-    base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
-    colls = {name: collections.load(ir_dir / name, name) for name in args.collections}
-    parts = []
-    for name, coll in colls.items():
-        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
-        try:
-            run.prepare(corpus, coll, name, [settings.models.active], progress=not args.no_progress)
-            parts.append(evidence.collect(corpus, coll, name))
-        finally:
-            corpus.close()
-    result = evidence.evaluate(parts)
-    result["packets"] = []
-    for i, (name, coll) in enumerate(colls.items()):  # the whole verb, under the other collections' fit
-        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
-        try:
-            cal = evidence.fit(parts[:i] + parts[i + 1:])
-            result["packets"].append(evidence.packets(corpus, coll, name, cal, Path(tempfile.mkdtemp())))
-        finally:
-            corpus.close()
-    paths = evidence.write(result, Path("eval/results"), CALIBRATION_FILE if args.write_calibration
-                           else Path("eval/results/evidence_calibration.json"))
-    print(evidence.markdown(result))
-    print("written: " + ", ".join(str(p) for p in paths))
-    return 0
-
-
-def _eval_replay(args, settings) -> int:
-    from datetime import datetime
-
-    from engine.corpus import open_corpus
-    from eval.replay import replay
-
-    if not args.since:
-        print("error: eval replay needs --since DATE", file=sys.stderr)
-        return 2
-    other = load_settings(args.with_config) if args.with_config else settings
-    other = other.model_copy(update={"data_dir": settings.data_dir})
-    corpus = open_corpus(settings)
-    try:
-        result = replay(corpus, datetime.fromisoformat(args.since), other)
-    finally:
-        corpus.close()
-    if not args.per_query:
-        result.pop("per_query")
-    _print(result)
-    return 0
-
-
 def cmd_relations(args) -> int:
     """Relation workspaces from the command line: create one, load SQL tables into it, search it."""
-    from engine.corpus import open_corpus
-    from engine.errors import EngineError
+    from engine.core.corpus import open_corpus
+    from engine.core.errors import EngineError
     from engine.relations.loads import LoadRequest, load
     from engine.relations.search import RelationSearch, RelationSearchRequest
     from engine.relations.workspaces import WorkspaceCreate, create_workspace
@@ -514,7 +315,7 @@ def _relations_demo(corpus, workspace: str) -> dict:
 
 def cmd_mcp(args) -> int:
     """The MCP tools over stdio, for desktop agent clients (logs go to stderr: stdout is the protocol)."""
-    from engine.corpus import open_corpus
+    from engine.core.corpus import open_corpus
 
     from .app import create_app
 
@@ -528,7 +329,7 @@ def cmd_mcp(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from engine.corpus import open_corpus
+    from engine.core.corpus import open_corpus
 
     from .app import status_of
 
@@ -610,60 +411,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--if-missing", action="store_true", help="refit: only when the workspace has no live clusters")
     s.set_defaults(func=cmd_clusters)
 
-    s = sub.add_parser("eval", help="offline evaluation")
-    s.add_argument("suite", choices=["ir", "run", "replay", "evidence"],
-                   help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
-                        "run: variants x embedders on one collection, with significance tests and a report; "
-                        "evidence: fit and check evidence search's confidence levels on the collections")
-    s.add_argument("--write-calibration", action="store_true",
-                   help="evidence: also replace configs/evidence_calibration.json with the new fit")
-    s.add_argument("--collection", help="run: a collection folder (our format, BEIR, or TREC)")
-    s.add_argument("--models", help="run: comma-separated embedders (default: the active one)")
-    s.add_argument("--variants", default="sparse,dense,hybrid", help="run: any of sparse,dense,hybrid,rerank")
-    s.add_argument("--reports", default="eval/reports", help="run: folder for the report files")
-    s.add_argument("--since", help="replay: logged searches from this date (ISO 8601)")
-    s.add_argument("--with", dest="with_config", help="replay: a config file whose [search]/[models] to replay under")
-    s.add_argument("--per-query", action="store_true", help="replay: print every query's agreement")
-    s.add_argument("--collections", nargs="+", default=["cisi", "med", "npl", "cacm"])
-    s.add_argument("--ir-dir", default=None, help="folder with <collection>/docs.jsonl, queries.jsonl, qrels.tsv "
-                                                  "(default ../shared/data/ir)")
-    s.add_argument("--data-dir", default=None, help="data dir for the collections (default: the configured one)")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_eval)
-
-    s = sub.add_parser("reranker", help="train a cross-encoder reranker (from the bundled encoder)")
-    s.add_argument("action", choices=["train", "status"],
-                   help="train: train and register one; status: the configured reranker and whether it is there")
-    s.add_argument("--brief", action="store_true", help="status: one sentence")
-    s.add_argument("--from", dest="base", default="all-minilm-l6-v2",
-                   help="encoder to start from (registry name): all-minilm-l6-v2 or all-mpnet-base-v2")
-    s.add_argument("--name", default="refindery-local",
-                   help="registry name of the result (default refindery-local: declared in configs/models.toml "
-                        "at <data_dir>/rerankers/refindery-local, the reranker of this data dir's own corpus)")
-    s.add_argument("--out", default=None, help="output folder (default: the name's declared path, "
-                                               "else <data_dir>/rerankers/<name>)")
-    s.add_argument("--qrels", nargs="*", default=[], help="test collection folders whose judgments to train on")
-    s.add_argument("--ir-data-dir", default=None, help="data dirs for --qrels collections (default <data_dir>/ir)")
-    s.add_argument("--workspace", default=None, help="workspace to mine pairs (and feedback) from")
-    s.add_argument("--mined", type=int, default=400, help="queries to mine from the workspace (0: none)")
-    s.add_argument("--from-log", action="store_true", help="add found/click feedback from the query log")
-    s.add_argument("--hard-negatives", type=int, default=2, help="hard negatives per positive (hybrid search)")
-    s.add_argument("--random-negatives", type=int, default=1, help="random in-corpus negatives per positive")
-    s.add_argument("--steps", type=int, default=150)
-    s.add_argument("--batch-size", type=int, default=16, help="sequences per step")
-    s.add_argument("--lr", type=float, default=1e-4)
-    s.add_argument("--loss", choices=["listwise", "bce"], default="listwise")
-    s.add_argument("--max-length", type=int, default=192, help="tokens of query + passage")
-    s.add_argument("--layers", type=int, default=None,
-                   help="keep only the encoder's first N layers (faster scoring, usually weaker)")
-    s.add_argument("--seed", type=int, default=13)
-    s.add_argument("--device", default=None, help="auto, cpu or cuda (default: models.device)")
-    s.add_argument("--onnx", action="store_true", help="also export onnx/model.onnx")
-    s.add_argument("--no-register", action="store_true", help="do not add the model to the registry file")
-    s.add_argument("--if-missing", action="store_true", help="do nothing when the output folder has a model")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_reranker)
-
     s = sub.add_parser("log", help="query log maintenance")
     s.add_argument("action", choices=["prune"])
     s.add_argument("--before", required=True, help="delete executions logged before this date (ISO 8601)")
@@ -697,6 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="counts and index generations")
     s.set_defaults(func=cmd_status)
+    # Command groups other packages register (entry point group "refindery.cli", see pyproject.toml):
+    # eval adds `eval` and `reranker`, so this face never imports eval (import-linter's layers).
+    for ep in sorted(entry_points(group="refindery.cli"), key=lambda e: e.name):
+        ep.load()(sub)
     return p
 
 
@@ -713,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         from indexes.store import StoreError
         from models.registry import ModelNotFound
 
-        from engine.errors import EngineError
+        from engine.core.errors import EngineError
 
         if isinstance(exc, (ModelNotFound, StoreError, EngineError)):
             print(f"error: {exc}", file=sys.stderr)

@@ -110,7 +110,7 @@ def not_found(kind: str, ref: str) -> ApiError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    from engine.errors import EngineError
+    from engine.core.errors import EngineError
 
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError):

@@ -7,8 +7,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, Field
 
-from engine.access import Forbidden, Grant
-from engine.readers.evidence import service as evidence
+from engine.core.access import Forbidden, Grant
+from engine.evidence import service as evidence
 
 from .auth import current_grant
 from .errors import StrictJSONRoute, json_errors

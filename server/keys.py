@@ -6,7 +6,7 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.access import Grant, access_log, create_key, list_keys, revoke_key
+from engine.core.access import Grant, access_log, create_key, list_keys, revoke_key
 
 from .auth import current_grant
 from .errors import StrictJSONRoute

@@ -20,16 +20,16 @@ from fastapi import FastAPI
 from mcp.server.fastmcp import Context, FastMCP
 from pydantic import BaseModel, Field, ValidationError
 
-from engine.access import Grant, readable_page
-from engine.compare import CompareRequest, compare
-from engine.corpus import read_page
-from engine.errors import EngineError
-from engine.readers.criteria import CriterionReader
-from engine.readers.evidence import service as evidence
+from engine.core.access import Grant, readable_page
+from engine.refind.compare import CompareRequest, compare
+from engine.core.corpus import read_page
+from engine.core.errors import EngineError
+from engine.relations.criteria import CriterionReader
+from engine.evidence import service as evidence
 from engine.relations.facts import FactsRequest, facts
 from engine.relations.search import RelationSearch, RelationSearchRequest
-from engine.search import SearchRequest
-from engine.similar import MEDIATIONS, similar_pages
+from engine.refind.search import SearchRequest
+from engine.refind.similar import MEDIATIONS, similar_pages
 
 from .auth import SCOPE_KEY
 from .errors import internal_error

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from engine.access import Forbidden, Grant
-from engine.readers.criteria import CriterionReader
+from engine.core.access import Forbidden, Grant
+from engine.relations.criteria import CriterionReader
 from engine.relations.facts import (AuditNotFound, CorrectionRequest, FactsRequest, RegionRequest, audit_events,
                                     correct, facts, region)
 from engine.relations.loads import LoadRequest, load, workspace_roots

@@ -26,7 +26,7 @@ def _clean_env(monkeypatch):
 
 @pytest.fixture(scope="session")
 def pool():
-    from engine.settings import load_settings
+    from engine.core.settings import load_settings
     from models.embedder import EmbedderPool
     from models.registry import ModelRegistry
 
@@ -41,7 +41,7 @@ def pool():
 def int8_pool(tmp_path_factory):
     """A pool over the registry with its own models cache, for the ONNX int8 embedder: exported
     there once per session; a corpus's pool then reuses the same loaded instance."""
-    from engine.settings import load_settings
+    from engine.core.settings import load_settings
     from models.embedder import EmbedderPool
     from models.registry import ModelRegistry
 
@@ -53,8 +53,8 @@ def int8_pool(tmp_path_factory):
 @pytest.fixture
 def make_corpus(pool, tmp_path):
     """Open a corpus on a fresh (or given) data dir, sharing the session's model."""
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
 
     opened = []
 
@@ -94,9 +94,9 @@ def demo_subset() -> list[dict]:
 @pytest.fixture(scope="session")
 def shared_corpus(pool, demo_subset, tmp_path_factory):
     """One ingested corpus for read-only tests (24 demo pages)."""
-    from engine.corpus import open_corpus
-    from engine.ingest import Ingester
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.ingest.pipeline import Ingester
+    from engine.core.settings import load_settings
 
     s = load_settings(data_dir=str(tmp_path_factory.mktemp("shared") / "data"))
     c = open_corpus(s, pool)
@@ -154,7 +154,7 @@ def page(url: str, body: str, seen_at: str = "2026-06-01T10:00:00Z", **kw) -> di
 
 
 def ingest(corpus, records, workspace=None):
-    from engine.ingest import Ingester
+    from engine.ingest.pipeline import Ingester
 
     return Ingester(corpus, workspace, progress=False).ingest((i, "test", r) for i, r in enumerate(records, start=1))
 
@@ -173,8 +173,8 @@ def index_ids(corpus) -> dict:
 def ab_corpus(tmp_path, pool):
     """Two embedders: MiniLM and MiniLM with query/passage prefixes (different vectors, same weights,
     loaded once)."""
-    from engine.corpus import open_corpus
-    from engine.settings import CONFIG_DIR, load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import CONFIG_DIR, load_settings
 
     reg = tmp_path / "models.toml"
     reg.write_text((CONFIG_DIR / "models.toml").read_text() + """

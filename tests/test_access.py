@@ -16,8 +16,8 @@ PAGES = {"alpha": [("https://a.example/json", "JSON in Python", "The json module
 @pytest.fixture(scope="module")
 def acl(pool, tmp_path_factory):
     from docs.examples import make_client
-    from engine.access import create_key
-    from engine.ingest import Ingester
+    from engine.core.access import create_key
+    from engine.ingest.pipeline import Ingester
 
     client = make_client(tmp_path_factory.mktemp("access") / "data", pool=pool)
     for ws, pages in PAGES.items():
@@ -48,7 +48,10 @@ def test_tokens_are_shown_once_and_stored_only_as_salted_hashes(acl):
     for token in (acl.admin, acl.alpha, acl.reader):
         assert token.startswith("rfy_") and token not in flat and token.split("_")[2] not in flat
     listed = acl.get("/v1/keys", headers=auth(acl.admin)).json()["keys"]
-    assert len(listed) == 4 and not any("token" in k or "digest" in k or "salt" in k for k in listed)
+    mine = {t.split("_")[1] for t in (acl.admin, acl.alpha, acl.reader, acl.team_a)}
+    stored = {r[0] for r in acl.corpus.store.cursor().execute("SELECT key_id FROM api_keys").fetchall()}
+    assert {k["key_id"] for k in listed} == stored and mine <= stored   # every key, the fixture's four among them
+    assert not any("token" in k or "digest" in k or "salt" in k for k in listed)
 
 
 def test_with_keys_every_v1_route_needs_one_but_health_does_not(acl):
@@ -113,7 +116,7 @@ def test_read_only_keys_cannot_write_and_grants_bound_admin_routes(acl):
 
 
 def test_a_revoked_key_is_refused_at_once(acl):
-    from engine.access import create_key
+    from engine.core.access import create_key
 
     token = create_key(acl.corpus.keys, ["alpha"])["token"]
     h = auth(token)

@@ -75,7 +75,7 @@ def test_snippets_carry_the_spans_of_the_query_terms(shared_client):
 
 
 def test_highlight_offsets_count_characters_and_follow_the_analyzer():
-    from engine.highlight import highlight_spans, query_terms
+    from engine.refind.highlight import highlight_spans, query_terms
 
     text = "Café naïve — the CAFÉS' transactional_log: transactions, transact; trans-action"
     spans = highlight_spans(text, query_terms("cafés transaction"))

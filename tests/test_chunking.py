@@ -1,6 +1,6 @@
 import pytest
 
-from engine.chunking import chunk_text
+from engine.ingest.chunking import chunk_text
 
 
 @pytest.fixture(scope="module")

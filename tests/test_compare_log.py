@@ -7,7 +7,7 @@ import pytest
 from conftest import ingest, page
 from fastapi.testclient import TestClient
 
-from engine.agreement import jaccard_at_k, kendall_tau_b, rbo_ext
+from engine.refind.agreement import jaccard_at_k, kendall_tau_b, rbo_ext
 from server.app import create_app
 
 

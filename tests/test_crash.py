@@ -16,8 +16,8 @@ import time
 import pytest
 from conftest import ROOT, demo_records, index_ids
 
-from engine.ingest import Ingester
-from engine.records import read_source
+from engine.ingest.pipeline import Ingester
+from engine.ingest.records import read_source
 from indexes.generation import read_marker
 
 PAGES = 10
@@ -86,9 +86,11 @@ def test_sigkill_from_outside_then_rerun(source, make_corpus, tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the ingest ended before the kill"
 
     corpus = make_corpus(data)
     assert_consistent(corpus)
+    assert 0 < corpus.store.counts()["pages"] < PAGES  # the kill landed mid-ingest
     Ingester(corpus, progress=False).ingest(read_source(str(source)))
     assert corpus.store.counts()["pages"] == PAGES
     assert_consistent(corpus)

@@ -77,7 +77,7 @@ def test_hnsw_asks_for_compaction_past_a_fifth_dead(tmp_path):
 def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(make_corpus):
     from conftest import index_ids, ingest, page
 
-    from engine.ingest import delete_page
+    from engine.ingest.pipeline import delete_page
 
     corpus = make_corpus(index={"dense_kind": "auto", "hnsw_above": 5})
     assert corpus.dense("all-minilm-l6-v2").kind == "flat"  # empty store: below the line

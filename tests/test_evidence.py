@@ -56,8 +56,8 @@ DICTIONARY_MD = """# Dictionary
 def ev(pool, tmp_path_factory):
     """One corpus (three folders), its dictionary, and an app over it, for the whole module."""
     from docs.examples import make_client
-    from engine.ingest import Ingester
-    from engine.readers.evidence import service
+    from engine.ingest.pipeline import Ingester
+    from engine.evidence import service
 
     client = make_client(tmp_path_factory.mktemp("evidence") / "data", pool=pool)
     records = ((i, "test", {"url": u, "title": t, "body_text": b, "seen_at": "2026-05-01T00:00:00Z"})
@@ -70,15 +70,15 @@ def ev(pool, tmp_path_factory):
 
 
 def searcher(client, **settings):
-    from engine.readers.evidence.search import EvidenceSearch
-    from engine.search import SearchService
+    from engine.evidence.search import EvidenceSearch
+    from engine.refind.search import SearchService
 
     s = client.corpus.settings.evidence.model_copy(update=settings)
     return EvidenceSearch(client.corpus, SearchService(client.corpus), settings=s)
 
 
 def run(client, query, settings=None, **req):
-    from engine.readers.evidence.search import EvidenceRequest
+    from engine.evidence.search import EvidenceRequest
 
     return searcher(client, **(settings or {})).search(EvidenceRequest(query=query, **req))
 
@@ -93,7 +93,7 @@ def packet(client, resp) -> tuple[dict, str]:
 # The dictionary --------------------------------------------------------------------------------
 
 def test_dictionary_formats_and_stem_matching():
-    from engine.readers.evidence.dictionary import Dictionary, DictionaryError, parse
+    from engine.evidence.dictionary import Dictionary, DictionaryError, parse
 
     toml = '[[terms]]\nterm = "geomagnetic reversal"\naliases = ["magnetic reversal"]\ncolloquial = ["pole flip"]\n'
     for entries in (parse(toml, "toml"), parse(DICTIONARY_MD, "markdown")):
@@ -110,7 +110,7 @@ def test_dictionary_formats_and_stem_matching():
 
 
 def test_pack_vocabularies_join_and_acronyms_match_in_capitals():
-    from engine.readers.evidence.dictionary import Dictionary, pack_entries
+    from engine.evidence.dictionary import Dictionary, pack_entries
 
     d = Dictionary(pack_entries(["expert_network"]))
     found = {(m.surface, m.entry.term, m.kind) for m in d.lookup("a Vice President or a VP, not a vp")}
@@ -120,7 +120,7 @@ def test_pack_vocabularies_join_and_acronyms_match_in_capitals():
 
 
 def test_decomposition_rules():
-    from engine.readers.evidence.decompose import decompose
+    from engine.evidence.decompose import decompose
 
     assert decompose("Compare video processing vs document processing in Mixpeek").sub_queries == [
         "video processing in Mixpeek", "document processing in Mixpeek"]
@@ -302,13 +302,15 @@ def test_zero_source_packet(ev):
 
 
 def test_confidence_comes_from_the_calibration(ev):
-    from engine.readers.evidence.confidence import load_calibration
+    from engine.evidence.confidence import load_calibration
 
     cal = load_calibration()
     assert cal.fitted_on["collections"] and cal.weights["dense_cosine"] > 0
     resp = run(ev, "geomagnetic reversal", session_id="calib", max_rounds=1)
     fm, body = packet(ev, resp)
-    for m in re.finditer(r"\*\*Confidence:\*\* (\w+) \(p = ([0-9.]+)", body):
+    found = list(re.finditer(r"\*\*Confidence:\*\* (\w+) \(p = ([0-9.]+)", body))
+    assert found, "the packet lists no source with its confidence"
+    for m in found:
         assert m.group(1) == cal.level(float(m.group(2)) + 0.005) or m.group(1) == cal.level(float(m.group(2)))
 
 

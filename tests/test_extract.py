@@ -1,6 +1,6 @@
 import pytest
 
-from engine.extract import ExtractionFailed, html_to_text
+from engine.ingest.extract import ExtractionFailed, html_to_text
 
 HTML = """<html><head><title>Widgets — How to make them — Example Docs</title></head><body>
 <nav><a href="/">Home</a> <a href="/about">About</a></nav>

@@ -14,7 +14,7 @@ def h(token):
 
 
 def ingest(corpus, records, workspace=None):
-    from engine.ingest import Ingester
+    from engine.ingest.pipeline import Ingester
 
     return Ingester(corpus, workspace, progress=False).ingest((i, "test", r) for i, r in enumerate(records))
 
@@ -46,8 +46,8 @@ def test_a_value_no_index_can_hold_is_refused_alone_and_the_batch_lands(make_cor
 def test_the_reported_request_is_a_batch_error_not_a_500_and_the_server_restarts(tmp_path, pool):
     from fastapi.testclient import TestClient
 
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
     from server.app import create_app
 
     s = load_settings(data_dir=str(tmp_path / "data"))
@@ -119,7 +119,7 @@ def test_reindex_skips_a_bad_row_instead_of_dying(make_corpus):
 
 def test_revoking_the_last_key_leaves_the_server_closed_and_only_the_cli_reopens_it(tmp_path, capsys, monkeypatch):
     from docs.examples import make_client
-    from engine.access import create_key
+    from engine.core.access import create_key
     from server.cli import main
 
     client = make_client(tmp_path / "data")
@@ -168,7 +168,7 @@ def test_keys_open_is_refused_while_a_key_is_active(tmp_path, capsys, monkeypatc
     ("127.0.0.1.example", False), ("127.evil.example", False), ("0.0.0.0", False), ("::", False),
     ("10.0.0.1", False), ("", False)])
 def test_the_loopback_check_resolves_addresses(host, loopback):
-    from engine.access import is_loopback
+    from engine.core.access import is_loopback
 
     assert is_loopback(host) is loopback
 
@@ -179,7 +179,7 @@ def test_the_loopback_check_resolves_addresses(host, loopback):
 def keyed(tmp_path):
     """A server with keys and two relation workspaces, each key bound to one."""
     from docs.examples import make_client
-    from engine.access import create_key
+    from engine.core.access import create_key
 
     client = make_client(tmp_path / "data")
     admin = create_key(client.corpus.keys, ["*"])["token"]
@@ -391,7 +391,7 @@ def test_an_unexpected_failure_is_a_json_500_with_a_request_id_over_http_and_mcp
 def test_scoped_keys_get_scope_correct_clusters_entities_and_audit_events(tmp_path, pool):
     from docs.examples import make_client
     from docs.examples.roster import roster
-    from engine.access import create_key
+    from engine.core.access import create_key
 
     client = make_client(tmp_path / "data", pool)
     try:
@@ -475,7 +475,7 @@ def test_a_value_that_slips_past_the_edge_is_quarantined_by_the_ingest_itself(ma
     that item's error; its batch-mates and every index stay consistent."""
     from datetime import datetime
 
-    from engine.records import PageInput
+    from engine.ingest.records import PageInput
 
     corpus = make_corpus()
     slipped = PageInput.model_construct(url="https://old.example/x", title=None, body_text="an old page",

@@ -40,8 +40,8 @@ def post(client, path, body):
 def served(pool, tmp_path_factory):
     from fastapi.testclient import TestClient
 
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
     from server.app import create_app
 
     s = load_settings(data_dir=str(tmp_path_factory.mktemp("props") / "data"))
@@ -72,7 +72,7 @@ def test_generated_pages_and_searches_never_5xx_and_leave_the_store_consistent(s
 
 
 def test_after_the_generated_traffic_a_restart_is_clean(served, pool):
-    from engine.corpus import open_corpus
+    from engine.core.corpus import open_corpus
 
     pages = served.corpus.store.counts()["pages"]
     served.corpus.close()

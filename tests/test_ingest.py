@@ -6,7 +6,7 @@ from datetime import datetime
 
 from conftest import index_ids, ingest, page
 
-from engine.records import read_source
+from engine.ingest.records import read_source
 
 
 def snapshot(corpus):
@@ -50,7 +50,7 @@ def test_reingesting_the_same_file_changes_nothing_but_last_seen(make_corpus, de
 
 
 def ingest_file(corpus, path):
-    from engine.ingest import Ingester
+    from engine.ingest.pipeline import Ingester
 
     return Ingester(corpus, progress=False).ingest(read_source(str(path)))
 
@@ -90,7 +90,7 @@ def test_older_content_does_not_overwrite_newer(make_corpus):
 
 
 def test_a_deleted_page_is_in_no_index(make_corpus):
-    from engine.ingest import delete_page
+    from engine.ingest.pipeline import delete_page
 
     corpus = make_corpus()
     ingest(corpus, [page("https://example.org/keep", "Pelicans are large water birds."),
@@ -190,7 +190,6 @@ def test_workspaces_keep_the_same_url_apart(make_corpus):
 
 def test_adding_a_model_embeds_only_what_it_lacks(make_corpus):
     """Vectors are stored per (model, chunk): a model that lacks some gets only those."""
-    from engine.ingest import embed_missing
 
     corpus = make_corpus()
     ingest(corpus, [page("https://example.org/m1", "Cormorants dry their wings."),
@@ -199,8 +198,8 @@ def test_adding_a_model_embeds_only_what_it_lacks(make_corpus):
     cur = corpus.store.cursor()
     victim = cur.execute("SELECT min(chunk_id) FROM chunks").fetchone()[0]
     cur.execute("DELETE FROM embeddings WHERE chunk_id = ?", [victim])
-    assert embed_missing(corpus, m) == 1
-    assert embed_missing(corpus, m) == 0
+    assert corpus.embed_missing(m) == 1
+    assert corpus.embed_missing(m) == 0
     corpus.sync()
     ids = index_ids(corpus)
     assert ids["store"] == ids[f"vectors:{m}"] == ids[f"dense:{m}"]

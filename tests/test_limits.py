@@ -9,7 +9,7 @@ import pytest
 def limited(tmp_path):
     """A server with keys, a small body limit and a slow rate (no model is loaded: none is needed)."""
     from docs.examples import make_client
-    from engine.access import create_key
+    from engine.core.access import create_key
 
     client = make_client(tmp_path / "data", server={"max_body_bytes": 2048, "rate_limit_per_minute": 1,
                                                     "rate_limit_burst": 3})
@@ -50,7 +50,7 @@ def test_a_key_over_its_rate_gets_429_with_retry_after_and_other_keys_do_not(lim
 def test_with_keys_loads_read_only_from_the_source_folders(tmp_path):
     from docs.examples import make_client
     from docs.examples.roster import LOAD, write_export
-    from engine.access import create_key
+    from engine.core.access import create_key
 
     client = make_client(tmp_path / "data")
     try:

@@ -81,7 +81,8 @@ def test_similar_pages_and_compare_refusals(client):
     assert similar["mediation"] == "vector" and isinstance(similar["pages"], list)
     res = call_tool(client, "refind_compare", {"query": "pumps", "models": ["all-minilm-l6-v2", "no-such-model"]})
     refusal = json.loads(res.content[0].text.partition(": ")[2])
-    assert res.isError is True and refusal["path"] == "/v1/compare" and refusal["status"] in (404, 422, 503)
+    assert res.isError is True and refusal["path"] == "/v1/compare" and refusal["status"] == 422
+    assert refusal["detail"]["type"] == "model_unknown"   # as the README promises, and as the route answers
 
 
 def test_a_refusal_is_a_tool_error_carrying_the_routes_body(client):

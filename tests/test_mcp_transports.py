@@ -110,11 +110,11 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from engine.access import create_key
-    from engine.corpus import open_corpus
-    from engine.ingest import Ingester
+    from engine.core.access import create_key
+    from engine.core.corpus import open_corpus
+    from engine.ingest.pipeline import Ingester
     from engine.relations.workspaces import WorkspaceCreate, create_workspace
-    from engine.settings import load_settings
+    from engine.core.settings import load_settings
 
     data, sock = tmp_path / "data", tmp_path / "refindery.sock"
     corpus = open_corpus(load_settings(data_dir=str(data)), pool)

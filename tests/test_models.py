@@ -89,8 +89,8 @@ def test_search_with_a_missing_model_is_503(tmp_path):
     reg = tmp_path / "models.toml"
     reg.write_text('[embedders.absent]\nsource = "path"\npath = "/nonexistent/model"\ndim = 384\n'
                    'install = "copy the model to /nonexistent/model"\n')
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
 
     settings = load_settings(data_dir=str(tmp_path / "data"), models={"registry": str(reg), "active": "absent"})
     corpus = open_corpus(settings)  # its own registry; nothing is loaded until a query needs it
@@ -105,7 +105,7 @@ def test_search_with_a_missing_model_is_503(tmp_path):
 def test_hnsw_index_handles_change_and_delete(make_corpus):
     from conftest import index_ids, ingest, page
 
-    from engine.ingest import delete_page
+    from engine.ingest.pipeline import delete_page
 
     corpus = make_corpus(index={"dense_kind": "hnsw"})
     rep = ingest(corpus, [page(f"https://example.org/{i}", f"Page {i} is about the number {i} and seabirds.")

@@ -39,8 +39,8 @@ def test_int8_entry_exports_once_and_tracks_the_torch_model(int8_pool, pool):
 def test_int8_embedder_searches_and_compares_beside_torch(int8_pool, make_corpus):
     from conftest import ingest, page
 
-    from engine.compare import CompareRequest, compare
-    from engine.search import SearchRequest, SearchService
+    from engine.refind.compare import CompareRequest, compare
+    from engine.refind.search import SearchRequest, SearchService
 
     int8_pool.get(INT8)  # exported into the module's cache; the corpus's pool reuses the instance
     corpus = make_corpus(models={"also_embed": [INT8]})

@@ -102,7 +102,7 @@ def test_a_plausible_sentence_is_stated_not_verified_and_compact_counts_the_rest
 def test_with_a_cross_encoder_configured_it_picks_the_quote_among_the_stated_sentences(tmp_path, pool, tiny_reranker):
     from docs.examples import make_client
     from docs.examples.roster import roster
-    from engine.settings import CONFIG_DIR
+    from engine.core.settings import CONFIG_DIR
 
     reg = tmp_path / "models.toml"
     reg.write_text((CONFIG_DIR / "models.toml").read_text()
@@ -141,9 +141,9 @@ def test_a_key_with_document_scopes_reads_criteria_only_from_its_documents(setup
     """Read with a scope none of the profiles carries: every candidate's documents are out of reach
     (no_documents, never the judgment stored from documents the key cannot read), and the licence is
     withheld with acl first."""
-    from engine.readers.criteria import CriterionReader
+    from engine.relations.criteria import CriterionReader
     from engine.relations.search import RelationSearch, RelationSearchRequest
-    from engine.search import SearchService
+    from engine.refind.search import SearchService
 
     client, ws, corpus = setup
     pages = SearchService(corpus)

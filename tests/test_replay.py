@@ -5,8 +5,8 @@ from datetime import datetime, timedelta
 
 from conftest import ingest, page
 
-from engine.search import SearchRequest, SearchService
-from engine.settings import load_settings
+from engine.refind.search import SearchRequest, SearchService
+from engine.core.settings import load_settings
 from eval.replay import replay
 
 

@@ -11,7 +11,7 @@ from server.app import create_app
 
 @pytest.fixture
 def rerank_corpus(make_corpus, tiny_reranker, tmp_path):
-    from engine.settings import CONFIG_DIR
+    from engine.core.settings import CONFIG_DIR
 
     reg = tmp_path / "models.toml"
     reg.write_text((CONFIG_DIR / "models.toml").read_text()

@@ -27,8 +27,8 @@ SECTIONS = {
 
 @pytest.fixture(scope="module")
 def mining_corpus(pool, tmp_path_factory):
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
 
     s = load_settings(data_dir=str(tmp_path_factory.mktemp("mining") / "data"))
     c = open_corpus(s, pool)
@@ -39,7 +39,7 @@ def mining_corpus(pool, tmp_path_factory):
 
 
 def test_mined_pairs_are_headings_and_cut_sentences_with_hard_negatives_from_other_pages(mining_corpus):
-    from engine.rerank_pairs import NegativePlan, PassageIndex, mined_pairs
+    from engine.refind.rerank_pairs import NegativePlan, PassageIndex, mined_pairs
 
     pairs = mined_pairs(mining_corpus, "default", n=20, plan=NegativePlan(hard=2, random=1), seed=3)
     index = PassageIndex(mining_corpus, "default")
@@ -70,8 +70,8 @@ def test_mined_pairs_are_headings_and_cut_sentences_with_hard_negatives_from_oth
 
 
 def test_feedback_pairs_come_from_the_query_log(mining_corpus):
-    from engine.rerank_pairs import feedback_pairs
-    from engine.search import SearchRequest, SearchService
+    from engine.refind.rerank_pairs import feedback_pairs
+    from engine.refind.search import SearchRequest, SearchService
 
     res = SearchService(mining_corpus).search(SearchRequest(query="how glaciers melt and retreat", k=4))
     mining_corpus.querylog.flush()
@@ -91,7 +91,7 @@ def test_feedback_pairs_come_from_the_query_log(mining_corpus):
 def test_judgment_pairs_use_the_collection_qrels(mining_corpus, tmp_path):
     import ir_measures
 
-    from engine.rerank_pairs import judgment_pairs
+    from engine.refind.rerank_pairs import judgment_pairs
     from eval import collections, run
 
     coll = collections.Collection(
@@ -157,7 +157,7 @@ def test_any_crossencoder_folder_loads_by_path_and_onnx_scores_match(pool, tiny_
     import torch
     from sentence_transformers import CrossEncoder
 
-    from engine.settings import CONFIG_DIR
+    from engine.core.settings import CONFIG_DIR
     from models.registry import ModelRegistry
     from models.reranker import load_reranker
     from models.reranker_train import export_onnx
@@ -227,9 +227,9 @@ def test_register_reranker_keeps_comments_and_replaces_its_own_block(tmp_path):
 def test_cli_reranker_train_end_to_end(mining_corpus, tmp_path, capsys):
     """`refindery reranker train` mines the workspace, trains, writes the card, registers the name;
     the registered model then reranks a search."""
-    from engine.corpus import open_corpus
-    from engine.search import SearchRequest, SearchService
-    from engine.settings import CONFIG_DIR, load_settings
+    from engine.core.corpus import open_corpus
+    from engine.refind.search import SearchRequest, SearchService
+    from engine.core.settings import CONFIG_DIR, load_settings
     from server.cli import main
 
     reg = tmp_path / "models.toml"

@@ -41,8 +41,8 @@ CHECKS = [no_server_error, status_code_conformance, response_schema_conformance,
 def fuzz_client(pool, tmp_path_factory):
     from docs.examples import make_client
     from docs.examples.roster import roster
-    from engine.access import create_key
-    from engine.ingest import Ingester
+    from engine.core.access import create_key
+    from engine.ingest.pipeline import Ingester
     from tests.conftest import demo_records
 
     client = make_client(tmp_path_factory.mktemp("fuzz") / "data", pool=pool)

@@ -200,7 +200,7 @@ def test_recency_decay_orders_equal_pages_by_last_seen(make_corpus):
 def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(shared_corpus):
     """The dense arm skips its restriction only when the asked workspace is the one with pages;
     otherwise FAISS would answer from another workspace."""
-    from engine.search import SearchRequest, SearchService
+    from engine.refind.search import SearchRequest, SearchService
 
     service = SearchService(shared_corpus)
     assert service.search(SearchRequest(query="json encoder"), log=False).total > 0

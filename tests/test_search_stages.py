@@ -5,10 +5,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine.fusion import rrf
-from engine.pinning import pin_intent
-from engine.recency import decay_factor
-from engine.rollup import rollup
+from engine.refind.fusion import rrf
+from engine.refind.pinning import pin_intent
+from engine.refind.recency import decay_factor
+from engine.refind.rollup import rollup
 
 
 def test_rrf_counts_ranks_from_one_with_weights():

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.settings import ConfigFileError, load_settings
+from engine.core.settings import ConfigFileError, load_settings
 
 
 def test_defaults_come_from_default_toml():
@@ -58,7 +58,7 @@ def test_every_setting_is_in_default_toml():
     """default.toml documents every field of the settings model."""
     import tomllib
 
-    from engine.settings import DEFAULT_CONFIG, Settings
+    from engine.core.settings import DEFAULT_CONFIG, Settings
 
     raw = tomllib.loads(DEFAULT_CONFIG.read_text())
     for name, field in Settings.model_fields.items():

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.urls import InvalidURL, domain_of, is_bare_domain, normalize_url, page_id_for
+from engine.core.urls import InvalidURL, domain_of, is_bare_domain, normalize_url, page_id_for
 
 
 @pytest.mark.parametrize("a,b", [

@@ -73,9 +73,9 @@ def server(pool, int8_pool, tmp_path_factory):
     import uvicorn
 
     from conftest import ingest
-    from engine.clusters import refit_clusters
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.ingest.clusters import refit_clusters
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
     from server.app import create_app
 
     loopback_up()

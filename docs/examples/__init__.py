@@ -12,8 +12,8 @@ def make_client(data_dir: str | Path | None = None, pool=None, **settings_overri
     load_settings (e.g. compiler={...})."""
     from fastapi.testclient import TestClient
 
-    from engine.corpus import open_corpus
-    from engine.settings import load_settings
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
     from server.app import create_app
 
     data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="refindery-example-"))

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from models.compiler import ChatCompletionsCompiler, CompilerFailed
 
-from ..errors import CompileFailed
-from .compile import Compiled, compile_tool, read_compile_output
-from .workspaces import Space
+from engine.core.errors import CompileFailed
+from engine.relations.compile import Compiled, compile_tool, read_compile_output
+from engine.relations.workspaces import Space
 
 SYSTEM = (
     "You compile a search brief into constraints over a workspace's typed relations by calling the "

@@ -12,10 +12,10 @@ from typing import Any
 
 from indexes.relations import RelationStore
 
-from .constraints import SYMBOL, Bound
-from .packs import Relation
-from .receipts import slot_value
-from .workspaces import Space
+from engine.relations.constraints import SYMBOL, Bound
+from engine.core.packs import Relation
+from engine.relations.receipts import slot_value
+from engine.relations.workspaces import Space
 
 ABOUT_LINES = 3
 ABOUT_WIDTH = 120

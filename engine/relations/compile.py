@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SearchConstraintInvalid
-from .constraints import Constraint, bind_one
-from .packs import Schema, Slot, Vocabulary
+from engine.core.errors import SearchConstraintInvalid
+from engine.relations.constraints import Constraint, bind_one
+from engine.core.packs import Schema, Slot, Vocabulary
 
 TOOL_NAME = "compile_search_brief"
 REQUIRED = ["relation", "slot", "op", "value", "brief_span", "quote", "required"]

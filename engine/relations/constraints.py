@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from ..errors import SearchConstraintInvalid
-from .packs import OPS, Relation, Slot, Vocabulary, norm
+from engine.core.errors import SearchConstraintInvalid
+from engine.core.packs import OPS, Relation, Slot, Vocabulary, norm
 
 # span_relocated_from is accepted (and not read) so a brief's compiled.constraints can be sent back as is.
 KEYS = {"relation", "slot", "op", "value", "brief_span", "quote", "required", "span_relocated_from"}

@@ -28,9 +28,9 @@ from datetime import date
 
 import duckdb
 
-from .constraints import Bound
-from .packs import Relation
-from .workspaces import Space
+from engine.relations.constraints import Bound
+from engine.core.packs import Relation
+from engine.relations.workspaces import Space
 
 CAUSES = ("unrecorded", "open_period", "undated", "corrected", "withheld")
 # Status codes in the temp table (small integers compare faster than strings).

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.relations import RelationStore
 
-from ..errors import EngineError, EntityNotFound, RelationUnknown, RowNotFound
-from .packs import Relation
-from .receipts import ReceiptReader, slot_value
-from .workspaces import Space, open_space
+from engine.core.errors import EngineError, EntityNotFound, RelationUnknown, RowNotFound
+from engine.core.packs import Relation
+from engine.relations.receipts import ReceiptReader, slot_value
+from engine.relations.workspaces import Space, open_space
+from engine.core.clock import utcnow
 
 
 class FactsRequest(BaseModel):
@@ -41,9 +41,6 @@ class RegionRequest(BaseModel):
 class AuditNotFound(EngineError):
     status, type = 404, "audit_event_not_found"
 
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def _rows(rstore: RelationStore, space: Space, rel: Relation, where: str, params: list) -> list[dict]:
@@ -147,7 +144,7 @@ def correct(rstore: RelationStore, req: CorrectionRequest) -> dict:
     with rstore.transaction() as con:
         con.execute("INSERT INTO rel_corrections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [cid, space.workspace_id, rel.name, req.row_id, row["source_key"], row["row_key"], row["vhash"],
-                     req.reason, _now()])
+                     req.reason, utcnow()])
         con.execute(f"UPDATE {table} SET retired = ? WHERE workspace_id = ? AND row_id = ?",
                     [cid, space.workspace_id, req.row_id])
     rstore.changed(space.workspace_id)

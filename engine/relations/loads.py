@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -25,9 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from indexes.relations import RelationStore
 from indexes.sources import FORMATS, Source, SourceError
 
-from ..errors import EngineError, LoadInvalid, without_paths
-from .packs import Relation
-from .workspaces import Space, open_space
+from engine.core.errors import EngineError, LoadInvalid, without_paths
+from engine.core.packs import Relation
+from engine.relations.workspaces import Space, open_space
+from engine.core.clock import utcnow
 
 
 class RelationMap(BaseModel):
@@ -316,7 +316,7 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
     path = confine(req.source, allowed)
     src, plan = _check(space, req, path, allowed)
     load_id = f"ld_{secrets.token_hex(5)}"
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     with src:
         reads = []
         for i, (m, rel) in enumerate(plan["relations"]):

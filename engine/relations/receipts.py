@@ -9,8 +9,8 @@ from collections import defaultdict
 from indexes.relations import RelationStore
 from indexes.sources import Source, SourceError
 
-from .enumeration import Enumerator, Group
-from .packs import Relation
+from engine.relations.enumeration import Enumerator, Group
+from engine.core.packs import Relation
 
 
 def slot_value(rel: Relation, slot: str, row: dict):

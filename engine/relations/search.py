@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
@@ -20,19 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from indexes.relations import RelationStore
 from models.compiler import ChatCompletionsCompiler
 
-from ..errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
-from ..querylog import LogEntry, QueryLog
-from ..readers.ideas import answer_idea
-from ..search import SearchService
-from .constraints import Bound, bind, parse_constraints, parse_span
-from .enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
-from ..readers.criteria import CODE as CRITERION_CODE
-from ..readers.criteria import CriterionReader, read_criteria
-from .brief import BriefCompile, compile_brief
-from .compile import read_compile_output
-from .compact import about_lines, compact_reply
-from .receipts import deliver_rows
-from .workspaces import open_space
+from engine.core.errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
+from engine.core.querylog import LogEntry, QueryLog
+from engine.relations.ideas import answer_idea
+from engine.refind.search import SearchService
+from engine.relations.constraints import Bound, bind, parse_constraints, parse_span
+from engine.relations.enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
+from engine.relations.criteria import CODE as CRITERION_CODE
+from engine.relations.criteria import CriterionReader, read_criteria
+from engine.relations.brief import BriefCompile, compile_brief
+from engine.relations.compile import read_compile_output
+from engine.relations.compact import about_lines, compact_reply
+from engine.relations.receipts import deliver_rows
+from engine.relations.workspaces import open_space
+from engine.core.clock import utcnow
 
 RANKING = "deterministic: optional-groups, threshold-distance, entity_id"
 LIST_DEFAULT = 200
@@ -69,9 +69,6 @@ class RelationSearchRequest(BaseModel):
     detail: Literal["full", "compact"] = Field(
         default="full", description="full: the whole warrant; compact: the matches, why, who, counts of the rest")
 
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def time_rule(rel, as_of: str | None) -> str:
@@ -235,7 +232,7 @@ class RelationSearch:
         # the documents the answer could rest on: a key scoped narrower may not see this event
         summary["document_scopes"] = list(self.scopes) if self.scopes is not None else None
         request = req.model_dump(exclude_none=True)
-        self.rstore.record_audit(request_id, _utcnow(), "search", req.workspace_id, json.dumps(request),
+        self.rstore.record_audit(request_id, utcnow(), "search", req.workspace_id, json.dumps(request),
                                  json.dumps(rows), json.dumps([]), json.dumps(summary))
         if self.querylog is not None:
             self.querylog.record(LogEntry(

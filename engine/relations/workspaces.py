@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.relations import RelationStore, TableShape
 
-from ..errors import PackInvalid, PackUnknown, WorkspaceExists, WorkspaceNotFound
-from .packs import Pack, PackError, PackNotFound, Relation, Schema, Vocabulary, combine, load_pack
+from engine.core.errors import PackInvalid, PackUnknown, WorkspaceExists, WorkspaceNotFound
+from engine.core.packs import Pack, PackError, PackNotFound, Relation, Schema, Vocabulary, combine, load_pack
+from engine.core.clock import utcnow
 
 WORKSPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -64,7 +64,7 @@ def create_workspace(rstore: RelationStore, body: WorkspaceCreate) -> dict:
     ws = body.workspace_id or f"ws_{secrets.token_hex(6)}"
     if rstore.workspace(ws) is not None:
         raise WorkspaceExists(f"workspace {ws!r} exists already", workspace_id=ws)
-    rstore.create_workspace(ws, body.name, [p.name for p in packs], datetime.now(timezone.utc).replace(tzinfo=None))
+    rstore.create_workspace(ws, body.name, [p.name for p in packs], utcnow())
     space = open_space(rstore, ws)
     for rel in space.schema.relations.values():
         rstore.ensure_table(space.shape(rel))

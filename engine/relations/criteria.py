@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import numpy as np
 
 from models.reranker import RerankerUnavailable, load_reranker
 
-from ..corpus import Corpus
-from ..search import SearchFilters, SearchRequest, SearchService
-from .ideas import split_sentences
+from engine.core.corpus import Corpus
+from engine.refind.search import SearchFilters, SearchRequest, SearchService
+from engine.relations.ideas import split_sentences
+from engine.core.clock import utcnow
 
 QUOTE_MAX = 160
 STATES = ("stated", "stated_not_verified", "not_stated", "no_documents", "not_read")
@@ -174,7 +174,7 @@ class CriterionReader:
             else:
                 out[eid] = Judgment(eid, "not_read")
         if fresh:
-            now = datetime.now(timezone.utc).replace(tzinfo=None)
+            now = utcnow()
             with self.corpus.store.transaction() as con:
                 con.execute("DELETE FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
                             "AND entity_id IN (SELECT unnest(?))", [workspace_id, key, [j.entity_id for j, _ in fresh]])

@@ -26,12 +26,14 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from indexes.store import CorpusStore
+
+from engine.core.clock import utcnow
 
 log = logging.getLogger("refindery.querylog")
 
@@ -69,9 +71,6 @@ ROW_TABLES = {
 QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
                  "returned", "pinned", "error_type", "error_title"]
 
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 @dataclass

@@ -5,10 +5,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.store import EntityRow
 
-from .corpus import Corpus
-from .errors import PageNotFound
-from .ingest import entity_rows
-from .records import EntityInput
+from engine.core.corpus import Corpus
+from engine.core.errors import PageNotFound
+from engine.ingest.pipeline import entity_rows
+from engine.ingest.records import EntityInput
 
 
 class EntityUpsert(BaseModel):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from models.reranker_train import Pair
 
-from .corpus import Corpus
-from .search import SearchRequest, SearchService
+from engine.core.corpus import Corpus
+from engine.refind.search import SearchRequest, SearchService
 
 # A sentence ends at . ! or ? before white space and a word (either case: some collections are
 # lower-cased); abbreviations cut a little too often, which mining tolerates.

@@ -13,7 +13,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -21,11 +21,12 @@ from pydantic import ValidationError
 
 from indexes.store import ChunkRow, EntityRow, ExistingPage, PageRow, PageWrite, Touch
 
-from .chunking import chunk_text
-from .corpus import Corpus
-from .extract import ExtractionFailed, html_to_text
-from .records import EntityInput, PageInput, RecordError, describe_validation_error
-from .urls import InvalidURL, domain_of, normalize_url, page_id_for
+from engine.ingest.chunking import chunk_text
+from engine.core.corpus import Corpus
+from engine.ingest.extract import ExtractionFailed, html_to_text
+from engine.ingest.records import EntityInput, PageInput, RecordError, describe_validation_error
+from engine.core.urls import InvalidURL, domain_of, normalize_url, page_id_for
+from engine.core.clock import utcnow
 
 log = logging.getLogger("refindery.ingest")
 
@@ -139,9 +140,6 @@ def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace:
                      _content_hash(title, body, page, ents), ents)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
 
 class Ingester:
     def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None):
@@ -229,7 +227,7 @@ class Ingester:
             new_texts: dict[int, str] = {}
             for pid, visits in by_page.items():
                 visits.sort(key=lambda p: (p.page.seen_at or datetime.min, p.index))
-                seen = [p.page.seen_at or _now() for p in visits]
+                seen = [p.page.seen_at or utcnow() for p in visits]
                 newest = visits[-1]
                 old = existing.get(pid)
                 status, write, touch = self._classify(newest, visits, seen, old)
@@ -300,7 +298,7 @@ class Ingester:
     def _apply_to_indexes(self, writes: list[PageWrite], touches: list[Touch],
                           existing: dict[str, ExistingPage], gen: int) -> dict[str, str]:
         """Bring every index to `gen`; a page the sparse index cannot hold goes to quarantine (its
-        id -> reason is returned). The edge's checks (engine/values.py) keep this empty in practice."""
+        id -> reason is returned). The edge's checks (engine/core/values.py) keep this empty in practice."""
         corpus = self.corpus
         pages = [w.page.page_id for w in writes] + [t.page_id for t in touches]
         docs = [d for batch in corpus.store.index_docs(pages) for d in batch]
@@ -333,24 +331,3 @@ def delete_page(corpus: Corpus, page_id: str) -> bool:
             corpus.dense(model).remove(sorted(old.chunk_ids))
             corpus.maintain_dense(model)
         return True
-
-
-def embed_missing(corpus: Corpus, model: str, batch: int = 2048) -> int:
-    """Embed every chunk that has no vector of `model` yet (adding a model embeds only this)."""
-    emb = corpus.embedder(model)
-    dense = corpus.dense(model)
-    done = 0
-    with corpus.write_lock:
-        present = set(dense.ids().tolist())
-        while True:
-            rows = corpus.store.chunks_missing_embeddings(model, limit=batch)
-            if not rows:
-                break
-            ids = [r[0] for r in rows]
-            vecs = emb.encode_documents([r[1] for r in rows])
-            corpus.store.add_embeddings(model, ids, vecs)
-            fresh = [i for i, cid in enumerate(ids) if cid not in present]
-            dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
-            done += len(ids)
-        corpus.maintain_dense(model)
-    return done

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...corpus import Corpus
-from ...similar import page_vectors
-from .decompose import content_words
+from engine.core.corpus import Corpus
+from engine.core.page_vectors import page_vectors
+from engine.evidence.decompose import content_words
 
 GROUP_PAGES_LISTED = 500
 LABEL_WORDS = 5

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import re
 
-from ...corpus import Corpus
-from .dictionary import DictionaryError, describe, install_dictionary
-from .maps import slug, workspace_maps
-from .packet import load_state, names
-from .search import (SESSION, DictionaryInvalid, EvidenceRequest, EvidenceResponse,  # noqa: F401
+from engine.core.corpus import Corpus
+from engine.evidence.dictionary import DictionaryError, describe, install_dictionary
+from engine.evidence.maps import slug, workspace_maps
+from engine.evidence.packet import load_state, names
+from engine.evidence.search import (SESSION, DictionaryInvalid, EvidenceRequest, EvidenceResponse,  # noqa: F401
                      EvidenceSearch, PacketNotFound, packet_visible, workspace_dictionary)
 
 

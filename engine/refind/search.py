@@ -24,15 +24,16 @@ from models.reranker import RerankerUnavailable, load_reranker
 
 from indexes.sparse import DATE_MAX, DATE_MIN
 
-from .corpus import Corpus
-from .values import Int64
-from .errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
-from .querylog import LogEntry
-from .fusion import Fused, rrf
-from .highlight import highlight_spans, query_terms
-from .pinning import pin_intent
-from .recency import age_days, decay_factor
-from .rollup import rollup
+from engine.core.corpus import Corpus
+from engine.core.values import Int64
+from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
+from engine.core.querylog import LogEntry
+from engine.refind.fusion import Fused, contributions, rerank_arm, rrf
+from engine.refind.highlight import highlight_spans, query_terms
+from engine.refind.pinning import pin_intent
+from engine.refind.recency import age_days, decay_factor
+from engine.refind.rollup import rollup
+from engine.core.clock import utcnow
 
 
 MIN_TIME, MAX_TIME = DATE_MIN, DATE_MAX
@@ -312,6 +313,15 @@ class SearchService:
             out.sparse, out.timings["sparse"] = fs.result()
         return out
 
+    def shared_sparse_arm(self, req: SearchRequest, scopes: tuple[str, ...] | None = None
+                          ) -> tuple[list[tuple[int, float]], float]:
+        """The BM25 arm of `req` once (its hits and milliseconds), for runs of the pipeline that share
+        it (compare's embedders): pass the hits as `search(..., sparse=...)`. Empty when its weight is 0."""
+        p = self.params(req)
+        if p.sparse_weight <= 0:
+            return [], 0.0
+        return self.run_sparse(req.query, p, self.restriction(p.workspace, req.filters, scopes=scopes))
+
     # The pipeline -------------------------------------------------------------------------------
     def search(self, req: SearchRequest, model: str | None = None, now: datetime | None = None,
                sparse: list[tuple[int, float]] | None = None, log: bool = True,
@@ -359,7 +369,7 @@ class SearchService:
                 scopes: tuple[str, ...] | None = None) -> SearchResponse:
         corpus = self.corpus
         model = model or corpus.settings.models.active
-        now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+        now = now or utcnow()
         p = self.params(req)
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
@@ -419,8 +429,7 @@ class SearchService:
             rerank_scores = {f.chunk_id: float(s) for f, s in zip(top, scores)}
             # With rerank on, the ranked candidate set is the reranked chunks.
             if p.rerank_fusion == "rrf":
-                by_rr = sorted(rerank_scores, key=lambda c: (-rerank_scores[c], c))
-                rerank_rrf = {c: p.rerank_weight / (p.rrf_k + r) for r, c in enumerate(by_rr, start=1)}
+                rerank_rrf = rerank_arm(rerank_scores, p.rerank_weight, p.rrf_k)
                 chunk_scores = {f.chunk_id: f.score + rerank_rrf[f.chunk_id] for f in top}
             else:
                 chunk_scores = dict(rerank_scores)
@@ -487,7 +496,7 @@ class SearchService:
 
         suggestions = None
         if p.suggestions and order:
-            from .similar import similar_pages
+            from engine.refind.similar import similar_pages
 
             ts = time.perf_counter()
             sims = similar_pages(corpus, order[0], "vector", 5, model, scopes=scopes)
@@ -520,10 +529,7 @@ class SearchService:
             f = fused_by_id.get(c)
             contrib = {}
             if f is not None:
-                for arm, rank in f.ranks.items():
-                    w = p.dense_weight if arm == "dense" else p.sparse_weight
-                    contrib[arm] = w / (p.rrf_k + rank)
-                contrib["total"] = f.score
+                contrib = contributions(f, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
                 if p.rerank and p.rerank_fusion == "rrf" and c in rerank_scores:
                     contrib["rerank"] = chunk_scores[c] - f.score
                     contrib["total"] = chunk_scores[c]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .confidence import LEVELS
+from engine.evidence.confidence import LEVELS
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()

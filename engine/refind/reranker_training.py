@@ -1,5 +1,5 @@
 """Train a reranker from collected pairs, write its model card, register it by name, optionally
-export ONNX. The pairs come from `engine.rerank_pairs` (and, for test collections, `eval.rerank`)."""
+export ONNX. The pairs come from `engine.refind.rerank_pairs` (and, for test collections, `eval.rerank`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 from models.registry import ModelRegistry, register_reranker
 from models.reranker_train import Pair, TrainConfig, export_onnx, train_cross_encoder, write_card
 
-from .rerank_pairs import describe
+from engine.refind.rerank_pairs import describe
 
 BASES = ("all-minilm-l6-v2", "all-mpnet-base-v2")
 

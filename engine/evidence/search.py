@@ -25,19 +25,18 @@ from datetime import date
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...corpus import Corpus
-from ...errors import EngineError
-from ...querylog import LogEntry
-from ...search import SearchFilters, SearchRequest, SearchService
-from .confidence import LEVELS, Calibration, Concept, candidate_chunks, chunk_cosines, load_calibration, signals
-from .decompose import content_words, decompose
-from .dictionary import Dictionary, DictionaryError, Match, load_dictionary
-from .maps import Group, Maps, slug, workspace_maps
-from .packet import load_state, names, new_state, packet_lock, write_packet
+from engine.core.corpus import Corpus
+from engine.core.errors import EngineError
+from engine.core.querylog import LogEntry
+from engine.refind.search import SearchFilters, SearchRequest, SearchService
+from engine.evidence.confidence import LEVELS, Calibration, Concept, candidate_chunks, chunk_cosines, load_calibration, signals
+from engine.evidence.decompose import content_words, decompose
+from engine.evidence.dictionary import Dictionary, DictionaryError, Match, load_dictionary
+from engine.evidence.maps import Group, Maps, slug, workspace_maps
+from engine.evidence.packet import load_state, names, new_state, packet_lock, write_packet
 from indexes.sparse import stems
 
 SESSION = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$"
-TERMINATIONS = ("full", "sufficient_evidence", "diminishing_returns", "token_budget", "max_rounds")
 
 
 class DictionaryInvalid(EngineError):

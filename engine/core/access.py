@@ -13,11 +13,12 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 from indexes.keys import KeyStore
 
-from .errors import EngineError, InvalidRequest, WorkspaceNotFound
+from engine.core.errors import EngineError, InvalidRequest, WorkspaceNotFound
+from engine.core.clock import utcnow
 
 ALL = "*"
 TOKEN = re.compile(r"^rfy_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
@@ -101,7 +102,7 @@ def create_key(keys: KeyStore, workspaces: list[str], scopes: list[str] | None =
     if any(not s or len(s) > 200 for s in scopes):
         raise InvalidRequest("a scope is a non-empty label of at most 200 characters")
     key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     keys.insert(key_id, name, salt, _digest(salt, secret), list(dict.fromkeys(workspaces)), scopes, read_only, now)
     return {"key_id": key_id, "token": f"rfy_{key_id}_{secret}", "name": name, "workspaces": workspaces,
             "scopes": scopes, "read_only": read_only, "created_at": now.isoformat(),
@@ -149,7 +150,7 @@ def list_keys(keys: KeyStore) -> list[dict]:
 
 
 def revoke_key(keys: KeyStore, key_id: str) -> dict:
-    if not keys.revoke(key_id, datetime.now(timezone.utc).replace(tzinfo=None)):
+    if not keys.revoke(key_id, utcnow()):
         raise KeyNotFound(f"no active key {key_id!r}", ref=key_id)
     return {"key_id": key_id, "revoked": True}
 
@@ -179,7 +180,7 @@ def is_loopback(host: str) -> bool:
 
 def readable_page(grant: Grant, store, page_id: str) -> None:
     """404 for a page of a workspace outside the grant, exactly as for a page that does not exist."""
-    from .errors import PageNotFound
+    from engine.core.errors import PageNotFound
 
     if grant.everywhere and not grant.scopes:
         return
@@ -190,7 +191,7 @@ def readable_page(grant: Grant, store, page_id: str) -> None:
 
 
 def readable_query(grant: Grant, store, query_id: str) -> None:
-    from .errors import QueryNotFound
+    from engine.core.errors import QueryNotFound
 
     if grant.everywhere:
         return

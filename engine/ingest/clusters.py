@@ -7,9 +7,9 @@ import math
 import faiss
 import numpy as np
 
-from .corpus import Corpus
-from .errors import InvalidRequest
-from .similar import page_vectors
+from engine.core.corpus import Corpus
+from engine.core.errors import InvalidRequest
+from engine.core.page_vectors import page_vectors
 
 
 def refit_clusters(corpus: Corpus, workspace: str | None = None, k: int | None = None,

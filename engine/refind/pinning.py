@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .urls import InvalidURL, domain_of, is_bare_domain, normalize_url
+from engine.core.urls import InvalidURL, domain_of, is_bare_domain, normalize_url
 
 _URLISH = re.compile(r"^(?:https?://)?(?:www\.)?[a-z0-9.-]+\.[a-z]{2,63}(?::\d+)?/\S*$", re.I)
 

@@ -11,8 +11,8 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .urls import normalize_url
-from .values import Int64, StorableDate, Text
+from engine.core.urls import normalize_url
+from engine.core.values import Int64, StorableDate, Text
 
 FOLDER_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm"}
 
@@ -26,7 +26,7 @@ class EntityInput(BaseModel):
 
 class PageInput(BaseModel):
     """One page. `body_text` or `html` (extracted with trafilatura) must be given. Every value is
-    checked against what the store and both indexes can hold (engine/values.py), so a page either
+    checked against what the store and both indexes can hold (engine/core/values.py), so a page either
     goes in whole or is refused with its reason."""
     model_config = ConfigDict(extra="ignore")
 

@@ -185,7 +185,7 @@ def parse(text: str, fmt: str, source: str | None = None) -> list[Entry]:
 def pack_entries(pack_names: list[str]) -> list[Entry]:
     """Each vocabulary term of the named relation packs as an entry: synonyms are aliases, the
     terms its hierarchy covers are related."""
-    from ...relations.packs import load_pack, pack_names as all_packs
+    from engine.core.packs import load_pack, pack_names as all_packs
 
     names = all_packs() if pack_names == ["*"] else pack_names
     out = []

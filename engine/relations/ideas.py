@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 
-from ..search import SearchRequest, SearchService
+from engine.refind.search import SearchRequest, SearchService
 
 QUOTE_MAX = 240
 WORD = re.compile(r"\w+", re.UNICODE)

@@ -29,8 +29,8 @@ import numpy as np
 
 from indexes.sparse import stems
 
-from ...settings import CONFIG_DIR
-from .decompose import content_words
+from engine.core.settings import CONFIG_DIR
+from engine.evidence.decompose import content_words
 
 FEATURES = ("dense_cosine", "both_arms", "log_rank", "coverage")
 CALIBRATION_FILE = CONFIG_DIR / "evidence_calibration.json"

@@ -22,9 +22,10 @@ from indexes.store import CorpusStore
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
-from .errors import PageNotFound
-from .querylog import QueryLog, utcnow
-from .settings import Settings
+from engine.core.errors import PageNotFound
+from engine.core.clock import utcnow
+from engine.core.querylog import QueryLog
+from engine.core.settings import Settings
 
 log = logging.getLogger("refindery.corpus")
 
@@ -123,10 +124,6 @@ class Corpus:
             fresh.add(ids, vecs)
             self._dense[model] = fresh
 
-    def dense_models_on_disk(self) -> list[str]:
-        d = self.data_dir / DENSE_DIR
-        return sorted(p.stem for p in d.glob("*.faiss")) if d.is_dir() else []
-
     # Hot-path lookups --------------------------------------------------------------------------
     def _chunk_page_map(self) -> tuple[int, np.ndarray, np.ndarray, int]:
         """(generation, sorted chunk ids, their page ids, the workspaces with pages), rebuilt from the
@@ -157,7 +154,7 @@ class Corpus:
 
     def record_feedback(self, query_id: str, page_id: str, kind: str) -> dict:
         """Store an implicit judgment on a logged query (404s for an unknown query or page)."""
-        from .errors import PageNotFound, QueryNotFound
+        from engine.core.errors import PageNotFound, QueryNotFound
 
         if not self.querylog.knows(query_id):
             raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)
@@ -217,9 +214,6 @@ class Corpus:
 
     def chunk_page_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, int]:
         return self._chunk_page_map()
-
-    def workspace_count(self, snapshot=None) -> int:
-        return len(self.populated_workspaces(snapshot))
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:
@@ -338,11 +332,9 @@ class Corpus:
 
     def reindex(self) -> list[RepairReport]:
         """Rebuild every index from the store (embedding what a configured model lacks first)."""
-        from .ingest import embed_missing
-
         with self.write_lock:
             for m in self.embedder_names:
-                embed_missing(self, m)
+                self.embed_missing(m)
             g = self.store.generation()
             rejected = self.sparse.rebuild(self.store.index_docs(), g)
             g = self.quarantine(rejected) or g
@@ -355,6 +347,26 @@ class Corpus:
                 d.save(g)
                 reports.append(RepairReport(f"dense:{m}", "rebuilt", g, g))
             return reports
+
+    def embed_missing(self, model: str, batch: int = 2048) -> int:
+        """Embed every chunk that has no vector of `model` yet (adding a model embeds only this)."""
+        emb = self.embedder(model)
+        dense = self.dense(model)
+        done = 0
+        with self.write_lock:
+            present = set(dense.ids().tolist())
+            while True:
+                rows = self.store.chunks_missing_embeddings(model, limit=batch)
+                if not rows:
+                    break
+                ids = [r[0] for r in rows]
+                vecs = emb.encode_documents([r[1] for r in rows])
+                self.store.add_embeddings(model, ids, vecs)
+                fresh = [i for i, cid in enumerate(ids) if cid not in present]
+                dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
+                done += len(ids)
+            self.maintain_dense(model)
+        return done
 
     def close(self) -> None:
         if self.store.closed:

@@ -12,10 +12,10 @@ import uuid
 
 from pydantic import BaseModel, Field, field_validator
 
-from .agreement import agreement
-from .errors import InvalidRequest, ModelUnavailable, ModelUnknown
-from .querylog import LogEntry
-from .search import SearchRequest, SearchResponse, SearchService
+from engine.refind.agreement import agreement
+from engine.core.errors import InvalidRequest, ModelUnavailable, ModelUnknown
+from engine.core.querylog import LogEntry
+from engine.refind.search import SearchRequest, SearchResponse, SearchService
 
 
 class CompareRequest(SearchRequest):
@@ -71,10 +71,7 @@ def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...]
         if counts["embeddings"].get(m, 0) == 0 and counts["chunks"]:
             raise ModelUnavailable(f"model {m!r} has embedded nothing yet; run `refindery models --embed {m}`",
                                    model=m)
-    restriction = service.restriction(p.workspace, search_req.filters, scopes=scopes)
-    shared, t_sparse = ([], 0.0)
-    if p.sparse_weight > 0:
-        shared, t_sparse = service.run_sparse(search_req.query, p, restriction)
+    shared, t_sparse = service.shared_sparse_arm(search_req, scopes)
     runs, traces = [], []
     entry = LogEntry(query_id=query_id, endpoint="compare", workspace=p.workspace, query=req.query,
                      params=req.model_dump(mode="json", exclude_none=True), models=list(req.models))
