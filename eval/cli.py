@@ -58,8 +58,7 @@ def cmd_reranker(args) -> int:
     from engine.core.corpus import open_corpus
     from engine.refind.rerank_pairs import NegativePlan, describe, feedback_pairs, mined_pairs
     from engine.refind.reranker_training import train_reranker
-    from models.device import DeviceUnavailable
-    from models.reranker_train import TrainConfig
+    from engine.refind.reranker_training import DeviceUnavailable, TrainConfig
 
     settings = _settings(args)
     workspace = args.workspace or settings.default_workspace

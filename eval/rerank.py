@@ -20,10 +20,8 @@ from pathlib import Path
 
 from engine.core.corpus import Corpus, open_corpus
 from engine.refind.rerank_pairs import NegativePlan, judgment_pairs, mined_pairs
-from engine.refind.reranker_training import train_reranker
 from engine.core.settings import Settings, load_settings
-from models.registry import register_reranker
-from models.reranker_train import Pair, TrainConfig
+from engine.refind.reranker_training import Pair, TrainConfig, register_reranker, train_reranker
 
 from . import collections, run
 from .ir import COLLECTIONS, DEFAULT_IR_DIR, ROOT

@@ -15,7 +15,7 @@ import time
 
 from fastapi import Request
 
-from engine.core.access import Grant, grant_for
+from engine.core.access import Grant
 from engine.core.errors import EngineError
 from engine.core.clock import utcnow
 from engine.core.querylog import LogEntry
@@ -94,9 +94,9 @@ class BodyLimit:
 
 
 class KeyAuth:
-    def __init__(self, app, corpus_of):
+    def __init__(self, app, engine_of):
         self.app = app
-        self.corpus_of = corpus_of  # () -> the corpus, once the app's lifespan has opened it
+        self.engine_of = engine_of  # () -> the Engine, once the app's lifespan has built it
         self.limiter: RateLimiter | None = None
 
     async def __call__(self, scope, receive, send):
@@ -116,16 +116,16 @@ class KeyAuth:
             await send(message)
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        corpus = self.corpus_of()
+        engine = self.engine_of()
         grant = None
         try:
             try:
-                grant = dataclasses.replace(grant_for(corpus.keys, headers.get("authorization")), seen=[])
+                grant = dataclasses.replace(engine.grant_for(headers.get("authorization")), seen=[])
             except EngineError as exc:
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
                 return await refuse(send_with_id, exc.status, exc.body(), extra)
             if grant.key_id is not None:
-                s = corpus.settings.server
+                s = engine.settings.server
                 if self.limiter is None:
                     self.limiter = RateLimiter(s.rate_limit_per_minute, s.rate_limit_burst)
                 wait = self.limiter.take(grant.key_id)
@@ -141,7 +141,7 @@ class KeyAuth:
             route = getattr(scope.get("route"), "path", None) or path
             key_id = grant.key_id if grant is not None else None
             workspace = grant.seen[0] if grant is not None and grant.seen else None
-            corpus.querylog.record(LogEntry(
+            engine.record(LogEntry(
                 query_id=request_id, endpoint="http", workspace=workspace, query=None, params={}, models=[],
                 call_only=True, access=[(utcnow(), key_id, scope.get("method"), route, workspace,
                                          outcome["status"], round((time.perf_counter() - t0) * 1000, 3))]))

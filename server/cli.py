@@ -8,6 +8,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from engine.app import USER_ERRORS, Engine
 from engine.core.access import is_loopback
 from engine.core.settings import ConfigFileError, Settings, load_settings
 
@@ -21,28 +22,20 @@ def _print(obj) -> None:
 
 
 def cmd_ingest(args) -> int:
-    from engine.core.corpus import open_corpus
-    from engine.ingest.pipeline import Ingester
     from engine.ingest.records import read_source
 
-    settings = _settings(args)
-    corpus = open_corpus(settings)
-    try:
-        ingester = Ingester(corpus, args.workspace, progress=not args.no_progress)
+    with Engine(_settings(args)) as e:
         try:
-            records = read_source(args.path, args.base_url)
-            report = ingester.ingest(records)
+            report = e.ingest(read_source(args.path, args.base_url), args.workspace, progress=not args.no_progress)
         except FileNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        for e in report.errors:
-            print(f"{e.source}:{e.line}: skipped: {e.error}", file=sys.stderr)
+        for err in report.errors:
+            print(f"{err.source}:{err.line}: skipped: {err.error}", file=sys.stderr)
         summary = report.summary()
         summary["chunks_per_second"] = round(report.chunks_embedded / report.seconds, 1) if report.seconds else None
         _print(summary)
         return 1 if report.errors and not report.outcomes else 0
-    finally:
-        corpus.close()
 
 
 def cmd_serve(args) -> int:
@@ -66,36 +59,27 @@ def cmd_serve(args) -> int:
 
 
 def _active_keys(settings) -> int:
-    from engine.core.corpus import open_corpus
-
-    corpus = open_corpus(settings, repair=False)
-    try:
-        return corpus.keys.active
-    finally:
-        corpus.close()
+    with Engine(settings, repair=False) as e:
+        return e.active_keys
 
 
 def cmd_keys(args) -> int:
-    from engine.core.access import create_key, list_keys, revoke_key
-    from engine.core.corpus import open_corpus
-
-    corpus = open_corpus(_settings(args), repair=False)
-    try:
+    with Engine(_settings(args), repair=False) as e:
         if args.action == "create":
             if not args.workspace:
                 print("error: keys create needs --workspace W (repeat it, or '*' for every workspace)",
                       file=sys.stderr)
                 return 2
-            _print(create_key(corpus.keys, args.workspace, args.scope, args.read_only, args.name))
+            _print(e.create_key(args.workspace, args.scope, args.read_only, args.name))
         elif args.action == "list":
-            _print({"keys": list_keys(corpus.keys)})
+            _print({"keys": e.list_keys()})
         elif args.action == "open":
             if not args.yes:
                 print("error: keys open lets every request in without a key (served on loopback only); "
                       "confirm with --yes", file=sys.stderr)
                 return 2
             try:
-                corpus.keys.reopen()
+                e.reopen_keys()
             except ValueError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
@@ -105,20 +89,16 @@ def cmd_keys(args) -> int:
             if not args.key_id:
                 print("error: keys revoke needs a KEY_ID", file=sys.stderr)
                 return 2
-            _print(revoke_key(corpus.keys, args.key_id))
+            _print(e.revoke_key(args.key_id))
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_search(args) -> int:
-    from engine.core.corpus import open_corpus
-    from engine.refind.search import SearchRequest, SearchService
+    from engine.refind.search import SearchRequest
 
-    corpus = open_corpus(_settings(args))
-    try:
-        resp = SearchService(corpus).search(SearchRequest(query=args.query, k=args.k, offset=args.offset,
-                                                          workspace=args.workspace, rerank=args.rerank))
+    with Engine(_settings(args)) as e:
+        resp = e.search(SearchRequest(query=args.query, k=args.k, offset=args.offset, workspace=args.workspace,
+                                      rerank=args.rerank))
         if args.json:
             print(resp.model_dump_json(indent=2))
             return 0
@@ -129,16 +109,12 @@ def cmd_search(args) -> int:
                 snip = " ".join(hit.snippets[0].text.split())
                 print(f"     {snip[:160]}{'…' if len(snip) > 160 else ''}")
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_evidence(args) -> int:
     from pydantic import ValidationError
 
-    from engine.core.corpus import open_corpus
-    from engine.evidence.search import EvidenceRequest, EvidenceSearch
-    from engine.refind.search import SearchService
+    from engine.evidence.search import EvidenceRequest
 
     try:
         req = EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
@@ -147,43 +123,31 @@ def cmd_evidence(args) -> int:
     except ValidationError as exc:
         print(f"error: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
-    corpus = open_corpus(_settings(args))
-    try:
-        resp = EvidenceSearch(corpus, SearchService(corpus)).search(req)
+    with Engine(_settings(args)) as e:
+        resp = e.evidence(req)
         print(json.dumps(resp.model_dump(mode="json") | {"file": resp.file}, indent=2) if args.json else resp.summary)
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_dictionary(args) -> int:
-    from engine.core.corpus import open_corpus
-    from engine.evidence import service
-
-    corpus = open_corpus(_settings(args), repair=False)
-    try:
+    with Engine(_settings(args), repair=False) as e:
         if args.action == "set":
             if not args.file:
                 print("error: dictionary set needs a FILE (.toml or .md)", file=sys.stderr)
                 return 2
             path = Path(args.file)
             fmt = "toml" if path.suffix.lower() == ".toml" else "markdown"
-            _print(service.set_dictionary(corpus, args.workspace, fmt, path.read_text(encoding="utf-8")))
+            _print(e.set_dictionary(args.workspace, fmt, path.read_text(encoding="utf-8")))
         else:
-            _print(service.show_dictionary(corpus, args.workspace))
+            _print(e.dictionary(args.workspace))
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_compare(args) -> int:
-    from engine.refind.compare import CompareRequest, compare
-    from engine.core.corpus import open_corpus
-    from engine.refind.search import SearchService
+    from engine.refind.compare import CompareRequest
 
-    corpus = open_corpus(_settings(args))
-    try:
-        resp = compare(SearchService(corpus), CompareRequest(query=args.query, models=args.models.split(","), k=args.k))
+    with Engine(_settings(args)) as e:
+        resp = e.compare(CompareRequest(query=args.query, models=args.models.split(","), k=args.k))
         if args.json:
             print(resp.model_dump_json(indent=2))
             return 0
@@ -197,148 +161,103 @@ def cmd_compare(args) -> int:
                   f"Kendall tau-b {tau} over {a.shared} shared")
         print(f"query_id {resp.query_id}")
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_reindex(args) -> int:
-    from engine.core.corpus import open_corpus
-
-    corpus = open_corpus(_settings(args), repair=False)
-    try:
-        reports = corpus.reindex()
-        _print({"rebuilt": [r.__dict__ for r in reports], "consistency": corpus.consistency()})
+    with Engine(_settings(args), repair=False) as e:
+        _print(e.reindex())
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_models(args) -> int:
-    from engine.core.corpus import Corpus
-
-    settings = _settings(args)
-    corpus = Corpus(settings)
-    try:
+    with Engine(_settings(args), repair=False) as e:
         if args.embed:
-            corpus.sync([])
-            n = corpus.embed_missing(args.embed)
-            corpus.sync([args.embed])
-            corpus.flush()
-            _print({"model": args.embed, "embedded": n})
-            return 0
-        rows = corpus.models_status()
-        _print(rows)
+            _print({"model": args.embed, "embedded": e.embed_model(args.embed)})
+        else:
+            _print(e.models())
         return 0
-    finally:
-        corpus.store.close()
 
 
 def cmd_clusters(args) -> int:
-    from engine.ingest.clusters import refit_clusters
-    from engine.core.corpus import open_corpus
-
-    corpus = open_corpus(_settings(args))
-    try:
-        ws = args.workspace or corpus.settings.default_workspace
+    with Engine(_settings(args)) as e:
+        ws = args.workspace or e.default_workspace
         if args.action == "refit":
-            live = corpus.store.clusters(ws)
+            live = e.clusters(ws)
             if args.if_missing and live:
                 _print({"workspace": ws, "skipped": True, "clusters": len(live)})
             else:
-                _print(refit_clusters(corpus, ws, args.k))
+                _print(e.refit_clusters(ws, args.k))
         else:
-            _print(corpus.store.clusters(ws, include_tombstoned=True))
+            _print(e.clusters(ws, include_tombstoned=True))
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_log(args) -> int:
     from datetime import datetime
 
-    from engine.core.corpus import Corpus
-
     before = datetime.fromisoformat(args.before)
-    corpus = Corpus(_settings(args))
-    try:
-        _print({"before": before.isoformat(), "deleted": corpus.querylog.prune(before)})
+    with Engine(_settings(args), repair=False) as e:
+        _print({"before": before.isoformat(), "deleted": e.prune_log(before)})
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_relations(args) -> int:
     """Relation workspaces from the command line: create one, load SQL tables into it, search it."""
-    from engine.core.corpus import open_corpus
     from engine.core.errors import EngineError
-    from engine.relations.loads import LoadRequest, load
-    from engine.relations.search import RelationSearch, RelationSearchRequest
-    from engine.relations.workspaces import WorkspaceCreate, create_workspace
+    from engine.relations.loads import LoadRequest
+    from engine.relations.search import RelationSearchRequest
+    from engine.relations.workspaces import WorkspaceCreate
 
-    corpus = open_corpus(_settings(args))
-    try:
-        if args.action == "demo":
-            out = _relations_demo(corpus, args.workspace or "roster")
-        elif args.action == "create":
-            out = create_workspace(corpus.relations, WorkspaceCreate(
-                workspace_id=args.workspace, name=args.name, packs=args.packs or ["expert_network"]))
-        elif args.action == "load":
-            spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
-            out = load(corpus.relations, args.workspace, LoadRequest(**spec))
-        else:
-            constraints = json.loads(Path(args.constraints).read_text(encoding="utf-8"))
-            out = RelationSearch(corpus.relations, corpus.querylog).search(RelationSearchRequest(
-                workspace_id=args.workspace, constraints=constraints, as_of=args.as_of, limit=args.limit))
-        _print(out)
-        return 0
-    except EngineError as exc:
-        _print({"detail": exc.body()})
-        return 2
-    finally:
-        corpus.close()
+    with Engine(_settings(args)) as e:
+        try:
+            if args.action == "demo":
+                out = _relations_demo(e, args.workspace or "roster")
+            elif args.action == "create":
+                out = e.create_relation_workspace(WorkspaceCreate(
+                    workspace_id=args.workspace, name=args.name, packs=args.packs or ["expert_network"]))
+            elif args.action == "load":   # local: any path the user names
+                spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
+                out = e.load(args.workspace, LoadRequest(**spec), confined=False)
+            else:
+                constraints = json.loads(Path(args.constraints).read_text(encoding="utf-8"))
+                out = e.relation_search(RelationSearchRequest(
+                    workspace_id=args.workspace, constraints=constraints, as_of=args.as_of, limit=args.limit))
+            _print(out)
+            return 0
+        except EngineError as exc:
+            _print({"detail": exc.body()})
+            return 2
 
 
-def _relations_demo(corpus, workspace: str) -> dict:
+def _relations_demo(e: Engine, workspace: str) -> dict:
     """The seed's roster as a demo workspace: written as a DuckDB export under the data dir and
     loaded (again: a re-run supersedes the previous load of the same export)."""
-    from docs.examples.roster import LOAD, write_export
-    from engine.relations.loads import LoadRequest, load
-    from engine.relations.workspaces import WorkspaceCreate, create_workspace
+    from demo.roster import LOAD, write_export
+    from engine.relations.loads import LoadRequest
+    from engine.relations.workspaces import WorkspaceCreate
 
-    source = write_export(corpus.data_dir / "sources" / "roster-warehouse.duckdb")
-    if corpus.relations.workspace(workspace) is None:
-        create_workspace(corpus.relations, WorkspaceCreate(workspace_id=workspace, name="roster"))
-    summary = load(corpus.relations, workspace, LoadRequest(source=str(source), **LOAD))
+    source = write_export(e.data_dir / "sources" / "roster-warehouse.duckdb")
+    if not e.has_relation_workspace(workspace):
+        e.create_relation_workspace(WorkspaceCreate(workspace_id=workspace, name="roster"))
+    summary = e.load(workspace, LoadRequest(source=str(source), **LOAD), confined=False)
     return {"workspace_id": workspace, "load_id": summary["load_id"],
             "rows": {r["relation"]: r["rows"] for r in summary["relations"]}}
 
 
 def cmd_mcp(args) -> int:
     """The MCP tools over stdio, for desktop agent clients (logs go to stderr: stdout is the protocol)."""
-    from engine.core.corpus import open_corpus
-
     from .app import create_app
 
     settings = _settings(args)
-    corpus = open_corpus(settings)
-    try:
-        create_app(settings, corpus).state.mcp.run("stdio")
+    with Engine(settings) as e:
+        create_app(settings, engine=e).state.mcp.run("stdio")
         return 0
-    finally:
-        corpus.close()
 
 
 def cmd_status(args) -> int:
-    from engine.core.corpus import open_corpus
-
-    from .app import status_of
-
-    corpus = open_corpus(_settings(args))
-    try:
-        _print(status_of(corpus))
+    with Engine(_settings(args)) as e:
+        _print(e.status())
         return 0
-    finally:
-        corpus.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -461,12 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a clear one-line error for known failures
-        from indexes.store import StoreError
-        from models.registry import ModelNotFound
-
-        from engine.core.errors import EngineError
-
-        if isinstance(exc, (ModelNotFound, StoreError, EngineError)):
+        if isinstance(exc, USER_ERRORS):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -20,20 +20,18 @@ from fastapi import FastAPI
 from mcp.server.fastmcp import Context, FastMCP
 from pydantic import BaseModel, Field, ValidationError
 
-from engine.core.access import Grant, readable_page
-from engine.refind.compare import CompareRequest, compare
-from engine.core.corpus import read_page
+from engine.app import Engine
+from engine.core.access import Grant
+from engine.refind.compare import CompareRequest
 from engine.core.errors import EngineError
-from engine.relations.criteria import CriterionReader
 from engine.evidence import service as evidence
-from engine.relations.facts import FactsRequest, facts
-from engine.relations.search import RelationSearch, RelationSearchRequest
+from engine.relations.facts import FactsRequest
+from engine.relations.search import RelationSearchRequest
 from engine.refind.search import SearchRequest
-from engine.refind.similar import MEDIATIONS, similar_pages
+from engine.refind.similar import MEDIATIONS
 
 from .auth import SCOPE_KEY
 from .errors import internal_error
-from .evidence import searcher as evidence_searcher
 
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
@@ -137,25 +135,23 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
     HTTP transport is served on: the SDK's DNS-rebinding protection admits that host's names."""
     server = FastMCP("refindery", instructions=INSTRUCTIONS, host=host, streamable_http_path="/mcp")
 
-    def corpus():
-        return app.state.corpus
+    def engine() -> Engine:
+        return app.state.engine
 
     def default() -> str:
-        return corpus().settings.default_workspace
+        return engine().default_workspace
 
     def limma_search(req: RelationSearchRequest, g: Grant) -> dict:
         g.workspace(req.workspace_id, req.workspace_id)
-        c, pages, scopes = corpus(), app.state.search, g.document_scopes
-        return RelationSearch(c.relations, c.querylog, c.brief_compiler(), pages, CriterionReader(c, pages, scopes),
-                              scopes=scopes).search(req)
+        return engine().relation_search(req, scopes=g.document_scopes)
 
     def limma_facts(req: FactsRequest, g: Grant) -> dict:
         g.workspace(req.workspace_id, req.workspace_id)
-        return facts(corpus().relations, req)
+        return engine().facts(req)
 
     def get_page(ref: PageRef, g: Grant) -> dict:
-        readable_page(g, corpus().store, ref.page_id)
-        return json.loads(json.dumps(read_page(corpus(), ref.page_id), default=str))
+        engine().readable_page(g, ref.page_id)
+        return json.loads(json.dumps(engine().page(ref.page_id), default=str))
 
     server.add_tool(tool_function(RelationSearchRequest, limma_search, "/v1/public/search", {"detail": "compact"}),
                     name="limma_search", description=(
@@ -172,21 +168,20 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "at — not a \"no\")."))
     def refind_search(req: SearchRequest, g: Grant) -> dict:
         req.workspace = g.scoped(req.workspace, default())
-        return refind_reply(app.state.search.search(req, scopes=g.document_scopes).model_dump(mode="json"),
-                            req.explain)
+        return refind_reply(engine().search(req, scopes=g.document_scopes).model_dump(mode="json"), req.explain)
 
     def similar(r: "SimilarRequest", g: Grant) -> dict:
-        readable_page(g, corpus().store, r.page_id)
+        engine().readable_page(g, r.page_id)
         return {"page_id": r.page_id, "mediation": r.mediation,
-                "pages": similar_pages(corpus(), r.page_id, r.mediation, r.k, scopes=g.document_scopes)}
+                "pages": engine().similar(r.page_id, r.mediation, r.k, scopes=g.document_scopes)}
 
     def refind_compare(r: CompareRequest, g: Grant) -> dict:
         r.workspace = g.scoped(r.workspace, default())
-        return compare(app.state.search, r, scopes=g.document_scopes).model_dump(mode="json")
+        return engine().compare(r, scopes=g.document_scopes).model_dump(mode="json")
 
     def evidence_search(r, g: Grant) -> dict:
         r.workspace = g.scoped(r.workspace, default())
-        return evidence_searcher(app).search(r, scopes=g.document_scopes).model_dump(mode="json")
+        return engine().evidence(r, scopes=g.document_scopes).model_dump(mode="json")
 
     server.add_tool(tool_function(SearchRequest, refind_search, "/v1/search"),
                     name="refind_search", description=(
@@ -212,7 +207,7 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "evidence: read it with read_evidence_packet. Reuse `session_id` to append to one packet."))
     def read_evidence_packet(r: PacketRef, g: Grant) -> dict:
         return {"session_id": r.session_id, "part": r.part,
-                "text": evidence.read_packet(corpus(), r.session_id, r.topic, r.part, may_read=g.may_read,
+                "text": engine().read_packet(r.session_id, r.topic, r.part, may_read=g.may_read,
                                              scopes=g.document_scopes)}
 
     server.add_tool(tool_function(PacketRef, read_evidence_packet, "/v1/evidence/packets/{session_id}"),

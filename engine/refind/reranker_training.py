@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.device import DeviceUnavailable  # noqa: F401  (faces catch it from here)
 from models.registry import ModelRegistry, register_reranker
 from models.reranker_train import Pair, TrainConfig, export_onnx, train_cross_encoder, write_card
 

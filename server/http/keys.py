@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.core.access import Grant, access_log, create_key, list_keys, revoke_key
+from engine.app import Engine
+from engine.core.access import Grant
 
-from .auth import current_grant
-from .errors import StrictJSONRoute
+from .deps import current_grant, engine, router
 
-router = APIRouter(tags=["keys"], route_class=StrictJSONRoute)
+router = router(tags=["keys"])
 
 
 class KeyCreate(BaseModel):
@@ -28,31 +28,29 @@ def _admin(g: Grant) -> None:
 
 
 @router.post("/v1/keys", status_code=201)
-def keys_create(body: KeyCreate, request: Request, g: Grant = Depends(current_grant)) -> dict:
+def keys_create(body: KeyCreate, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Make a key. Its token is in this reply and nowhere else: only a salted hash is stored."""
     _admin(g)
-    return create_key(request.app.state.corpus.keys, body.workspaces, body.scopes, body.read_only, body.name)
+    return e.create_key(body.workspaces, body.scopes, body.read_only, body.name)
 
 
 @router.get("/v1/keys")
-def keys_list(request: Request, g: Grant = Depends(current_grant)) -> dict:
+def keys_list(e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     _admin(g)
-    return {"keys": list_keys(request.app.state.corpus.keys)}
+    return {"keys": e.list_keys()}
 
 
 @router.delete("/v1/keys/{key_id}")
-def keys_revoke(key_id: str, request: Request, g: Grant = Depends(current_grant)) -> dict:
+def keys_revoke(key_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     _admin(g)
-    return revoke_key(request.app.state.corpus.keys, key_id)
+    return e.revoke_key(key_id)
 
 
 @router.get("/v1/audit/access")
-def audit_access(request: Request, since: datetime | None = None, key_id: str | None = Query(None, max_length=40),
+def audit_access(since: datetime | None = None, key_id: str | None = Query(None, max_length=40),
                  request_id: str | None = Query(None, max_length=40), limit: int = Query(100, ge=1, le=10_000),
-                 g: Grant = Depends(current_grant)) -> dict:
+                 e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Every call: request id (also each reply's X-Request-Id header), key id, method, route,
     workspace and status, newest first. Needs a key for every workspace."""
     g.require_everywhere("the access log")
-    c = request.app.state.corpus
-    c.querylog.flush()
-    return {"calls": access_log(c.store, since, key_id, request_id, limit)}
+    return {"calls": e.access_log(since, key_id, request_id, limit)}

@@ -1,0 +1,255 @@
+"""The Engine: the one composition root every face (HTTP routers, MCP tools, CLI, eval, bench) is
+given. Built from Settings (or around an already open corpus), usable as a context manager, it owns
+the corpus (store + indexes + models) and the verbs' services, and exposes each verb as one method.
+A face parses, resolves the caller's grant, calls one of these, and shapes the reply; it never opens a
+store, loads a model or imports `indexes`/`models` itself.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+from engine.core import access
+from engine.core.access import Grant
+from engine.core.corpus import Corpus, open_corpus, read_page
+from engine.core.errors import EngineError, ModelUnavailable
+from engine.core.querylog import LogEntry
+from engine.core.settings import Settings, load_settings
+from engine.evidence import service as evidence
+from engine.ingest.clusters import refit_clusters
+from engine.ingest.entities import EntityUpsert, upsert_entity
+from engine.ingest.pipeline import Ingester, IngestReport, delete_page
+from engine.refind.compare import CompareRequest, CompareResponse, compare
+from engine.refind.search import SearchRequest, SearchResponse, SearchService
+from engine.refind.similar import similar_pages
+from engine.relations import facts as relation_facts
+from engine.relations.criteria import CriterionReader
+from engine.relations.loads import LoadRequest, load, workspace_roots
+from engine.relations.search import RelationSearch, RelationSearchRequest
+from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from indexes.store import StoreError
+    from models.registry import ModelNotFound
+
+    return EngineError, ModelNotFound, StoreError
+
+
+# Failures a face reports as one line (a refusal, a model not installed, a store that cannot open),
+# not as a traceback.
+USER_ERRORS = _user_errors()
+
+
+class Engine:
+    def __init__(self, settings: Settings | None = None, pool=None, repair: bool = True,
+                 corpus: Corpus | None = None):
+        """`pool` shares already-loaded embedders (tests, bench); `corpus` wraps one already open
+        (the caller then closes it); `repair=False` skips bringing the indexes to the store's
+        generation (commands that only read keys or settings)."""
+        self.owns_corpus = corpus is None
+        self.corpus = corpus if corpus is not None else open_corpus(settings or load_settings(), pool, repair)
+        self.settings = self.corpus.settings
+        self.pages = SearchService(self.corpus)
+        self._evidence: evidence.EvidenceSearch | None = None
+
+    # Lifetime ------------------------------------------------------------------------------------
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.owns_corpus:
+            self.corpus.close()
+        else:
+            self.corpus.querylog.flush()
+            self.corpus.flush()
+
+    @property
+    def default_workspace(self) -> str:
+        return self.settings.default_workspace
+
+    def load_model(self) -> None:
+        """Load the active embedder now (a server does, so its first query does not wait for it);
+        ModelUnavailable when its weights are not installed."""
+        from models.registry import ModelNotFound
+
+        try:
+            self.corpus.embedder()
+        except ModelNotFound as exc:
+            raise ModelUnavailable(str(exc), model=exc.name, install=exc.install) from exc
+
+    def record(self, entry: LogEntry) -> None:
+        """One row for the query log (written off the request path)."""
+        self.corpus.querylog.record(entry)
+
+    # Refind search --------------------------------------------------------------------------------
+    def search(self, req: SearchRequest, scopes: tuple[str, ...] | None = None) -> SearchResponse:
+        return self.pages.search(req, scopes=scopes)
+
+    def compare(self, req: CompareRequest, scopes: tuple[str, ...] | None = None) -> CompareResponse:
+        return compare(self.pages, req, scopes=scopes)
+
+    def similar(self, page_id: str, mediation: str = "vector", k: int = 10,
+                scopes: tuple[str, ...] | None = None) -> list[dict]:
+        return similar_pages(self.corpus, page_id, mediation, k, scopes=scopes)
+
+    def page(self, page_id: str) -> dict:
+        return read_page(self.corpus, page_id)
+
+    def facets(self, workspace: str, scopes: tuple[str, ...] | None = None, limit: int = 50) -> dict:
+        return self.corpus.store.facets(workspace, scopes, limit)
+
+    def models(self) -> list[dict]:
+        return self.corpus.models_status()
+
+    def feedback(self, query_id: str, page_id: str, kind: str) -> dict:
+        return self.corpus.record_feedback(query_id, page_id, kind)
+
+    # Pages, entities, clusters --------------------------------------------------------------------
+    def ingest(self, records: Iterable, workspace: str | None = None, progress: bool | None = None,
+               flush: bool = True, total: int | None = None) -> IngestReport:
+        return Ingester(self.corpus, workspace, progress=progress).ingest(records, total=total, flush=flush)
+
+    def delete_page(self, page_id: str) -> bool:
+        return delete_page(self.corpus, page_id)
+
+    def upsert_entity(self, body: EntityUpsert) -> dict:
+        return upsert_entity(self.corpus, body)
+
+    def clusters(self, workspace: str, include_tombstoned: bool = False,
+                 scopes: tuple[str, ...] | None = None) -> list[dict]:
+        return self.corpus.store.clusters(workspace, include_tombstoned, list(scopes) if scopes is not None else None)
+
+    def refit_clusters(self, workspace: str, k: int | None = None) -> dict:
+        return refit_clusters(self.corpus, workspace, k)
+
+    # Relation search ------------------------------------------------------------------------------
+    def relation_search(self, req: RelationSearchRequest, scopes: tuple[str, ...] | None = None) -> dict:
+        c = self.corpus
+        return RelationSearch(c.relations, c.querylog, c.brief_compiler(), self.pages,
+                              CriterionReader(c, self.pages, scopes), scopes=scopes).search(req)
+
+    def facts(self, req: relation_facts.FactsRequest) -> dict:
+        return relation_facts.facts(self.corpus.relations, req)
+
+    def correct(self, req: relation_facts.CorrectionRequest) -> dict:
+        return relation_facts.correct(self.corpus.relations, req)
+
+    def region(self, req: relation_facts.RegionRequest) -> dict:
+        return relation_facts.region(self.corpus.relations, req)
+
+    def audit_events(self, request_id: str) -> dict:
+        return relation_facts.audit_events(self.corpus.relations, request_id)
+
+    def create_relation_workspace(self, body: WorkspaceCreate) -> dict:
+        return create_workspace(self.corpus.relations, body)
+
+    def has_relation_workspace(self, workspace_id: str) -> bool:
+        return self.corpus.relations.workspace(workspace_id) is not None
+
+    def describe_relation_workspace(self, workspace_id: str) -> dict:
+        return describe_workspace(self.corpus.relations, workspace_id)
+
+    def load(self, workspace_id: str, req: LoadRequest, confined: bool = True) -> dict:
+        """A relation load. `confined`: read only from the workspace's own source folder once keys
+        exist or source_dirs is set (every face but the local CLI)."""
+        roots = workspace_roots(self.settings.relations.source_dirs, self.corpus.data_dir, workspace_id,
+                                self.corpus.keys.closed) if confined else None
+        return load(self.corpus.relations, workspace_id, req, roots)
+
+    # Evidence search ------------------------------------------------------------------------------
+    @property
+    def evidence_searcher(self) -> evidence.EvidenceSearch:
+        if self._evidence is None:
+            self._evidence = evidence.EvidenceSearch(self.corpus, self.pages)
+        return self._evidence
+
+    def evidence(self, req: evidence.EvidenceRequest, scopes: tuple[str, ...] | None = None
+                 ) -> evidence.EvidenceResponse:
+        return self.evidence_searcher.search(req, scopes=scopes)
+
+    def read_packet(self, session_id: str, topic: str | None = None, part: str = "packet", may_read=None,
+                    scopes: tuple[str, ...] | None = None) -> str:
+        return evidence.read_packet(self.corpus, session_id, topic, part, may_read=may_read, scopes=scopes)
+
+    def dictionary(self, workspace: str | None, limit: int = 1000) -> dict:
+        return evidence.show_dictionary(self.corpus, workspace, limit)
+
+    def set_dictionary(self, workspace: str | None, fmt: str, text: str) -> dict:
+        return evidence.set_dictionary(self.corpus, workspace, fmt, text)
+
+    def maps(self, workspace: str | None) -> dict:
+        return evidence.show_maps(self.corpus, workspace)
+
+    # Access -----------------------------------------------------------------------------------------
+    def grant_for(self, authorization: str | None) -> Grant:
+        return access.grant_for(self.corpus.keys, authorization)
+
+    def create_key(self, workspaces: list[str], scopes: list[str] | None = None, read_only: bool = False,
+                   name: str | None = None) -> dict:
+        return access.create_key(self.corpus.keys, workspaces, scopes, read_only, name)
+
+    def list_keys(self) -> list[dict]:
+        return access.list_keys(self.corpus.keys)
+
+    def revoke_key(self, key_id: str) -> dict:
+        return access.revoke_key(self.corpus.keys, key_id)
+
+    def reopen_keys(self) -> None:
+        self.corpus.keys.reopen()
+
+    @property
+    def active_keys(self) -> int:
+        return self.corpus.keys.active
+
+    def access_log(self, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
+                   limit: int = 100) -> list[dict]:
+        self.corpus.querylog.flush()
+        return access.access_log(self.corpus.store, since, key_id, request_id, limit)
+
+    def readable_page(self, grant: Grant, page_id: str) -> None:
+        access.readable_page(grant, self.corpus.store, page_id)
+
+    def readable_query(self, grant: Grant, query_id: str) -> None:
+        access.readable_query(grant, self.corpus.store, query_id)
+
+    # Operations -------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        c = self.corpus
+        return {
+            "data_dir": str(c.data_dir),
+            "active_model": c.settings.models.active,
+            "counts": c.store.counts(),
+            "generations": c.consistency(),
+            "repairs_at_open": [r.__dict__ for r in c.repairs],
+            "quarantine": c.store.quarantined(),
+            "query_log": c.querylog.stats(),
+            "reranker": c.reranker_status(),
+        }
+
+    def embed_model(self, model: str) -> int:
+        """Embed every chunk `model` lacks and bring its index up (`refindery models --embed`)."""
+        c = self.corpus
+        c.sync([])
+        n = c.embed_missing(model)
+        c.sync([model])
+        c.flush()
+        return n
+
+    def prune_log(self, before: datetime) -> int:
+        return self.corpus.querylog.prune(before)
+
+    def reindex(self) -> dict:
+        reports = self.corpus.reindex()
+        return {"rebuilt": [r.__dict__ for r in reports], "consistency": self.corpus.consistency()}
+
+    def flush(self) -> None:
+        self.corpus.flush()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.corpus.data_dir

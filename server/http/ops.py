@@ -1,0 +1,30 @@
+"""Health and status."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import Depends
+
+from engine.app import Engine
+from engine.core.access import Grant
+from engine.core.errors import without_paths
+
+from .deps import current_grant, engine, router
+
+router = router(tags=["ops"])
+
+
+@router.get("/healthz")
+def healthz() -> dict:
+    return {"status": "ok"}
+
+
+@router.get("/v1/status")
+def status(e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    g.require_everywhere("status (counts over every workspace)")
+    out = e.status()   # over HTTP without the server's paths (`refindery status` prints them locally)
+    out["data_dir"] = Path(out["data_dir"]).name
+    out["reranker"].pop("path", None)
+    if "reason" in out["reranker"]:
+        out["reranker"]["reason"] = without_paths(out["reranker"]["reason"])
+    return out

@@ -1,0 +1,80 @@
+"""Pages: batch upsert, read, delete, similar pages; entities."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import Depends, Query
+from pydantic import BaseModel, Field
+
+from engine.app import Engine
+from engine.core.access import Grant
+from engine.ingest.entities import EntityUpsert
+
+from ..errors import not_found
+from .deps import current_grant, engine, router
+
+router = router()
+
+
+class PagesUpsert(BaseModel):
+    pages: list[dict[str, Any]] = Field(min_length=1, max_length=1000,
+                                        description="Page records: {url, title?, body_text | html, seen_at?, "
+                                                    "published?, entities?, scope?}")
+    workspace: str | None = Field(default=None, max_length=200)
+
+
+class UpsertItem(BaseModel):
+    index: int
+    page_id: str | None
+    url: str | None
+    status: str
+    error: str | None = None
+
+
+class UpsertResponse(BaseModel):
+    errors: bool
+    items: list[UpsertItem]
+    summary: dict[str, Any]
+
+
+@router.post("/v1/pages", response_model=UpsertResponse, tags=["pages"])
+def upsert_pages(body: PagesUpsert, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> UpsertResponse:
+    g.require_write()
+    ws = g.workspace(body.workspace, e.default_workspace)
+    # the server saves FAISS files periodically, not once per request (a crash before is repaired)
+    report = e.ingest(((i, "request", rec) for i, rec in enumerate(body.pages)), ws, progress=False, flush=False)
+    items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
+             for o in report.outcomes]
+    return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())
+
+
+@router.get("/v1/pages/{page_id}", tags=["pages"])
+def get_page(page_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    e.readable_page(g, page_id)
+    return e.page(page_id)
+
+
+@router.delete("/v1/pages/{page_id}", tags=["pages"])
+def remove_page(page_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    g.require_write()
+    e.readable_page(g, page_id)
+    if not e.delete_page(page_id):
+        raise not_found("page", page_id)
+    return {"page_id": page_id, "deleted": True}
+
+
+@router.get("/v1/pages/{page_id}/similar", tags=["pages"])
+def similar(page_id: str, mediation: Literal["vector", "cluster", "entity"] = "vector",
+            k: int = Query(10, ge=1, le=200), e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Pages related to this one: `vector` (page-vector cosine), `cluster` (co-members of its
+    cluster by cosine), or `entity` (shared entities, IDF-weighted Jaccard)."""
+    e.readable_page(g, page_id)
+    return {"page_id": page_id, "mediation": mediation, "pages": e.similar(page_id, mediation, k, g.document_scopes)}
+
+
+@router.post("/v1/entities", tags=["entities"])
+def entities(body: EntityUpsert, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Create or edit an entity (canonical form, aliases) and link pages to it."""
+    g.require_write()
+    body.workspace = g.scoped(body.workspace, e.default_workspace)
+    return e.upsert_entity(body)

@@ -1,0 +1,96 @@
+"""The public relation verbs: workspaces, loads, search, facts, corrections, region, audit."""
+from __future__ import annotations
+
+from fastapi import Depends, Query
+
+from engine.app import Engine
+from engine.core.access import Forbidden, Grant
+from engine.relations.facts import AuditNotFound, CorrectionRequest, FactsRequest, RegionRequest
+from engine.relations.loads import LoadRequest
+from engine.relations.search import RelationSearchRequest
+from engine.relations.workspaces import WorkspaceCreate
+
+from .deps import current_grant, engine, router
+
+router = router(tags=["relations"])
+
+
+def _in(g: Grant, workspace_id: str) -> None:
+    """A relation workspace outside the key's grant is answered as one that does not exist."""
+    g.workspace(workspace_id, workspace_id)
+
+
+@router.post("/v1/public/workspaces", status_code=201)
+def workspaces_create(body: WorkspaceCreate, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Create a workspace over one or more relation packs (configs/packs/)."""
+    g.require_write()
+    if not g.everywhere and body.workspace_id not in g.workspaces:
+        raise Forbidden("this key may create only the workspaces it names", key_id=g.key_id)
+    return e.create_relation_workspace(body)
+
+
+@router.get("/v1/public/workspaces/{workspace_id}")
+def workspaces_get(workspace_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    _in(g, workspace_id)
+    return e.describe_relation_workspace(workspace_id)
+
+
+@router.post("/v1/public/workspaces/{workspace_id}/loads", status_code=201)
+def loads_create(workspace_id: str, body: LoadRequest, e: Engine = Depends(engine),
+                 g: Grant = Depends(current_grant)) -> dict:
+    """Load relation rows from SQL tables (DuckDB, SQLite, Parquet, CSV), with the coverage
+    declaration that tells None from Not recorded. One transaction; a re-run supersedes."""
+    g.require_write()
+    _in(g, workspace_id)
+    return e.load(workspace_id, body)
+
+
+@router.post("/v1/public/search")
+def public_search(body: RelationSearchRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Constraints over typed relations -> the closed set with its warrant: matched / none /
+    not_recorded / undetermined, counts, groups, absence verdicts, receipts and the licence."""
+    _in(g, body.workspace_id)
+    return e.relation_search(body, scopes=g.document_scopes)
+
+
+@router.post("/v1/public/facts")
+def public_facts(body: FactsRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """An entity's rows of a relation, with the absence verdict (None / Not recorded)."""
+    _in(g, body.workspace_id)
+    return e.facts(body)
+
+
+@router.post("/v1/public/corrections")
+def public_corrections(body: CorrectionRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Retire a row with a reason; it stops matching, and while its source still states it the
+    entity it belonged to is undetermined rather than none."""
+    g.require_write()
+    _in(g, body.workspace_id)
+    return e.correct(body)
+
+
+@router.post("/v1/public/region")
+def public_region(body: RegionRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Re-read a receipt: the cell a row's slot was loaded from, as the source reads it now."""
+    _in(g, body.workspace_id)
+    return e.region(body)
+
+
+def _within_scopes(g: Grant, event: dict) -> bool:
+    """A key with document scopes sees an event only if the search it records read no document
+    outside them (an event from before scopes were recorded counts as reading every document)."""
+    if not g.scopes:
+        return True
+    read = (event.get("summary") or {}).get("document_scopes")
+    return read is not None and set(read) <= set(g.scopes)
+
+
+@router.get("/v1/audit/events")
+def audit(request_id: str = Query(min_length=1, max_length=100), e: Engine = Depends(engine),
+          g: Grant = Depends(current_grant)) -> dict:
+    """What an answer rested on: the rows (and spans) a request delivered."""
+    out = e.audit_events(request_id)
+    out["events"] = [ev for ev in out["events"] if g.may_read(ev["workspace_id"]) and _within_scopes(g, ev)]
+    if not out["events"]:
+        raise AuditNotFound(f"no audit event for request {request_id!r}", ref=request_id)
+    return out

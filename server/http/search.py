@@ -1,0 +1,65 @@
+"""Refind search: search, compare, facets, models, feedback."""
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import Depends, Query
+from pydantic import BaseModel, Field
+
+from engine.app import Engine
+from engine.core.access import Grant
+from engine.refind.compare import CompareRequest, CompareResponse
+from engine.refind.search import SearchRequest, SearchResponse
+
+from .deps import current_grant, engine, router
+
+router = router(tags=["search"])
+
+
+class FeedbackIn(BaseModel):
+    query_id: str = Field(min_length=1, max_length=100)
+    page_id: str = Field(min_length=1, max_length=100)
+    kind: Literal["click", "found", "irrelevant"]
+
+
+@router.post("/v1/search", response_model=SearchResponse)
+def search(req: SearchRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> SearchResponse:
+    """Hybrid search over pages: BM25 and dense arms fused by RRF, optional rerank, rollup to
+    pages, recency decay, pinning of exact URL/domain matches, then the slice [offset:offset+k]."""
+    req.workspace = g.scoped(req.workspace, e.default_workspace)
+    return e.search(req, scopes=g.document_scopes)
+
+
+@router.post("/v1/compare", response_model=CompareResponse)
+def compare(req: CompareRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> CompareResponse:
+    """The full pipeline once per embedder over one shared sparse arm, with the agreement of
+    every pair of lists at k (Jaccard, extrapolated RBO, Kendall's tau-b over shared pages)."""
+    req.workspace = g.scoped(req.workspace, e.default_workspace)
+    return e.compare(req, scopes=g.document_scopes)
+
+
+@router.get("/v1/facets")
+def facets(workspace: str | None = None, limit: int = Query(50, ge=1, le=1000), e: Engine = Depends(engine),
+           g: Grant = Depends(current_grant)) -> dict:
+    """What a workspace's pages can be filtered by, with page counts: domains, live clusters (with
+    a few titles each), entities, and the range of last_seen; the values /v1/search's filters take."""
+    ws = g.workspace(workspace, e.default_workspace)
+    return {"workspace": ws} | e.facets(ws, g.document_scopes, limit)
+
+
+@router.get("/v1/models")
+def models(e: Engine = Depends(engine)) -> dict:
+    """The registry's embedders and rerankers: which is active, which are kept up to date on
+    ingest, chunks embedded, installed or not (with how to install) — what /v1/compare can take."""
+    # No file paths over HTTP: they tell a caller about the server's disk, not about the models.
+    return {"active": e.settings.models.active,
+            "models": [{k: v for k, v in m.items() if k != "path"} for m in e.models()]}
+
+
+@router.post("/v1/feedback")
+def feedback(body: FeedbackIn, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant.
+    A read-only key may send them: they judge results, they change no document."""
+    e.readable_query(g, body.query_id)
+    e.readable_page(g, body.page_id)
+    return e.feedback(body.query_id, body.page_id, body.kind)
