@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import (
@@ -48,29 +48,58 @@ class IndexSettings(BaseModel):
     sparse_writer_heap: int = Field(128_000_000, ge=15_000_000)
 
 
+REQUEST = {"request": True}   # a [search] setting a request may override (SearchRequest derives from these)
+
+
 class SearchSettings(BaseModel):
-    k: int = Field(10, ge=1)
-    offset: int = Field(0, ge=0)
-    dense_top_n: int = Field(100, ge=1)
-    sparse_top_n: int = Field(100, ge=1)
+    """[search]: every parameter of the page search, declared once. Those marked REQUEST are also
+    request parameters: `SearchRequest` takes each as an optional override with the same bounds and
+    description (engine/refind/search.py), and `Params` is these settings with the request's values."""
+    k: int = Field(10, ge=1, le=200, description="Pages to return.", json_schema_extra=REQUEST)
+    offset: int = Field(0, ge=0, le=10_000, description="Pages to skip; applied last.", json_schema_extra=REQUEST)
+    dense_top_n: int = Field(100, ge=1, le=5000, description="Chunks the dense arm returns (deepened while too few "
+                                                             "pages).", json_schema_extra=REQUEST)
+    sparse_top_n: int = Field(100, ge=1, le=5000, description="Chunks the BM25 arm returns (deepened while too few "
+                                                              "pages).", json_schema_extra=REQUEST)
     min_candidate_pages: int = Field(50, ge=1)
     max_top_n: int = Field(1600, ge=1)
-    rrf_k: float = Field(60, ge=0)
-    dense_weight: float = Field(1.0, ge=0)
-    sparse_weight: float = Field(1.0, ge=0)
-    rollup: Literal["max", "sum", "mean_top2"] = "max"
-    recency_half_life_days: float = Field(0.0, ge=0)
-    rerank: bool = False
-    rerank_n: int = Field(50, ge=1)
-    rerank_fusion: Literal["replace", "rrf"] = "replace"
-    rerank_weight: float = Field(1.0, ge=0)
-    pin: bool = True
+    rrf_k: float = Field(60, ge=0, le=10_000, description="Reciprocal-rank fusion constant: weight / (rrf_k + rank).",
+                         json_schema_extra=REQUEST)
+    dense_weight: float = Field(1.0, ge=0, le=100, description="0 turns the dense arm off.", json_schema_extra=REQUEST)
+    sparse_weight: float = Field(1.0, ge=0, le=100, description="0 turns the sparse arm off.",
+                                 json_schema_extra=REQUEST)
+    rollup: Literal["max", "sum", "mean_top2"] = Field("max", description="How a page scores from its chunks.",
+                                                       json_schema_extra=REQUEST)
+    recency_half_life_days: float = Field(0.0, ge=0, le=100_000, description="Recency decay: a page's score halves "
+                                          "every this many days since last seen; 0 is off.", json_schema_extra=REQUEST)
+    rerank: bool = Field(False, description="Rerank the top chunks with the cross-encoder.", json_schema_extra=REQUEST)
+    rerank_n: int = Field(50, ge=1, le=1000, description="Chunks the cross-encoder reranks.", json_schema_extra=REQUEST)
+    rerank_fusion: Literal["replace", "rrf"] = Field(
+        "replace", description='"replace": the reranker\'s score ranks the reranked chunks; "rrf": its rank is one '
+                               'more RRF arm over them (rerank_weight / (rrf_k + rank)).', json_schema_extra=REQUEST)
+    rerank_weight: float = Field(1.0, ge=0, le=100, description='Weight of the reranker arm when rerank_fusion is '
+                                                                '"rrf".', json_schema_extra=REQUEST)
+    pin: bool = Field(True, description="Pin a page whose URL is the query, or a bare domain's pages.",
+                      json_schema_extra=REQUEST)
     pin_domain_max: int = Field(50, ge=1)
     filter_pushdown_cap: int = Field(100_000, ge=1)
-    suggestions: bool = False
+    suggestions: bool = Field(False, description="Suggest other wordings when few pages match.",
+                              json_schema_extra=REQUEST)
     query_cache_size: int = Field(256, ge=0)
     snippets_per_page: int = Field(2, ge=1)
-    highlight: bool = True
+    highlight: bool = Field(True, description="Snippet `highlights` (offsets of the words matching a query term).",
+                            json_schema_extra=REQUEST)
+
+
+def request_fields(settings_model: type[BaseModel]) -> dict[str, tuple]:
+    """The REQUEST-marked fields of a settings model as optional request fields (default None: the
+    setting applies), with the setting's bounds and description: for pydantic.create_model."""
+    out = {}
+    for name, f in settings_model.model_fields.items():
+        if (f.json_schema_extra or {}).get("request"):
+            kind = Optional[f.annotation]
+            out[name] = (Annotated[kind, *f.metadata] if f.metadata else kind, Field(None, description=f.description))
+    return out
 
 
 class CompilerSettings(BaseModel):

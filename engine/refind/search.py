@@ -13,10 +13,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer, field_validator
 
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
@@ -25,6 +25,7 @@ from models.reranker import RerankerUnavailable, load_reranker
 from indexes.sparse import DATE_MAX, DATE_MIN
 
 from engine.core.corpus import Corpus
+from engine.core.settings import SearchSettings, request_fields
 from engine.core.values import Int64
 from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
 from engine.core.querylog import LogEntry
@@ -70,32 +71,16 @@ class SearchFilters(BaseModel):
         return not (self.domain or self.after or self.before or self.cluster_id is not None or self.entity)
 
 
-class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, max_length=2000, description="What you remember of the page, or its URL.")
-    k: int | None = Field(default=None, ge=1, le=200, description="Pages to return.")
-    offset: int | None = Field(default=None, ge=0, le=10_000, description="Pages to skip; applied last.")
-    workspace: str | None = Field(default=None, max_length=200)
-    dense_top_n: int | None = Field(default=None, ge=1, le=5000)
-    sparse_top_n: int | None = Field(default=None, ge=1, le=5000)
-    rrf_k: float | None = Field(default=None, ge=0, le=10_000)
-    dense_weight: float | None = Field(default=None, ge=0, le=100, description="0 turns the dense arm off.")
-    sparse_weight: float | None = Field(default=None, ge=0, le=100, description="0 turns the sparse arm off.")
-    rerank: bool | None = None
-    rerank_n: int | None = Field(default=None, ge=1, le=1000)
-    rerank_fusion: Literal["replace", "rrf"] | None = Field(
-        default=None, description='"replace": the reranker\'s score ranks the reranked chunks; "rrf": its rank '
-                                  'is one more RRF arm over them (rerank_weight / (rrf_k + rank)).')
-    rerank_weight: float | None = Field(default=None, ge=0, le=100, description='Weight of the reranker arm '
-                                                                                'when rerank_fusion is "rrf".')
-    rollup: Literal["max", "sum", "mean_top2"] | None = None
-    recency_half_life_days: float | None = Field(default=None, ge=0, le=100_000)
-    pin: bool | None = Field(default=None, description="Pin a page whose URL is the query, or a bare domain's pages.")
-    explain: bool = False
-    suggestions: bool | None = None
-    highlight: bool | None = Field(default=None, description="Snippet `highlights` (offsets of the words "
-                                                               "matching a query term).")
-    filters: SearchFilters | None = None
+SearchRequest = create_model(
+    "SearchRequest", __config__=ConfigDict(extra="forbid"),
+    __doc__="A page search. Every parameter but `query`, `workspace`, `explain` and `filters` is a [search] "
+            "setting the request may override (declared once, in engine/core/settings.py: SearchSettings).",
+    query=(str, Field(min_length=1, max_length=2000, description="What you remember of the page, or its URL.")),
+    workspace=(str | None, Field(default=None, max_length=200)),
+    **request_fields(SearchSettings),
+    explain=(bool, False),
+    filters=(SearchFilters | None, None),
+)
 
 
 class Snippet(BaseModel):
@@ -183,26 +168,14 @@ class SearchResponse(BaseModel):
     suggestions: Suggestions | None = None
 
 
-@dataclass
-class Params:
-    k: int
-    offset: int
+REQUEST_PARAMS = tuple(request_fields(SearchSettings))
+
+
+class Params(SearchSettings):
+    """One search's parameters: the [search] settings with the request's overrides, its workspace and
+    whether it explains (SearchService.params)."""
     workspace: str
-    dense_top_n: int
-    sparse_top_n: int
-    rrf_k: float
-    dense_weight: float
-    sparse_weight: float
-    rerank: bool
-    rerank_n: int
-    rerank_fusion: str
-    rerank_weight: float
-    rollup: str
-    half_life: float
-    pin: bool
-    explain: bool
-    suggestions: bool
-    highlight: bool
+    explain: bool = False
 
 
 @dataclass
@@ -229,23 +202,9 @@ class SearchService:
 
     # Parameters and filters ----------------------------------------------------------------------
     def params(self, req: SearchRequest) -> Params:
-        s = self.defaults
-
-        def pick(v, d):
-            return d if v is None else v
-
-        return Params(
-            k=pick(req.k, s.k), offset=pick(req.offset, s.offset),
-            workspace=req.workspace or self.corpus.settings.default_workspace,
-            dense_top_n=pick(req.dense_top_n, s.dense_top_n), sparse_top_n=pick(req.sparse_top_n, s.sparse_top_n),
-            rrf_k=pick(req.rrf_k, s.rrf_k), dense_weight=pick(req.dense_weight, s.dense_weight),
-            sparse_weight=pick(req.sparse_weight, s.sparse_weight), rerank=pick(req.rerank, s.rerank),
-            rerank_n=pick(req.rerank_n, s.rerank_n), rerank_fusion=pick(req.rerank_fusion, s.rerank_fusion),
-            rerank_weight=pick(req.rerank_weight, s.rerank_weight), rollup=pick(req.rollup, s.rollup),
-            half_life=pick(req.recency_half_life_days, s.recency_half_life_days), pin=pick(req.pin, s.pin),
-            explain=req.explain, suggestions=pick(req.suggestions, s.suggestions),
-            highlight=pick(req.highlight, s.highlight),
-        )
+        overrides = {k: v for k, v in req.model_dump(include=set(REQUEST_PARAMS)).items() if v is not None}
+        return Params(**(self.defaults.model_dump() | overrides),
+                      workspace=req.workspace or self.corpus.settings.default_workspace, explain=req.explain)
 
     def restriction(self, workspace: str, filters: SearchFilters | None, snapshot=None,
                     scopes: tuple[str, ...] | None = None) -> Restriction:
@@ -384,7 +343,7 @@ class SearchService:
         # max_top_n). The rule never looks at k or offset, so every page of a query is a slice of
         # one and the same ranking.
         settings = corpus.settings.search
-        depth = Params(**{**p.__dict__})
+        depth = p.model_copy()
         fused: list[Fused] = []
         chunk_page: dict[int, str] = {}
         timings["fusion"] = 0.0
@@ -445,13 +404,13 @@ class SearchService:
         intent = pin_intent(req.query) if p.pin else None
         pinned_ids = self._pins(intent, p.workspace, restriction) if intent else []
         page_ids = [pid for pid, _, _ in pages]
-        last_seen = corpus.store.last_seen_of(page_ids) if p.half_life > 0 else {}
+        last_seen = corpus.store.last_seen_of(page_ids) if p.recency_half_life_days > 0 else {}
         timings["hydrate"] += (time.perf_counter() - th) * 1000
 
         td = time.perf_counter()
         scored = []  # (page_id, final score, rollup value, factor, chunk ids)
         for pid, value, cids in pages:
-            factor = decay_factor(last_seen[pid], now, p.half_life) if p.half_life > 0 else 1.0
+            factor = decay_factor(last_seen[pid], now, p.recency_half_life_days) if p.recency_half_life_days > 0 else 1.0
             scored.append((pid, value * factor, value, factor, cids))
         scored.sort(key=lambda t: (-t[1], t[0]))
         timings["decay"] = (time.perf_counter() - td) * 1000
@@ -539,8 +498,8 @@ class SearchService:
                 sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
                 rrf=contrib, rerank=rerank_scores.get(c), score=chunk_scores[c]))
         decay = None
-        if p.half_life > 0:
-            decay = {"half_life_days": p.half_life, "age_days": age_days(m["last_seen"], now),
+        if p.recency_half_life_days > 0:
+            decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
                      "factor": entry[3] if entry else 1.0}
         return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry[2] if entry else 0.0},
                            decay=decay, pinned=pinned, score=entry[1] if entry else 0.0)
