@@ -8,6 +8,7 @@ after the fact. Paging is the very last step, so pages never move between offset
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -193,6 +194,68 @@ class ArmResults:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class Candidates:
+    """What candidate generation leaves: the fused chunks, the page of each, both arms' lists (for
+    trace and explain) and the depth the arms were run at."""
+    fused: list[Fused]
+    chunk_page: dict[int, str]
+    dense: list[tuple[int, float]]
+    sparse: list[tuple[int, float]]
+    depth: Params
+
+
+@dataclass
+class ScoredPage:
+    """A page after rollup and recency: its final score, the rollup value it came from, the decay
+    factor, and its chunks best first."""
+    page_id: str
+    score: float
+    rollup: float
+    factor: float
+    chunk_ids: list[int]
+
+
+class StageTimer:
+    """Milliseconds per named stage (a stage entered twice adds up), and the total since it was made."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.ms: dict[str, float] = {}
+
+    def add(self, stage: str, ms: float) -> None:
+        self.ms[stage] = self.ms.get(stage, 0.0) + ms
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(stage, (time.perf_counter() - t) * 1000)
+
+    def stop(self, stage: str = "total") -> None:
+        self.ms[stage] = (time.perf_counter() - self.t0) * 1000
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.ms.items()}
+
+
+def _recency_on(p: Params) -> bool:
+    """Recency decay is off at a half-life of 0 (the one place that says so)."""
+    return p.recency_half_life_days > 0
+
+
+def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: datetime, p: Params) -> list[ScoredPage]:
+    """Each rolled-up page times its recency factor, best first (ties by page id)."""
+    out = []
+    for pid, value, cids in rolled:
+        factor = decay_factor(last_seen[pid], now, p.recency_half_life_days) if _recency_on(p) else 1.0
+        out.append(ScoredPage(pid, value * factor, value, factor, cids))
+    out.sort(key=lambda sp: (-sp.score, sp.page_id))
+    return out
+
+
 class SearchService:
     def __init__(self, corpus: Corpus, search_settings=None):
         """`search_settings` overrides the corpus's [search] defaults (replay under another config)."""
@@ -326,148 +389,127 @@ class SearchService:
     def _search(self, req: SearchRequest, model: str | None, now: datetime | None,
                 sparse: list[tuple[int, float]] | None, trace: dict,
                 scopes: tuple[str, ...] | None = None) -> SearchResponse:
-        corpus = self.corpus
-        model = model or corpus.settings.models.active
+        """The stages in order; each is a method below, timed under its name by one StageTimer."""
+        model = model or self.corpus.settings.models.active
         now = now or utcnow()
         p = self.params(req)
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
+        timer = StageTimer()
+        with timer("filters"):
+            snapshot = self.corpus.chunk_page_snapshot()  # one generation check for the whole request
+            restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
+        cands = self._candidates(req.query, model, p, restriction, sparse, snapshot, timer)
+        trace.update(workspace=p.workspace, dense=cands.dense, sparse=cands.sparse, chunk_page=cands.chunk_page,
+                     fused=[(f.chunk_id, f.score) for f in cands.fused])
+        chunk_scores, rerank_scores = {f.chunk_id: f.score for f in cands.fused}, {}
+        if p.rerank:
+            with timer("rerank"):
+                chunk_scores, rerank_scores = self._rerank(req.query, p, cands)
+            trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
+        with timer("rollup"):
+            ranked = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
+            rolled = rollup(ranked, cands.chunk_page.get, p.rollup)
+        with timer("hydrate"):
+            intent = pin_intent(req.query) if p.pin else None
+            pinned = dict(self._pins(intent, p.workspace, restriction)) if intent else {}
+            last_seen = self.corpus.store.last_seen_of([pid for pid, _, _ in rolled]) if _recency_on(p) else {}
+        with timer("decay"):
+            scored = _decay(rolled, last_seen, now, p)
+        by_id = {sp.page_id: sp for sp in scored}
+        order = list(pinned) + [sp.page_id for sp in scored if sp.page_id not in pinned]
+        window = order[p.offset: p.offset + p.k]
+        with timer("hydrate"):
+            hits = self._hydrate(req.query, window, by_id, pinned, cands, chunk_scores, rerank_scores, p, now)
+        suggestions = None
+        if p.suggestions and order:
+            with timer("suggestions"):
+                suggestions = self._suggestions(order[0], model, scopes)
+        timer.stop("total")
+        return SearchResponse(query_id=uuid.uuid4().hex, query=req.query, model=model, k=p.k, offset=p.offset,
+                              total=len(order), pages=hits, suggestions=suggestions,
+                              depth={"dense": cands.depth.dense_top_n if p.dense_weight > 0 else 0,
+                                     "sparse": cands.depth.sparse_top_n if p.sparse_weight > 0 else 0},
+                              timings_ms=timer.as_dict())
 
-        tf = time.perf_counter()
-        snapshot = corpus.chunk_page_snapshot()  # one generation check for the whole request
-        restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
-        timings["filters"] = (time.perf_counter() - tf) * 1000
-
-        # Candidate generation. Arms return chunks; when those roll up to fewer than
-        # min_candidate_pages pages and an arm was cut off at its depth, the depth doubles (up to
-        # max_top_n). The rule never looks at k or offset, so every page of a query is a slice of
-        # one and the same ranking.
-        settings = corpus.settings.search
+    def _candidates(self, query: str, model: str, p: Params, restriction: Restriction,
+                    sparse: list[tuple[int, float]] | None, snapshot, timer: "StageTimer") -> Candidates:
+        """Both arms, fused. When the chunks roll up to fewer than min_candidate_pages pages and an arm
+        was cut off at its depth, the depth doubles (up to max_top_n). The rule never looks at k or
+        offset, so every page of a query is a slice of one and the same ranking."""
+        settings = self.corpus.settings.search
         depth = p.model_copy()
-        fused: list[Fused] = []
-        chunk_page: dict[int, str] = {}
-        timings["fusion"] = 0.0
+        timer.add("fusion", 0.0)
         while True:
-            arms = self.arms(req.query, model, depth, restriction, sparse)
-            for key, v in arms.timings.items():
-                timings[key] = timings.get(key, 0.0) + v
-            tf = time.perf_counter()
-            arm_lists = {}
-            if p.dense_weight > 0:
-                arm_lists["dense"] = arms.dense
-            if p.sparse_weight > 0:
-                arm_lists["sparse"] = arms.sparse
-            fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
-            timings["fusion"] += (time.perf_counter() - tf) * 1000
-            th = time.perf_counter()
-            chunk_page = corpus.chunk_pages([f.chunk_id for f in fused], snapshot)
-            timings["hydrate"] = timings.get("hydrate", 0.0) + (time.perf_counter() - th) * 1000
+            arms = self.arms(query, model, depth, restriction, sparse)
+            for key, ms in arms.timings.items():
+                timer.add(key, ms)
+            with timer("fusion"):
+                arm_lists = {arm: hits for arm, hits, w in (("dense", arms.dense, p.dense_weight),
+                                                            ("sparse", arms.sparse, p.sparse_weight)) if w > 0}
+                fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
+            with timer("hydrate"):
+                chunk_page = self.corpus.chunk_pages([f.chunk_id for f in fused], snapshot)
             n_pages = len(set(chunk_page.values()))
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
             if n_pages >= settings.min_candidate_pages or not cut_off or \
                     max(depth.dense_top_n, depth.sparse_top_n) >= settings.max_top_n:
-                break
+                return Candidates(fused, chunk_page, arms.dense, arms.sparse, depth)
             depth.dense_top_n = min(depth.dense_top_n * 2, settings.max_top_n)
             depth.sparse_top_n = min(depth.sparse_top_n * 2, settings.max_top_n)
 
-        chunk_scores: dict[int, float] = {f.chunk_id: f.score for f in fused}
-        rerank_scores: dict[int, float] = {}
-        trace.update(workspace=p.workspace, dense=arms.dense, sparse=arms.sparse, chunk_page=chunk_page,
-                     fused=[(f.chunk_id, f.score) for f in fused])
-        if p.rerank:
-            tr = time.perf_counter()
-            top = [f for f in fused if f.chunk_id in chunk_page][: p.rerank_n]
-            texts = corpus.store.chunks_by_id([f.chunk_id for f in top])
-            try:
-                rr = load_reranker(corpus.registry, corpus.settings.models.reranker,
-                                   corpus.settings.models.device)
-            except RerankerUnavailable as exc:
-                raise RerankerNotConfigured(str(exc)) from exc
-            scores = rr.score(req.query, [texts[f.chunk_id]["text"] for f in top])
-            rerank_scores = {f.chunk_id: float(s) for f, s in zip(top, scores)}
-            # With rerank on, the ranked candidate set is the reranked chunks.
-            if p.rerank_fusion == "rrf":
-                rerank_rrf = rerank_arm(rerank_scores, p.rerank_weight, p.rrf_k)
-                chunk_scores = {f.chunk_id: f.score + rerank_rrf[f.chunk_id] for f in top}
-            else:
-                chunk_scores = dict(rerank_scores)
-            trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
-            timings["rerank"] = (time.perf_counter() - tr) * 1000
+    def _rerank(self, query: str, p: Params, cands: Candidates) -> tuple[dict[int, float], dict[int, float]]:
+        """The cross-encoder over the top rerank_n candidate chunks: (chunk scores, rerank scores). With
+        rerank on, the ranked candidate set is the reranked chunks."""
+        corpus = self.corpus
+        top = [f for f in cands.fused if f.chunk_id in cands.chunk_page][: p.rerank_n]
+        texts = corpus.store.chunks_by_id([f.chunk_id for f in top])
+        try:
+            rr = load_reranker(corpus.registry, corpus.settings.models.reranker, corpus.settings.models.device)
+        except RerankerUnavailable as exc:
+            raise RerankerNotConfigured(str(exc)) from exc
+        scores = rr.score(query, [texts[f.chunk_id]["text"] for f in top])
+        rerank_scores = {f.chunk_id: float(x) for f, x in zip(top, scores)}
+        if p.rerank_fusion == "rrf":
+            rerank_rrf = rerank_arm(rerank_scores, p.rerank_weight, p.rrf_k)
+            return {f.chunk_id: f.score + rerank_rrf[f.chunk_id] for f in top}, rerank_scores
+        return dict(rerank_scores), rerank_scores
 
-        tr = time.perf_counter()
-        ranked = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
-        pages = rollup(ranked, chunk_page.get, p.rollup)
-        timings["rollup"] = (time.perf_counter() - tr) * 1000
-
-        th = time.perf_counter()
-        intent = pin_intent(req.query) if p.pin else None
-        pinned_ids = self._pins(intent, p.workspace, restriction) if intent else []
-        page_ids = [pid for pid, _, _ in pages]
-        last_seen = corpus.store.last_seen_of(page_ids) if p.recency_half_life_days > 0 else {}
-        timings["hydrate"] += (time.perf_counter() - th) * 1000
-
-        td = time.perf_counter()
-        scored = []  # (page_id, final score, rollup value, factor, chunk ids)
-        for pid, value, cids in pages:
-            factor = decay_factor(last_seen[pid], now, p.recency_half_life_days) if p.recency_half_life_days > 0 else 1.0
-            scored.append((pid, value * factor, value, factor, cids))
-        scored.sort(key=lambda t: (-t[1], t[0]))
-        timings["decay"] = (time.perf_counter() - td) * 1000
-
-        th = time.perf_counter()
-        pin_kind = dict(pinned_ids)
-        by_id = {t[0]: t for t in scored}
-        order = [pid for pid, _ in pinned_ids] + [t[0] for t in scored if t[0] not in pin_kind]
-        total = len(order)
-        window = order[p.offset: p.offset + p.k]
-        # Only the returned pages and their snippets are read in full.
-        meta = corpus.store.pages_by_id(window)
-        snippets_n = corpus.settings.search.snippets_per_page
-        snippet_ids = [c for pid in window if pid in by_id for c in by_id[pid][4][:snippets_n]]
-        chunk_meta = corpus.store.chunks_by_id(snippet_ids)
-        timings["hydrate"] += (time.perf_counter() - th) * 1000
-
-        fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in fused}
-        th = time.perf_counter()
-        terms = query_terms(req.query) if p.highlight else frozenset()
+    def _hydrate(self, query: str, window: list[str], by_id: dict[str, ScoredPage], pinned: dict[str, str],
+                 cands: Candidates, chunk_scores: dict[int, float], rerank_scores: dict[int, float], p: Params,
+                 now: datetime) -> list[PageHit]:
+        """The returned pages only, read in full: their rows, their top chunks as snippets (with the
+        highlighted query words), and explain when asked."""
+        store = self.corpus.store
+        meta = store.pages_by_id(window)
+        snippets_n = self.corpus.settings.search.snippets_per_page
+        chunk_meta = store.chunks_by_id([c for pid in window if pid in by_id
+                                         for c in by_id[pid].chunk_ids[:snippets_n]])
+        fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused}
+        terms = query_terms(query) if p.highlight else frozenset()
         hits = []
         for i, pid in enumerate(window):
             m = meta[pid]
-            entry = by_id.get(pid)
-            score = entry[1] if entry else 0.0
-            cids = entry[4] if entry else []
+            sp = by_id.get(pid)
+            cids = sp.chunk_ids if sp else []
             snippets = [Snippet(chunk_id=c, text=chunk_meta[c]["text"],
                                 section_path=list(chunk_meta[c]["section_path"] or []),
                                 char_start=chunk_meta[c]["char_start"], char_end=chunk_meta[c]["char_end"],
                                 score=chunk_scores[c], highlights=highlight_spans(chunk_meta[c]["text"], terms))
                         for c in cids[:snippets_n]]
-            explain = None
-            if p.explain:
-                explain = self._explain(cids, fused_by_id, rerank_scores, chunk_scores, p, entry, m, now,
-                                        pin_kind.get(pid))
+            explain = self._explain(cids, fused_by_id, rerank_scores, chunk_scores, p, sp, m, now,
+                                    pinned.get(pid)) if p.explain else None
             hits.append(PageHit(
                 rank=p.offset + i + 1, page_id=pid, url=m["url"], title=m["title"], domain=m["domain"],
-                score=score, first_seen=m["first_seen"], last_seen=m["last_seen"], published=m["published"],
-                cluster_id=m["cluster_id"], entities=m["entities"], pinned=pin_kind.get(pid),
+                score=sp.score if sp else 0.0, first_seen=m["first_seen"], last_seen=m["last_seen"],
+                published=m["published"], cluster_id=m["cluster_id"], entities=m["entities"], pinned=pinned.get(pid),
                 snippets=snippets, explain=explain))
-        timings["hydrate"] += (time.perf_counter() - th) * 1000
+        return hits
 
-        suggestions = None
-        if p.suggestions and order:
-            from engine.refind.similar import similar_pages
+    def _suggestions(self, source_page: str, model: str, scopes: tuple[str, ...] | None) -> Suggestions:
+        from engine.refind.similar import similar_pages
 
-            ts = time.perf_counter()
-            sims = similar_pages(corpus, order[0], "vector", 5, model, scopes=scopes)
-            suggestions = Suggestions(source_page_id=order[0], mediation="vector",
-                                      pages=[SimilarPage(**s) for s in sims])
-            timings["suggestions"] = (time.perf_counter() - ts) * 1000
-        timings["total"] = (time.perf_counter() - t0) * 1000
-        return SearchResponse(query_id=uuid.uuid4().hex, query=req.query, model=model, k=p.k, offset=p.offset,
-                              total=total, pages=hits, suggestions=suggestions,
-                              depth={"dense": depth.dense_top_n if p.dense_weight > 0 else 0,
-                                     "sparse": depth.sparse_top_n if p.sparse_weight > 0 else 0},
-                              timings_ms={k_: round(v, 3) for k_, v in timings.items()})
+        sims = similar_pages(self.corpus, source_page, "vector", 5, model, scopes=scopes)
+        return Suggestions(source_page_id=source_page, mediation="vector", pages=[SimilarPage(**x) for x in sims])
 
     def _pins(self, intent, workspace: str, r: Restriction) -> list[tuple[str, str]]:
         store = self.corpus.store
@@ -498,8 +540,8 @@ class SearchService:
                 sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
                 rrf=contrib, rerank=rerank_scores.get(c), score=chunk_scores[c]))
         decay = None
-        if p.recency_half_life_days > 0:
+        if _recency_on(p):
             decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
-                     "factor": entry[3] if entry else 1.0}
-        return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry[2] if entry else 0.0},
-                           decay=decay, pinned=pinned, score=entry[1] if entry else 0.0)
+                     "factor": entry.factor if entry else 1.0}
+        return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry.rollup if entry else 0.0},
+                           decay=decay, pinned=pinned, score=entry.score if entry else 0.0)
