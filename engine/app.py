@@ -209,13 +209,13 @@ class Engine:
     def access_log(self, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
                    limit: int = 100) -> list[dict]:
         self.corpus.querylog.flush()
-        return access.access_log(self.corpus.store, since, key_id, request_id, limit)
+        return self.corpus.querylog.tables.access(since, key_id, request_id, limit)
 
     def readable_page(self, grant: Grant, page_id: str) -> None:
         access.readable_page(grant, self.corpus.store, page_id)
 
     def readable_query(self, grant: Grant, query_id: str) -> None:
-        access.readable_query(grant, self.corpus.store, query_id)
+        access.readable_query(grant, self.corpus.querylog.tables, query_id)
 
     # Operations -------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

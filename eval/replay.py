@@ -19,19 +19,10 @@ MEASURES = [nDCG @ 10, RR @ 10]
 
 def replay(corpus: Corpus, since: datetime, other: Settings, limit: int = 10_000) -> dict:
     corpus.querylog.flush()
-    cur = corpus.store.cursor()
-    rows = cur.execute(
-        """SELECT query_id, params, models[1] FROM log_queries
-           WHERE endpoint = 'search' AND error_type IS NULL AND ts >= ? ORDER BY ts LIMIT ?""",
-        [since, limit]).fetchall()
-    logged: dict[str, list[str]] = {}
-    for qid, rank, pid in cur.execute(
-            """SELECT query_id, rank, page_id FROM log_results WHERE query_id IN
-               (SELECT query_id FROM log_queries WHERE endpoint = 'search' AND ts >= ?) ORDER BY query_id, rank""",
-            [since]).fetchall():
-        logged.setdefault(qid, []).append(pid)
-    qrels = [ir_measures.Qrel(q, p, 0 if kind == "irrelevant" else 1)
-             for q, p, kind in cur.execute("SELECT query_id, page_id, kind FROM feedback").fetchall()]
+    log = corpus.querylog.tables
+    rows = log.searches_since(since, limit)
+    logged = log.results_since(since)
+    qrels = [ir_measures.Qrel(q, p, 0 if kind == "irrelevant" else 1) for q, p, kind in log.feedback()]
     service = SearchService(corpus, other.search)
     model = other.models.active
     per_query, run_logged, run_new = [], [], []

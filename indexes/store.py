@@ -424,6 +424,24 @@ class CorpusStore:
                              for cid, c, t in clusters],
                 "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
 
+    def chunk_page_columns(self) -> dict[str, np.ndarray]:
+        """Every chunk id (sorted) with its page id, as columns (the search's chunk -> page map)."""
+        return self.cursor().execute("SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()
+
+    def workspace_chunk_pages(self, workspace: str) -> list[tuple[int, str]]:
+        """(chunk id, page id) of every chunk of a workspace, by chunk id."""
+        return self.cursor().execute(
+            """SELECT c.chunk_id, c.page_id FROM chunks c JOIN pages p USING (page_id)
+               WHERE p.workspace_id = ? ORDER BY c.chunk_id""", [workspace]).fetchall()
+
+    def workspace_chunks(self, workspace: str) -> list[tuple]:
+        """(page id, url, title, chunk id, ordinal, text, section path) of every chunk of a workspace,
+        page by page in reading order."""
+        return self.cursor().execute(
+            """SELECT p.page_id, p.url, p.title, c.chunk_id, c.ordinal, c.text, c.section_path
+               FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = ?
+               ORDER BY p.page_id, c.ordinal""", [workspace]).fetchall()
+
     def chunk_ids_of_pages(self, page_ids: list[str]) -> np.ndarray:
         if not page_ids:
             return np.zeros(0, dtype=np.int64)

@@ -13,7 +13,6 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from indexes.keys import KeyStore
 
@@ -190,26 +189,13 @@ def readable_page(grant: Grant, store, page_id: str) -> None:
         raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
 
 
-def readable_query(grant: Grant, store, query_id: str) -> None:
+def readable_query(grant: Grant, log, query_id: str) -> None:
+    """404 for a logged query of a workspace outside the grant, exactly as for an unknown one.
+    `log`: the query log's tables (indexes/querylog.py)."""
     from engine.core.errors import QueryNotFound
 
     if grant.everywhere:
         return
-    row = store.cursor().execute("SELECT workspace FROM log_queries WHERE query_id = ?", [query_id]).fetchone()
-    if row is None or not grant.may_read(row[0]):
+    found, workspace = log.workspace_of(query_id)
+    if not found or not grant.may_read(workspace):
         raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)
-
-
-def access_log(store, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
-               limit: int = 100) -> list[dict]:
-    """The calls the server answered or refused, newest first (from the query log's log_access)."""
-    where, params = ["1 = 1"], []
-    for cond, value in (("ts >= ?", since), ("key_id = ?", key_id), ("request_id = ?", request_id)):
-        if value is not None:
-            where.append(cond)
-            params.append(value)
-    cols = ["request_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]
-    rows = store.cursor().execute(
-        f"SELECT {', '.join(cols)} FROM log_access WHERE {' AND '.join(where)} ORDER BY ts DESC, request_id LIMIT ?",
-        params + [limit]).fetchall()
-    return [dict(zip(cols, r)) | {"ts": r[1].isoformat()} for r in rows]

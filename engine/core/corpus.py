@@ -131,8 +131,7 @@ class Corpus:
         gen = self.store.generation()
         with self._chunk_map_lock:
             if self._chunk_map is None or self._chunk_map[0] != gen:
-                res = self.store.cursor().execute(
-                    "SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()
+                res = self.store.chunk_page_columns()
                 ids = np.asarray(res["chunk_id"], dtype=np.int64)
                 pages = np.asarray(res["page_id"], dtype=object)
                 self._chunk_map = (gen, ids, pages, self.store.workspaces_with_pages())

@@ -33,9 +33,7 @@ def page_vectors(corpus: Corpus, model: str, workspace: str) -> PageVectors:
         if hit is not None and hit.key == key:
             return hit
     ids, vecs = corpus.store.embeddings_for(model)
-    pages = corpus.store.cursor().execute(
-        """SELECT c.chunk_id, c.page_id FROM chunks c JOIN pages p USING (page_id)
-           WHERE p.workspace_id = ? ORDER BY c.chunk_id""", [workspace]).fetchall()
+    pages = corpus.store.workspace_chunk_pages(workspace)
     page_of = dict(pages)
     page_ids = sorted({pid for _, pid in pages})
     row = {pid: i for i, pid in enumerate(page_ids)}

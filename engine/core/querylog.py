@@ -29,47 +29,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
-
+from indexes.querylog import QUERY_COLUMNS, ROW_TABLES, LogTables
 from indexes.store import CorpusStore
 
 from engine.core.clock import utcnow
 
 log = logging.getLogger("refindery.querylog")
 
-DDL = [
-    """CREATE TABLE IF NOT EXISTS log_queries (
-        query_id VARCHAR PRIMARY KEY, ts TIMESTAMP NOT NULL, endpoint VARCHAR NOT NULL, workspace VARCHAR,
-        query VARCHAR, params JSON, models VARCHAR[], timings JSON, total INTEGER, returned INTEGER,
-        pinned JSON, error_type VARCHAR, error_title VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS log_candidates (
-        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, arm VARCHAR NOT NULL, rank INTEGER NOT NULL,
-        chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
-    """CREATE TABLE IF NOT EXISTS log_fused (
-        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, stage VARCHAR NOT NULL, rank INTEGER NOT NULL,
-        chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
-    """CREATE TABLE IF NOT EXISTS log_results (
-        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, rank INTEGER NOT NULL, page_id VARCHAR NOT NULL,
-        score DOUBLE, pinned VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS log_agreement (
-        query_id VARCHAR NOT NULL, model_a VARCHAR NOT NULL, model_b VARCHAR NOT NULL, k INTEGER,
-        jaccard DOUBLE, rbo_ext DOUBLE, rbo_p DOUBLE, kendall_tau_b DOUBLE, shared INTEGER)""",
-    """CREATE TABLE IF NOT EXISTS log_access (
-        request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, key_id VARCHAR, method VARCHAR, route VARCHAR,
-        workspace VARCHAR, status INTEGER, duration_ms DOUBLE)""",
-    """CREATE TABLE IF NOT EXISTS feedback (
-        query_id VARCHAR NOT NULL, page_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, ts TIMESTAMP NOT NULL)""",
-]
-ROW_TABLES = {
-    "candidates": ("log_candidates", ["query_id", "model", "arm", "rank", "chunk_id", "page_id", "score"]),
-    "fused": ("log_fused", ["query_id", "model", "stage", "rank", "chunk_id", "page_id", "score"]),
-    "results": ("log_results", ["query_id", "model", "rank", "page_id", "score", "pinned"]),
-    "agreement": ("log_agreement", ["query_id", "model_a", "model_b", "k", "jaccard", "rbo_ext", "rbo_p",
-                                    "kendall_tau_b", "shared"]),
-    "access": ("log_access", ["query_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]),
-}
-QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
-                 "returned", "pinned", "error_type", "error_title"]
+
 
 
 
@@ -108,9 +75,7 @@ class QueryLog:
         self._recent_lock = threading.Lock()
         self.dropped = 0
         self.written = 0
-        self._cur = store.new_cursor()
-        for stmt in DDL:
-            self._cur.execute(stmt)
+        self.tables = LogTables(store)
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._pending = 0  # recorded but not yet committed (queued, or in the batch being written)
@@ -140,8 +105,7 @@ class QueryLog:
         with self._recent_lock:
             if query_id in self._recent:
                 return True
-        return self.store.cursor().execute(
-            "SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]).fetchone() is not None
+        return self.tables.exists(query_id)
 
     # Writer side ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -168,7 +132,6 @@ class QueryLog:
                         self._idle.notify_all()
 
     def _write(self, batch: list[LogEntry]) -> None:
-        cur = self._cur
         queries = {c: [] for c in QUERY_COLUMNS}
         rows: dict[str, list[tuple]] = {k: [] for k in ROW_TABLES}
         for e in batch:
@@ -179,21 +142,7 @@ class QueryLog:
             for c in QUERY_COLUMNS:
                 v = getattr(e, c)
                 queries[c].append(json.dumps(v, default=str) if c in ("params", "timings", "pinned") else v)
-        cur.begin()
-        try:
-            if queries["query_id"]:
-                cur.register("_q", pa.table(queries))
-                cur.execute(f"INSERT INTO log_queries SELECT {', '.join(QUERY_COLUMNS)} FROM _q ON CONFLICT DO NOTHING")
-                cur.unregister("_q")
-            for kind, (table, cols) in ROW_TABLES.items():
-                if rows[kind]:
-                    cur.register("_r", pa.table({c: [r[i] for r in rows[kind]] for i, c in enumerate(cols)}))
-                    cur.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _r")
-                    cur.unregister("_r")
-            cur.commit()
-        except BaseException:
-            cur.rollback()
-            raise
+        self.tables.write(queries, rows)
         self.written += len(batch)
         with self._recent_lock:
             for e in batch:
@@ -216,24 +165,11 @@ class QueryLog:
 
     # Reads and maintenance -----------------------------------------------------------------------
     def add_feedback(self, query_id: str, page_id: str, kind: str) -> None:
-        self.store.cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, utcnow()])
+        self.tables.add_feedback(query_id, page_id, kind, utcnow())
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete log rows of executions older than `before` (feedback on them too)."""
-        cur = self.store.cursor()
-        cur.begin()
-        try:
-            ids = "SELECT query_id FROM log_queries WHERE ts < ?"
-            out = {}
-            for table in ("log_candidates", "log_fused", "log_results", "log_agreement", "feedback"):
-                out[table] = cur.execute(f"DELETE FROM {table} WHERE query_id IN ({ids})", [before]).fetchone()[0]
-            out["log_access"] = cur.execute("DELETE FROM log_access WHERE ts < ?", [before]).fetchone()[0]
-            out["log_queries"] = cur.execute("DELETE FROM log_queries WHERE ts < ?", [before]).fetchone()[0]
-            cur.commit()
-        except BaseException:
-            cur.rollback()
-            raise
-        return out
+        return self.tables.prune(before)
 
     def stats(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "queued": self._queue.qsize(), "written": self.written,

@@ -41,10 +41,7 @@ class PassageIndex:
     """A workspace's passages (chunks) in memory: page -> chunks, for positives and random negatives."""
 
     def __init__(self, corpus: Corpus, workspace: str):
-        rows = corpus.store.cursor().execute(
-            """SELECT p.page_id, p.url, p.title, c.chunk_id, c.ordinal, c.text, c.section_path
-               FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = ?
-               ORDER BY p.page_id, c.ordinal""", [workspace]).fetchall()
+        rows = corpus.store.workspace_chunks(workspace)
         self.by_page: dict[str, list[dict]] = {}
         self.url_page: dict[str, str] = {}
         self.title: dict[str, str | None] = {}
@@ -192,9 +189,7 @@ def feedback_pairs(corpus: Corpus, workspace: str, plan: NegativePlan | None = N
     plan = plan or NegativePlan()
     rng = random.Random(seed)
     index = PassageIndex(corpus, workspace)
-    rows = corpus.store.cursor().execute(
-        """SELECT f.query_id, q.query, f.page_id, f.kind FROM feedback f JOIN log_queries q USING (query_id)
-           WHERE q.workspace = ? AND q.query IS NOT NULL ORDER BY f.query_id, f.page_id""", [workspace]).fetchall()
+    rows = corpus.querylog.tables.feedback_with_queries(workspace)
     by_query: dict[tuple[str, str], dict[str, set[str]]] = {}
     for qid, query, page_id, kind in rows:
         if page_id in index.by_page:

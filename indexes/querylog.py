@@ -1,0 +1,150 @@
+"""The query log's tables in the DuckDB store, and every query over them (the engine's QueryLog only
+queues entries and hands batches here; eval replays and the reranker's feedback pairs read here).
+
+  log_queries(query_id, ts, endpoint, workspace, query, params, models, timings, total, returned,
+              pinned, error_type, error_title)       one row per execution
+  log_candidates / log_fused / log_results / log_agreement      rows of an execution, by query_id
+  log_access(request_id, ts, key_id, method, route, workspace, status, duration_ms)   every HTTP call
+  feedback(query_id, page_id, kind, ts)              click / found / irrelevant
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from .store import CorpusStore
+
+DDL = [
+    """CREATE TABLE IF NOT EXISTS log_queries (
+        query_id VARCHAR PRIMARY KEY, ts TIMESTAMP NOT NULL, endpoint VARCHAR NOT NULL, workspace VARCHAR,
+        query VARCHAR, params JSON, models VARCHAR[], timings JSON, total INTEGER, returned INTEGER,
+        pinned JSON, error_type VARCHAR, error_title VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS log_candidates (
+        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, arm VARCHAR NOT NULL, rank INTEGER NOT NULL,
+        chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS log_fused (
+        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, stage VARCHAR NOT NULL, rank INTEGER NOT NULL,
+        chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS log_results (
+        query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, rank INTEGER NOT NULL, page_id VARCHAR NOT NULL,
+        score DOUBLE, pinned VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS log_agreement (
+        query_id VARCHAR NOT NULL, model_a VARCHAR NOT NULL, model_b VARCHAR NOT NULL, k INTEGER,
+        jaccard DOUBLE, rbo_ext DOUBLE, rbo_p DOUBLE, kendall_tau_b DOUBLE, shared INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS log_access (
+        request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, key_id VARCHAR, method VARCHAR, route VARCHAR,
+        workspace VARCHAR, status INTEGER, duration_ms DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS feedback (
+        query_id VARCHAR NOT NULL, page_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, ts TIMESTAMP NOT NULL)""",
+]
+ROW_TABLES = {
+    "candidates": ("log_candidates", ["query_id", "model", "arm", "rank", "chunk_id", "page_id", "score"]),
+    "fused": ("log_fused", ["query_id", "model", "stage", "rank", "chunk_id", "page_id", "score"]),
+    "results": ("log_results", ["query_id", "model", "rank", "page_id", "score", "pinned"]),
+    "agreement": ("log_agreement", ["query_id", "model_a", "model_b", "k", "jaccard", "rbo_ext", "rbo_p",
+                                    "kendall_tau_b", "shared"]),
+    "access": ("log_access", ["query_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]),
+}
+QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
+                 "returned", "pinned", "error_type", "error_title"]
+
+
+class LogTables:
+    def __init__(self, store: CorpusStore):
+        self.store = store
+        self._cur = store.new_cursor()   # the writer thread's own cursor
+        for stmt in DDL:
+            self._cur.execute(stmt)
+
+    def write(self, queries: dict[str, list], rows: dict[str, list[tuple]]) -> None:
+        """One batch in one transaction: `queries` column -> values (QUERY_COLUMNS), `rows` kind -> tuples
+        in the column order of ROW_TABLES[kind]."""
+        cur = self._cur
+        cur.begin()
+        try:
+            if queries.get("query_id"):
+                cur.register("_q", pa.table(queries))
+                cur.execute(f"INSERT INTO log_queries SELECT {', '.join(QUERY_COLUMNS)} FROM _q ON CONFLICT DO NOTHING")
+                cur.unregister("_q")
+            for kind, (table, cols) in ROW_TABLES.items():
+                if rows.get(kind):
+                    cur.register("_r", pa.table({c: [r[i] for r in rows[kind]] for i, c in enumerate(cols)}))
+                    cur.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _r")
+                    cur.unregister("_r")
+            cur.commit()
+        except BaseException:
+            cur.rollback()
+            raise
+
+    def exists(self, query_id: str) -> bool:
+        return self.store.cursor().execute(
+            "SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]).fetchone() is not None
+
+    def workspace_of(self, query_id: str) -> tuple[bool, str | None]:
+        """(whether the query is logged, its workspace)."""
+        row = self.store.cursor().execute("SELECT workspace FROM log_queries WHERE query_id = ?",
+                                          [query_id]).fetchone()
+        return (row is not None, row[0] if row else None)
+
+    def add_feedback(self, query_id: str, page_id: str, kind: str, ts: datetime) -> None:
+        self.store.cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, ts])
+
+    def prune(self, before: datetime) -> dict[str, int]:
+        """Delete log rows of executions older than `before` (feedback on them too)."""
+        cur = self.store.cursor()
+        cur.begin()
+        try:
+            ids = "SELECT query_id FROM log_queries WHERE ts < ?"
+            out = {}
+            for table in ("log_candidates", "log_fused", "log_results", "log_agreement", "feedback"):
+                out[table] = cur.execute(f"DELETE FROM {table} WHERE query_id IN ({ids})", [before]).fetchone()[0]
+            out["log_access"] = cur.execute("DELETE FROM log_access WHERE ts < ?", [before]).fetchone()[0]
+            out["log_queries"] = cur.execute("DELETE FROM log_queries WHERE ts < ?", [before]).fetchone()[0]
+            cur.commit()
+        except BaseException:
+            cur.rollback()
+            raise
+        return out
+
+    def access(self, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
+               limit: int = 100) -> list[dict[str, Any]]:
+        """The calls the server answered or refused, newest first."""
+        where, params = ["1 = 1"], []
+        for cond, value in (("ts >= ?", since), ("key_id = ?", key_id), ("request_id = ?", request_id)):
+            if value is not None:
+                where.append(cond)
+                params.append(value)
+        cols = ["request_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]
+        rows = self.store.cursor().execute(
+            f"SELECT {', '.join(cols)} FROM log_access WHERE {' AND '.join(where)} ORDER BY ts DESC, request_id "
+            "LIMIT ?", params + [limit]).fetchall()
+        return [dict(zip(cols, r)) | {"ts": r[1].isoformat()} for r in rows]
+
+    def searches_since(self, since: datetime, limit: int) -> list[tuple[str, str, str]]:
+        """(query_id, params JSON, model) of the answered searches logged since `since`, oldest first."""
+        return self.store.cursor().execute(
+            """SELECT query_id, params, models[1] FROM log_queries
+               WHERE endpoint = 'search' AND error_type IS NULL AND ts >= ? ORDER BY ts LIMIT ?""",
+            [since, limit]).fetchall()
+
+    def results_since(self, since: datetime) -> dict[str, list[str]]:
+        """query_id -> the pages that search returned, in rank order."""
+        out: dict[str, list[str]] = {}
+        for qid, _rank, pid in self.store.cursor().execute(
+                """SELECT query_id, rank, page_id FROM log_results WHERE query_id IN
+                   (SELECT query_id FROM log_queries WHERE endpoint = 'search' AND ts >= ?)
+                   ORDER BY query_id, rank""", [since]).fetchall():
+            out.setdefault(qid, []).append(pid)
+        return out
+
+    def feedback(self) -> list[tuple[str, str, str]]:
+        return self.store.cursor().execute("SELECT query_id, page_id, kind FROM feedback").fetchall()
+
+    def feedback_with_queries(self, workspace: str) -> list[tuple[str, str, str, str]]:
+        """(query_id, query text, page_id, kind) of the feedback on a workspace's logged queries."""
+        return self.store.cursor().execute(
+            """SELECT f.query_id, q.query, f.page_id, f.kind FROM feedback f JOIN log_queries q USING (query_id)
+               WHERE q.workspace = ? AND q.query IS NOT NULL ORDER BY f.query_id, f.page_id""",
+            [workspace]).fetchall()
