@@ -123,7 +123,7 @@ class KeyAuth:
                 grant = dataclasses.replace(engine.grant_for(headers.get("authorization")), seen=[])
             except EngineError as exc:
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
-                return await refuse(send_with_id, exc.status, exc.body(), extra)
+                return await refuse(send_with_id, exc.status, exc.public_body(), extra)
             if grant.key_id is not None:
                 s = engine.settings.server
                 if self.limiter is None:

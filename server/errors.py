@@ -115,8 +115,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError):
         if getattr(exc, "bare", False):
-            return JSONResponse(exc.body(), status_code=exc.status)
-        return JSONResponse({"detail": exc.body()}, status_code=exc.status)
+            return JSONResponse(exc.public_body(), status_code=exc.status)
+        return JSONResponse({"detail": exc.public_body()}, status_code=exc.status)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):

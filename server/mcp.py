@@ -67,7 +67,7 @@ class Refusal(Exception):
 
 def _refusal(exc: Exception, path: str) -> Refusal:
     if isinstance(exc, EngineError):
-        return Refusal(exc.status, path, exc.body())
+        return Refusal(exc.status, path, exc.public_body())
     errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
     return Refusal(422, path, {"type": "validation_error", "title": "the request is malformed", "errors": errors})
 

@@ -487,3 +487,15 @@ def test_a_value_that_slips_past_the_edge_is_quarantined_by_the_ingest_itself(ma
     state = corpus.consistency()
     assert state["consistent"] and state["chunks"] == 1 and corpus.store.quarantined()["pages"] == 1
     assert ingest(corpus, [{"url": "https://ok.example/2", "body_text": "puffins"}]).count("created") == 1
+
+
+def test_refusals_name_no_server_path_either(roster_client):
+    """A refusal's text may come from a resolver that quotes a folder (a reranker not trained here):
+    the body keeps the folder's name, never the server's path to it — over HTTP and MCP alike."""
+    from docs.examples.over_mcp import call_tool
+
+    r = roster_client.post("/v1/search", json={"query": "gannets", "rerank": True})
+    assert r.status_code == 503 and r.json()["detail"]["type"] == "reranker_unavailable", r.text
+    assert str(roster_client.data_dir) not in r.text and "refindery-local" in r.text
+    res = call_tool(roster_client, "refind_search", {"query": "gannets", "rerank": True})
+    assert res.isError and str(roster_client.data_dir) not in res.content[0].text

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_ABSOLUTE_PATH = re.compile(r"(?:[A-Za-z]:)?/(?:[^\s\"'/]+/)+([^\s\"'/]+)")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?:[A-Za-z]:)?/(?!v1/|mcp\b)(?:[^\s\"'/]+/)+([^\s\"'/]+)")
 
 
 def without_paths(text: str) -> str:
@@ -28,6 +28,20 @@ class EngineError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"type": self.type, "title": self.title, **self.extra}
+
+    def public_body(self) -> dict[str, Any]:
+        """The body as a face sends it: no server paths in any text of it (a model folder, a source)."""
+        return _scrub(self.body())
+
+
+def _scrub(v: Any) -> Any:
+    if isinstance(v, str):
+        return without_paths(v)
+    if isinstance(v, dict):
+        return {k: _scrub(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_scrub(x) for x in v]
+    return v
 
 
 class PageNotFound(EngineError):
