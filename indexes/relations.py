@@ -195,6 +195,65 @@ class RelationStore:
                                     [load_id]).fetchone()
         return None if row is None else {"source": row[0], "format": row[1], "spec": row[2]}
 
+    # Criterion judgments ---------------------------------------------------------------------------
+    JUDGMENT = ["entity_id", "doc_key", "state", "quote", "page_id", "url", "chunk_id", "char_start", "char_end",
+                "score"]
+
+    def judgments(self, workspace_id: str, criterion_key: str, entity_ids: list[str]) -> list[tuple]:
+        """Stored judgments of a criterion (columns JUDGMENT) for these entities."""
+        return self.cursor().execute(
+            f"SELECT {', '.join(self.JUDGMENT)} FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
+            "AND entity_id IN (SELECT unnest(?))", [workspace_id, criterion_key, entity_ids]).fetchall()
+
+    def replace_judgments(self, workspace_id: str, criterion_key: str, rows: list[list], now) -> None:
+        """Store judgments (each a row in JUDGMENT's order), replacing the entities' earlier ones."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
+                        "AND entity_id IN (SELECT unnest(?))", [workspace_id, criterion_key, [r[0] for r in rows]])
+            con.executemany("INSERT INTO criterion_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [[workspace_id, criterion_key, *r, now] for r in rows])
+
+    # Rows, entities, corrections, coverage ------------------------------------------------------------
+    def current_rows(self, table: str, workspace_id: str, where: str = "TRUE", params: list | None = None
+                     ) -> list[dict]:
+        """A relation table's current rows of a workspace that meet `where` (SQL over its columns), by row id."""
+        res = self.cursor().execute(f"SELECT * FROM {table} WHERE workspace_id = ? AND current AND {where} "
+                                    f"ORDER BY row_id", [workspace_id, *(params or [])])
+        names = [d[0] for d in res.description]
+        return [dict(zip(names, r)) for r in res.fetchall()]
+
+    def entity_name(self, workspace_id: str, entity_id: str) -> tuple[str | None] | None:
+        """(display name,) of a registered entity (the name may be None); None for an unknown one."""
+        return self.cursor().execute("SELECT name FROM rel_entities WHERE workspace_id = ? AND entity_id = ?",
+                                     [workspace_id, entity_id]).fetchone()
+
+    def corrections(self, workspace_id: str) -> dict[str, str]:
+        """correction id -> reason."""
+        return dict(self.cursor().execute(
+            "SELECT correction_id, reason FROM rel_corrections WHERE workspace_id = ?", [workspace_id]).fetchall())
+
+    def correction_reason(self, correction_id: str) -> str | None:
+        row = self.cursor().execute("SELECT reason FROM rel_corrections WHERE correction_id = ?",
+                                    [correction_id]).fetchone()
+        return row[0] if row else None
+
+    def retire_row(self, table: str, workspace_id: str, relation: str, row: dict, correction_id: str,
+                   reason: str, now) -> None:
+        """Record a correction and retire the row it names, in one transaction."""
+        with self.transaction() as con:
+            con.execute("INSERT INTO rel_corrections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [correction_id, workspace_id, relation, row["row_id"], row["source_key"], row["row_key"],
+                         row["vhash"], reason, now])
+            con.execute(f"UPDATE {table} SET retired = ? WHERE workspace_id = ? AND row_id = ?",
+                        [correction_id, workspace_id, row["row_id"]])
+
+    def coverage_of(self, workspace_id: str, relation: str, entity_id: str) -> list[tuple]:
+        """(load id, declared by, declared at) of the current coverage declarations naming the entity."""
+        return self.cursor().execute(
+            "SELECT load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
+            "AND relation = ? AND entity_id = ? AND current ORDER BY declared_at, load_id",
+            [workspace_id, relation, entity_id]).fetchall()
+
     # Audit ---------------------------------------------------------------------------------------
     def record_audit(self, request_id: str, ts, verb: str, workspace_id: str | None, request: str,
                      rows: str, spans: str, summary: str) -> None:

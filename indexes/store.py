@@ -424,6 +424,25 @@ class CorpusStore:
                              for cid, c, t in clusters],
                 "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
 
+    def entity_document_keys(self, workspace: str, refs: list[str], scopes: list[str] | None) -> dict[str, str]:
+        """Per entity reference (id, canonical form or alias) with pages, an md5 over its pages' ids and
+        content hashes (within `scopes` when given): a changed or added document changes it."""
+        if not refs:
+            return {}
+        rows = self.cursor().execute(
+            """WITH c AS (SELECT unnest(?) AS rid),
+                    m AS (SELECT DISTINCT c.rid, e.entity_id AS sid FROM c JOIN entities e ON e.workspace_id = ?
+                          AND (e.entity_id = c.rid OR lower(e.canonical) = lower(c.rid)
+                               OR list_contains(list_transform(coalesce(e.aliases, []), lambda a: lower(a)),
+                                                lower(c.rid))))
+               SELECT m.rid, md5(string_agg(DISTINCT p.page_id || ':' || p.content_hash, ',' ORDER BY
+                                 p.page_id || ':' || p.content_hash))
+               FROM m JOIN page_entities pe ON pe.entity_id = m.sid
+                      JOIN pages p ON p.page_id = pe.page_id AND p.workspace_id = ?
+                                      AND (? IS NULL OR list_contains(?, p.scope))
+               GROUP BY m.rid""", [refs, workspace, workspace, scopes, scopes]).fetchall()
+        return dict(rows)
+
     def chunk_page_columns(self) -> dict[str, np.ndarray]:
         """Every chunk id (sorted) with its page id, as columns (the search's chunk -> page map)."""
         return self.cursor().execute("SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()

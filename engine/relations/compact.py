@@ -68,12 +68,7 @@ def about_lines(rstore: RelationStore, space: Space, numbers: dict[str, int]) ->
         table = space.shape(rel).name
         if not rstore.table_exists(table):
             continue
-        res = rstore.cursor().execute(
-            f"SELECT * FROM {table} WHERE workspace_id = ? AND current AND retired IS NULL AND ent_no IN ({ids}) "
-            f"ORDER BY row_id", [space.workspace_id])
-        names = [d[0] for d in res.description]
-        for values in res.fetchall():
-            row = dict(zip(names, values))
+        for row in rstore.current_rows(table, space.workspace_id, f"retired IS NULL AND ent_no IN ({ids})"):
             if rel.period:
                 pf, pt = rel.period
                 key = (_recency(row.get(f"lo_{pf}")), row["row_id"])

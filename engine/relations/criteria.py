@@ -93,20 +93,8 @@ class CriterionReader:
         or added document changes it. Entities linked to no page are absent."""
         if not entity_ids:
             return {}
-        rows = self.corpus.store.cursor().execute(
-            """WITH c AS (SELECT unnest(?) AS rid),
-                    m AS (SELECT DISTINCT c.rid, e.entity_id AS sid FROM c JOIN entities e ON e.workspace_id = ?
-                          AND (e.entity_id = c.rid OR lower(e.canonical) = lower(c.rid)
-                               OR list_contains(list_transform(coalesce(e.aliases, []), lambda a: lower(a)),
-                                                lower(c.rid))))
-               SELECT m.rid, md5(string_agg(DISTINCT p.page_id || ':' || p.content_hash, ',' ORDER BY
-                                 p.page_id || ':' || p.content_hash))
-               FROM m JOIN page_entities pe ON pe.entity_id = m.sid
-                      JOIN pages p ON p.page_id = pe.page_id AND p.workspace_id = ?
-                                      AND (? IS NULL OR list_contains(?, p.scope))
-               GROUP BY m.rid""", [entity_ids, workspace_id, workspace_id, self.scopes and list(self.scopes),
-                                   self.scopes and list(self.scopes)]).fetchall()
-        return dict(rows)
+        return self.corpus.store.entity_document_keys(workspace_id, entity_ids,
+                                                      list(self.scopes) if self.scopes else None)
 
     def judge(self, workspace_id: str, criterion: str, entity_id: str) -> Judgment:
         res = self.pages.search(SearchRequest(query=criterion, workspace=workspace_id, k=self.settings.passages,
@@ -151,14 +139,8 @@ class CriterionReader:
         key = self.key(criterion)
         docs = self.doc_keys(workspace_id, entity_ids)
         out: dict[str, Judgment] = {}
-        cur = self.corpus.store.cursor()
-        stored = {}
-        if docs:
-            for row in cur.execute(
-                    "SELECT entity_id, doc_key, state, quote, page_id, url, chunk_id, char_start, char_end, score "
-                    "FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
-                    "AND entity_id IN (SELECT unnest(?))", [workspace_id, key, list(docs)]).fetchall():
-                stored[(row[0], row[1])] = row
+        rstore = self.corpus.relations
+        stored = {(row[0], row[1]): row for row in rstore.judgments(workspace_id, key, list(docs))} if docs else {}
         fresh: list[tuple[Judgment, str]] = []
         for eid in entity_ids:
             if eid not in docs:
@@ -174,14 +156,9 @@ class CriterionReader:
             else:
                 out[eid] = Judgment(eid, "not_read")
         if fresh:
-            now = utcnow()
-            with self.corpus.store.transaction() as con:
-                con.execute("DELETE FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
-                            "AND entity_id IN (SELECT unnest(?))", [workspace_id, key, [j.entity_id for j, _ in fresh]])
-                con.executemany(
-                    "INSERT INTO criterion_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [[workspace_id, key, j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id,
-                      j.char_start, j.char_end, j.score, now] for j, doc in fresh])
+            rstore.replace_judgments(workspace_id, key, [
+                [j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id, j.char_start, j.char_end, j.score]
+                for j, doc in fresh], utcnow())
         return out, len(fresh)
 
 

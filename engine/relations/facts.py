@@ -44,11 +44,7 @@ class AuditNotFound(EngineError):
 
 
 def _rows(rstore: RelationStore, space: Space, rel: Relation, where: str, params: list) -> list[dict]:
-    table = space.shape(rel).name
-    res = rstore.cursor().execute(f"SELECT * FROM {table} WHERE workspace_id = ? AND current AND {where} "
-                                  f"ORDER BY row_id", [space.workspace_id, *params])
-    names = [d[0] for d in res.description]
-    return [dict(zip(names, r)) for r in res.fetchall()]
+    return rstore.current_rows(space.shape(rel).name, space.workspace_id, where, params)
 
 
 def _find_row(rstore: RelationStore, space: Space, row_id: str) -> tuple[Relation, dict]:
@@ -84,20 +80,15 @@ def facts(rstore: RelationStore, req: FactsRequest) -> dict:
     if rel is None:
         raise RelationUnknown(f"no pack of the workspace declares relation {req.relation!r}",
                               relations=sorted(space.schema.relations))
-    known = rstore.cursor().execute("SELECT name FROM rel_entities WHERE workspace_id = ? AND entity_id = ?",
-                                    [space.workspace_id, req.entity_id]).fetchone()
+    known = rstore.entity_name(space.workspace_id, req.entity_id)
     if known is None:
         raise EntityNotFound(f"no entity {req.entity_id!r} in workspace {space.workspace_id!r}", ref=req.entity_id)
     rows = _rows(rstore, space, rel, "entity_id = ?", [req.entity_id]) \
         if rstore.table_exists(space.shape(rel).name) else []
     ReceiptReader(rstore).attach(rel, rows)
-    corrections = dict(rstore.cursor().execute(
-        "SELECT correction_id, reason FROM rel_corrections WHERE workspace_id = ?", [space.workspace_id]).fetchall())
+    corrections = rstore.corrections(space.workspace_id)
     coverage = [{"declared_by": by, "load_id": lid, "declared_at": at.isoformat()}
-                for lid, by, at in rstore.cursor().execute(
-                    "SELECT load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-                    "AND relation = ? AND entity_id = ? AND current ORDER BY declared_at, load_id",
-                    [space.workspace_id, rel.name, req.entity_id]).fetchall()]
+                for lid, by, at in rstore.coverage_of(space.workspace_id, rel.name, req.entity_id)]
     live = [r for r in rows if not r.get("retired")]
     if live:
         kind = "recorded"
@@ -134,19 +125,11 @@ def correct(rstore: RelationStore, req: CorrectionRequest) -> dict:
     space = open_space(rstore, req.workspace_id)
     rel, row = _find_row(rstore, space, req.row_id)
     if row.get("retired"):
-        reason = rstore.cursor().execute("SELECT reason FROM rel_corrections WHERE correction_id = ?",
-                                         [row["retired"]]).fetchone()
         return {"correction_id": row["retired"], "row_id": req.row_id, "relation": rel.name,
-                "entity_id": row["entity_id"], "retired": True, "reason": reason[0] if reason else None,
+                "entity_id": row["entity_id"], "retired": True, "reason": rstore.correction_reason(row["retired"]),
                 "already": True}
     cid = f"cr_{secrets.token_hex(6)}"
-    table = space.shape(rel).name
-    with rstore.transaction() as con:
-        con.execute("INSERT INTO rel_corrections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [cid, space.workspace_id, rel.name, req.row_id, row["source_key"], row["row_key"], row["vhash"],
-                     req.reason, utcnow()])
-        con.execute(f"UPDATE {table} SET retired = ? WHERE workspace_id = ? AND row_id = ?",
-                    [cid, space.workspace_id, req.row_id])
+    rstore.retire_row(space.shape(rel).name, space.workspace_id, rel.name, row, cid, req.reason, utcnow())
     rstore.changed(space.workspace_id)
     return {"correction_id": cid, "row_id": req.row_id, "relation": rel.name, "entity_id": row["entity_id"],
             "retired": True, "reason": req.reason, "already": False}
