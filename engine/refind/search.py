@@ -205,7 +205,7 @@ class Candidates:
     depth: Params
 
 
-@dataclass
+@dataclass(slots=True)
 class ScoredPage:
     """A page after rollup and recency: its final score, the rollup value it came from, the decay
     factor, and its chunks best first."""
@@ -248,10 +248,13 @@ def _recency_on(p: Params) -> bool:
 
 def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: datetime, p: Params) -> list[ScoredPage]:
     """Each rolled-up page times its recency factor, best first (ties by page id)."""
-    out = []
-    for pid, value, cids in rolled:
-        factor = decay_factor(last_seen[pid], now, p.recency_half_life_days) if _recency_on(p) else 1.0
-        out.append(ScoredPage(pid, value * factor, value, factor, cids))
+    if not _recency_on(p):
+        out = [ScoredPage(pid, value, value, 1.0, cids) for pid, value, cids in rolled]
+    else:
+        out = []
+        for pid, value, cids in rolled:
+            factor = decay_factor(last_seen[pid], now, p.recency_half_life_days)
+            out.append(ScoredPage(pid, value * factor, value, factor, cids))
     out.sort(key=lambda sp: (-sp.score, sp.page_id))
     return out
 
