@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.core.corpus import open_corpus  # noqa: E402
-from engine.relations.enumeration import Enumerator, Plan, make_groups  # noqa: E402
+from engine.relations.plan import Plan, make_groups  # noqa: E402
 from engine.relations.constraints import bind, parse_constraints  # noqa: E402
 from engine.relations.loads import LoadRequest, load  # noqa: E402
 from engine.relations.search import RelationSearch, RelationSearchRequest  # noqa: E402
@@ -158,11 +158,9 @@ def main() -> None:
     results["five_constraints_as_of"] = timed(lambda: search(FIVE, as_of="2020-01"), args.repeats)
     space = open_space(rstore, ws)
     bound, _ = bind(parse_constraints(FIVE), space.schema, space.vocabulary)
-    con = rstore.cursor()
 
     def enumerate_only():
-        en = Enumerator(con, Plan(space, make_groups(bound), bound, None, ["person"]), rstore.cache,
-                        rstore.version(ws))
+        en = rstore.enumerator(Plan(space, make_groups(bound), bound, None, ["person"]))
         en.run()
         en.drop()
 

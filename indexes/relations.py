@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from .enumeration import Enumerator
 from .store import CorpusStore
 
 DDL = [
@@ -157,6 +158,17 @@ class RelationStore:
 
     def version(self, workspace_id: str) -> int:
         return self._versions.get(workspace_id, 0)
+
+    def enumerator(self, plan) -> Enumerator:
+        """The enumeration of a search's plan (engine/relations/plan.py) over this store, with the
+        relation profiles cached until the workspace's next write."""
+        return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id))
+
+    def universe(self, workspace_id: str, kinds: list[str]) -> int:
+        """How many entities of these kinds the workspace holds."""
+        return self.cursor().execute(
+            "SELECT count(*) FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind)",
+            [workspace_id, kinds]).fetchone()[0]
 
     def table_exists(self, name: str) -> bool:
         return self.cursor().execute(

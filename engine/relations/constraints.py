@@ -49,12 +49,6 @@ class Constraint:
         return f"{self.relation}.{self.slot} {SYMBOL.get(self.op, self.op)} {value}"
 
 
-def sql_str(value: str) -> str:
-    """A SQL string literal (vocabulary terms are written into the SQL, so term tests are plain IN
-    lists the optimiser can fold)."""
-    return "'" + str(value).replace("'", "''") + "'"
-
-
 def _scalar(v) -> bool:
     """A string (non-blank, valid Unicode) or a finite number: NaN and Infinity compare with nothing."""
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
@@ -157,87 +151,11 @@ class Bound:
     def thresholded(self) -> bool:
         return self.c.op in ("gte", "lte")
 
-    # SQL over one row of the relation's table, aliased r. Each returns (sql, params).
     def can_be_null(self, null_slots: set[str], withheld: bool) -> bool:
         """Whether the verdict can be NULL over this data: a missing value, a span that may
         straddle the threshold, or a number a loader could not read."""
         return (self.slot.name in null_slots or self.kind == "span"
                 or (self.kind == "number" and withheld))
-
-    def predicate(self, nullable: bool = True, unplaceable: bool = True) -> tuple[str, list]:
-        """TRUE / FALSE when the row's value decides the condition; NULL when it cannot (no value,
-        or a span that straddles the threshold). `nullable` / `unplaceable` say whether this data
-        holds rows with no value / a value the vocabulary cannot place: the SQL is simplest when
-        it need not handle them (a term test is then a plain IN over integers or strings)."""
-        s, op = self.slot.name, self.c.op
-        v = f"r.v_{s}"
-        if self.kind == "term":
-            if op in ("gte", "lte"):
-                test = f"r.r_{s} {'>=' if op == 'gte' else '<='} {int(self.threshold)}"
-            else:
-                test = f"r.t_{s} IN ({', '.join(sql_str(t) for t in self.terms)})"
-                if op == "ne":
-                    test = f"NOT ({test})"
-            if unplaceable:
-                test = f"coalesce({test}, FALSE)"
-            if nullable:
-                test = f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END"
-            return test, []
-        if self.kind == "literal":
-            test = f"list_contains(?, lower(regexp_replace(trim({v}), '\\s+', ' ', 'g')))"
-            if op == "ne":
-                test = f"NOT {test}"
-            return f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END", [self.literals]
-        if self.kind == "text":
-            low = f"lower(regexp_replace(trim({v}), '\\s+', ' ', 'g'))"
-            if op == "contains":
-                return f"CASE WHEN {v} IS NULL THEN NULL ELSE strpos({low}, ?) > 0 END", [self.values[0]]
-            test = f"list_contains(?, {low})"
-            if op == "ne":
-                test = f"NOT {test}"
-            return f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END", [self.values]
-        if self.kind == "number":
-            n = f"r.n_{s}"
-            if op in ("gte", "lte"):
-                return f"{n} {'>=' if op == 'gte' else '<='} ?", [self.threshold]
-            test = f"list_contains(?, {n})"
-            return (f"NOT {test}" if op == "ne" else test), [self.values]
-        # spans: decided only when the whole of the row's span is on one side
-        lo, hi = f"r.lo_{s}", f"r.hi_{s}"
-        if op in ("gte", "lte"):
-            first, last = self.threshold
-            if op == "gte":
-                return f"CASE WHEN {lo} >= ? THEN TRUE WHEN {hi} < ? THEN FALSE END", [first, first]
-            return f"CASE WHEN {hi} <= ? THEN TRUE WHEN {lo} > ? THEN FALSE END", [last, last]
-        parts, params = [], []
-        for first, last in self.values:
-            parts.append(f"CASE WHEN {lo} >= ? AND {hi} <= ? THEN TRUE WHEN {hi} < ? OR {lo} > ? THEN FALSE END")
-            params += [first, last, first, last]
-        any_in = f"({' OR '.join(parts)})" if len(parts) > 1 else parts[0]
-        return (f"NOT {any_in}" if op == "ne" else any_in), params
-
-    def unplaced(self) -> str | None:
-        """A row whose value the vocabulary cannot place relative to the constraint's set."""
-        if self.kind != "term":
-            return None
-        s = self.slot.name
-        col = f"r.r_{s}" if self.c.op in ("gte", "lte") else f"r.t_{s}"
-        return f"(r.v_{s} IS NOT NULL AND {col} IS NULL)"
-
-    def distance(self) -> tuple[str, list] | None:
-        """How far a satisfying row is from a gte/lte threshold: rungs, units, or months/days."""
-        if not self.thresholded:
-            return None
-        s = self.slot.name
-        if self.kind == "term":
-            return f"CAST(abs(r.r_{s} - ?) AS DOUBLE)", [self.threshold]
-        if self.kind == "number":
-            return f"abs(r.n_{s} - ?)", [self.threshold]
-        unit = "month" if self.slot.type == "month" else "day"
-        first, last = self.threshold
-        if self.c.op == "gte":
-            return f"CAST(date_diff('{unit}', ?, r.lo_{s}) AS DOUBLE)", [first]
-        return f"CAST(date_diff('{unit}', r.hi_{s}, ?) AS DOUBLE)", [last]
 
 
 @dataclass

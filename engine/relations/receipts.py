@@ -9,7 +9,9 @@ from collections import defaultdict
 from indexes.relations import RelationStore
 from indexes.sources import Source, SourceError
 
-from engine.relations.enumeration import Enumerator, Group
+from indexes.enumeration import Enumerator
+
+from engine.relations.plan import Group
 from engine.core.packs import Relation
 
 
@@ -87,7 +89,6 @@ class ReceiptReader:
 def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups: list[Group]) -> list[dict]:
     if not page:
         return []
-    ids = [p["entity_id"] for p in page]
     numbers = [p["ent_no"] for p in page]
     plan = en.plan
     reader = ReceiptReader(rstore)
@@ -96,23 +97,8 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
         rel_groups = [g for g in groups if g.relation.name == rel.name]
         if not rel_groups:
             continue
-        extra = ["load_id", "db_table", "row_key"]
-        for s in rel.slots.values():
-            extra.append(f"v_{s.name}")
-            if s.type == "term":
-                extra.append(f"t_{s.name}")
-            elif s.type == "number":
-                extra.append(f"n_{s.name}")
-        # the page's entity numbers as a literal IN list: a filter DuckDB pushes into the scan
-        rows_sql, params = en.rows_sql(rel, f"AND r.ent_no IN ({', '.join(str(int(n)) for n in numbers)})",
-                                       tuple(extra))
-        matches = {g.index: en.verdicts(rel, g.bound)[2] for g in rel_groups}
-        sel = ", ".join(f"{m} AS m{i}" for i, m in matches.items())
-        any_match = " OR ".join(f"m{i}" for i in matches)
-        res = en.con.execute(f"SELECT * FROM (SELECT *, {sel} FROM ({rows_sql})) WHERE {any_match} "
-                             f"ORDER BY entity_id, row_id", params)
-        names = [d[0] for d in res.description]
-        rows = [dict(zip(names, r)) for r in res.fetchall()]
+        rows = en.matching_rows(rel, rel_groups, numbers)
+        matches = [g.index for g in rel_groups]
         reader.attach(rel, rows)
         for row in rows:
             satisfied = [i for i in matches if row[f"m{i}"]]

@@ -13,7 +13,6 @@ import secrets
 import time
 from typing import Annotated, Any, Literal
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from indexes.relations import RelationStore
@@ -24,7 +23,8 @@ from engine.core.querylog import LogEntry, QueryLog
 from engine.relations.ideas import answer_idea
 from engine.refind.search import SearchService
 from engine.relations.constraints import Bound, bind, parse_constraints, parse_span
-from engine.relations.enumeration import CAUSES, INACTIVE, STATUS, Enumerator, Group, Plan, make_groups
+from indexes.enumeration import CAUSES, STATUS, Enumerator
+from engine.relations.plan import Group, Plan, make_groups
 from engine.relations.criteria import CODE as CRITERION_CODE
 from engine.relations.criteria import CriterionReader, read_criteria
 from engine.relations.brief import BriefCompile, compile_brief
@@ -143,12 +143,11 @@ class RelationSearch:
         groups = make_groups(bound)
         span = parse_span(req.as_of) if req.as_of else None
         plan = Plan(space, groups, bound, span, kinds)
-        con = self.rstore.cursor()
-        en = Enumerator(con, plan, self.rstore.cache, self.rstore.version(req.workspace_id))
+        en = self.rstore.enumerator(plan)
         try:
             en.run()
-            criteria = self._read_criteria(con, en, req) if req.criteria else None
-            warrant = Warrant(self.rstore, con, en, req, constraints, bound, gaps, groups, brief, as_of_source,
+            criteria = self._read_criteria(en, req) if req.criteria else None
+            warrant = Warrant(self.rstore, en, req, constraints, bound, gaps, groups, brief, as_of_source,
                               criteria, self.close, self.spent, acl=self.scopes is not None)
             body = warrant.build(request_id)
         finally:
@@ -161,16 +160,14 @@ class RelationSearch:
                                  self.close)
         return body
 
-    def _read_criteria(self, con, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
+    def _read_criteria(self, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
         """Read each criterion for the candidates the ordinary conditions leave (the matched), and
         move each candidate the documents do not prove: no documents or not read yet -> not
         recorded; stated but not verified, or not stated -> undetermined. Never none: a document
         that does not say something is not a record that it is false."""
         if self.reader is None:
             raise SearchRequestInvalid("criteria are read from documents, which this caller cannot search")
-        t = en.table
-        candidates = con.execute(f"SELECT entity_id, ent_no, name FROM {t} WHERE status = {STATUS['matched']} "
-                                 "ORDER BY entity_id").fetchall()
+        candidates = en.matched()
         ids = [e for e, _, _ in candidates]
         numbers = {e: n for e, n, _ in candidates}
         names = {e: name for e, _, name in candidates}
@@ -179,22 +176,11 @@ class RelationSearch:
                        **{k: v for k, v in c.items() if k != "entity_id"}} for c in close]
         self.close_numbers = {c["entity_id"]: numbers[c["entity_id"]] for c in self.close}
         for block in out:
-            i, judgments = block["index"], block["judgments"]
-            con.execute(f"ALTER TABLE {t} ADD COLUMN crit{i} TINYINT")
-            if judgments:
-                con.register("crit_codes", pa.table({
-                    "ent_no": pa.array([numbers[e] for e in judgments], pa.int32()),
-                    "code": pa.array([CRITERION_CODE[j.state] for j in judgments.values()], pa.int8())}))
-                con.execute(f"UPDATE {t} SET crit{i} = c.code FROM crit_codes c WHERE {t}.ent_no = c.ent_no")
-                con.unregister("crit_codes")
+            en.set_codes(f"crit{block['index']}", {numbers[e]: CRITERION_CODE[j.state]
+                                                   for e, j in block["judgments"].items()})
         if ids:
-            cols = [f"crit{i}" for i in range(len(req.criteria))]
-            unrecorded = " OR ".join(f"{c} >= {CRITERION_CODE['no_documents']}" for c in cols)
-            unproved = " OR ".join(f"{c} IN ({CRITERION_CODE['stated_not_verified']}, {CRITERION_CODE['not_stated']})"
-                                   for c in cols)
-            con.execute(f"UPDATE {t} SET status = CASE WHEN {unrecorded} THEN {STATUS['not_recorded']} "
-                        f"WHEN {unproved} THEN {STATUS['undetermined']} ELSE status END "
-                        f"WHERE status = {STATUS['matched']}")
+            en.demote_matched([f"crit{i}" for i in range(len(req.criteria))], CRITERION_CODE["no_documents"],
+                              (CRITERION_CODE["stated_not_verified"], CRITERION_CODE["not_stated"]))
         return out
 
     def _nothing_compiled(self, request_id: str, req: RelationSearchRequest, space, brief: BriefCompile,
@@ -202,9 +188,7 @@ class RelationSearch:
         """A brief of which no constraint compiled: nothing ran, and the reply says so instead of
         answering a question nobody asked (no entity is placed in any set)."""
         kinds = space.subject_kinds()
-        universe = self.rstore.cursor().execute(
-            "SELECT count(*) FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind)",
-            [space.workspace_id, kinds]).fetchone()[0]
+        universe = self.rstore.universe(space.workspace_id, kinds)
         compiled = brief.as_dict()
         narrowed = ["acl"] if self.scopes else []
         narrowed += [r for r, present in (("constraints_dropped", compiled["dropped"]),
@@ -246,59 +230,28 @@ class RelationSearch:
 class Warrant:
     """Reads the enumeration's temp table into the reply."""
 
-    def __init__(self, rstore, con, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
+    def __init__(self, rstore, en: Enumerator, req: RelationSearchRequest, constraints, bound: list[Bound],
                  gaps, groups: list[Group], brief: BriefCompile | None = None, as_of_source: str | None = None,
                  criteria: list[dict] | None = None, close: list[dict] | None = None, spent: dict | None = None,
                  acl: bool = False):
         self.brief, self.as_of_source, self.criteria = brief, as_of_source, criteria
         self.acl = acl   # the caller's key reads only some of the workspace's documents
         self.close, self.spent = close or [], spent
-        self.rstore, self.con, self.en, self.req = rstore, con, en, req
+        self.rstore, self.en, self.req = rstore, en, req
         self.constraints, self.bound, self.gaps, self.groups = constraints, bound, gaps, groups
-        self.t = en.table
         self.list_limit = LIST_DEFAULT if req.list_limit is None else req.list_limit
         self.restrict = req.entity_ids
         self.numbers: dict[str, int] = {}   # entity id -> entity number, for the ids the lists hold
         self.page_numbers: dict[str, int] = {}   # entity id -> entity number, for the page's matches
 
-    def _ids(self, where: str, order: str = "entity_id", limit: int | None = None) -> list[str]:
-        params: list = []
-        if self.restrict is not None:
-            where = f"({where}) AND list_contains(?, entity_id)"
-            params.append(self.restrict)
-        lim = self.list_limit if limit is None else limit
-        return [r[0] for r in self.con.execute(
-            f"SELECT entity_id FROM {self.t} WHERE {where} ORDER BY {order} LIMIT {int(lim)}", params).fetchall()]
-
-    def lists(self, specs: dict[str, str]) -> dict[str, list[str]]:
-        """Every bounded list of non-matches in one statement: up to list_limit ids each, by id."""
-        out: dict[str, list[str]] = {k: [] for k in specs}
-        if self.list_limit == 0 or not specs:
-            return out
-        keys, parts, params = list(specs), [], []
-        for i, key in enumerate(keys):
-            where = specs[key]
-            if self.restrict is not None:
-                where = f"({where}) AND list_contains(?, entity_id)"
-                params.append(self.restrict)
-            parts.append(f"(SELECT {i} AS k, entity_id, ent_no FROM {self.t} WHERE {where} "
-                         f"ORDER BY entity_id LIMIT {int(self.list_limit)})")
-        for k, eid, number in self.con.execute(" UNION ALL ".join(parts), params).fetchall():
-            out[keys[k]].append(eid)
-            self.numbers[eid] = number
-        for ids in out.values():
-            ids.sort()  # the byte order DuckDB sorts VARCHAR in is the code point order Python uses
+    def lists(self, specs: dict[str, tuple]) -> dict[str, list[str]]:
+        """Every bounded list of non-matches: up to list_limit ids each, by id (the enumeration's
+        list specs); remembers each listed entity's number."""
+        out = {}
+        for key, pairs in self.en.lists(specs, self.list_limit, self.restrict).items():
+            out[key] = [eid for eid, _ in pairs]
+            self.numbers.update(pairs)
         return out
-
-    def order_by(self) -> str:
-        keys = ["opt DESC"]
-        for g in self.groups:
-            keys += [f"g{g.index}_d{b.index} ASC NULLS LAST" for b in g.bound if b.thresholded]
-        return ", ".join(keys + ["entity_id"])
-
-    def threshold_columns(self) -> list[str]:
-        cols = {b.index: f"g{g.index}_d{b.index}" for g in self.groups for b in g.bound if b.thresholded}
-        return [cols[i] for i in sorted(cols)]
 
     def build(self, request_id: str) -> dict:
         req, groups = self.req, self.groups
@@ -307,13 +260,13 @@ class Warrant:
         counts = {"universe": agg["universe"], "matched": agg["matched"], "none": agg["none"],
                   "not_recorded": agg["not_recorded"], "undetermined": agg["undetermined"],
                   "bound": agg["matched"] + agg["none"], "per_constraint": self.per_constraint(agg)}
-        matched_ids = self._ids(f"status = {STATUS['matched']}", self.order_by(), MATCHED_IDS_MAX)
-        specs = {f"all:{s}": f"status = {STATUS[s]}" for s in STATUSES}
+        matched_ids = self.en.matched_ids(MATCHED_IDS_MAX, self.restrict)
+        specs: dict[str, tuple] = {f"all:{s}": ("status", s) for s in STATUSES}
         for g in groups:
             rel = g.relation.name
-            specs.update({f"g{g.index}:{s}": f"g{g.index} = {STATUS[s]}" for s in STATUSES})
-            specs[f"abs{g.index}:none"] = f"cov_{rel} AND NOT live_{rel}"
-            specs[f"abs{g.index}:not_recorded"] = f"NOT cov_{rel}"
+            specs.update({f"g{g.index}:{s}": ("unit", f"g{g.index}", s) for s in STATUSES})
+            specs[f"abs{g.index}:none"] = ("absent", rel)
+            specs[f"abs{g.index}:not_recorded"] = ("uncovered", rel)
         self.listed = self.lists(specs)
         entities = {"matched": matched_ids}
         for s in STATUSES:
@@ -400,22 +353,9 @@ class Warrant:
         constraint's, the absence split, the row counters, and the reasons an entity is
         undetermined or not recorded."""
         en, groups = self.en, self.groups
-        rels = en.plan.relations
         flags = en.flag_sets
-        dims = ["status"] + [f"g{g.index}" for g in groups] + [f"s{b.index}" for b in self.bound]
-        cols = list(dims)
-        for r in rels:
-            dims += [f"cov_{r.name}", f"live_{r.name}"]
-            cols += [f"cov_{r.name}", f"live_{r.name}"]
-            for k, bits in enumerate(flags[r.name].detail_masks()):
-                if bits:
-                    dims.append(f"dm_{r.name}_{k}")
-                    cols.append(f"mask_{r.name}_{k} & {bits} AS dm_{r.name}_{k}")
-        counter_sql = en.counter_sql()
-        sums = list(counter_sql)
-        res = self.con.execute(
-            f"SELECT {', '.join(cols)}, count(*), {', '.join(f'sum({counter_sql[c]})' for c in sums)} "
-            f"FROM {self.t} GROUP BY ALL").fetchall()
+        dims, res = en.combinations()
+        sums = list(en.counter_sql())
         combos = [(dict(zip(dims, row[:len(dims)])), row[len(dims)], row[len(dims) + 1:]) for row in res]
         agg: dict[str, Any] = {"universe": sum(n for _, n, _ in combos)}
         code = STATUS
@@ -449,7 +389,7 @@ class Warrant:
                     continue
                 z = f"{n}_z{b.index}"
                 agg[f"{n}_unrec_{b.index}"] = any((und(d) or not g.required) and bit(d, rel, z) for d, _, _ in combos)
-                if b.unplaced() is not None:
+                if b.kind == "term":   # only a term's value can be one the vocabulary cannot place
                     agg[f"{n}_unpl_{b.index}"] = any(
                         d["status"] != code["matched"] and d[n] == code["none"] and bit(d, rel, f"{n}_u{b.index}")
                         for d, _, _ in combos)
@@ -508,13 +448,8 @@ class Warrant:
         none_ids = self.listed[f"abs{g.index}:none"]
         nr_ids = self.listed[f"abs{g.index}:not_recorded"]
         coverage: dict[str, list] = {}
-        if none_ids:
-            for eid, load_id, by, at in self.con.execute(
-                    "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-                    f"AND relation = ? AND current AND ent_no IN ({', '.join(str(self.numbers[e]) for e in none_ids)}) "
-                    "ORDER BY declared_at, load_id", [self.req.workspace_id, rel]).fetchall():
-                coverage.setdefault(eid, []).append(
-                    {"declared_by": by, "load_id": load_id, "declared_at": at.isoformat()})
+        for eid, load_id, by, at in self.en.coverage(rel, [self.numbers[e] for e in none_ids]):
+            coverage.setdefault(eid, []).append({"declared_by": by, "load_id": load_id, "declared_at": at.isoformat()})
         return {
             "split": {"none": agg[f"{n}_absent"], "not_recorded": agg["universe"] - agg[f"{n}_covered"],
                       "recorded": agg[f"{n}_recorded"]},
@@ -525,18 +460,7 @@ class Warrant:
         }
 
     def page(self) -> list[dict]:
-        req = self.req
-        dcols = self.threshold_columns()
-        params: list = []
-        where = ""
-        if self.restrict is not None:
-            where = "WHERE list_contains(?, entity_id)"
-            params.append(self.restrict)
-        sel = ", ".join(["entity_id", "rank", "opt", "ent_no", "name", *dcols])
-        rows = self.con.execute(
-            f"SELECT {sel} FROM (SELECT *, row_number() OVER (ORDER BY {self.order_by()}) AS rank FROM {self.t} "
-            f"WHERE status = {STATUS['matched']}) {where} ORDER BY rank LIMIT ? OFFSET ?",
-            params + [req.limit, req.offset]).fetchall()
+        rows = self.en.page(self.req.limit, self.req.offset, self.restrict)
         return [{"entity_id": r[0], "rank": r[1], "ent_no": r[3], "name": r[4],
                  "rank_key": {"optional_groups_satisfied": r[2], "threshold_distance": list(r[5:]),
                               "entity_id": r[0]}} for r in rows]
@@ -591,9 +515,4 @@ class Warrant:
     def _unattributed(self, g: Group) -> bool:
         """A row the loader could tie to no entity that does not fail the group: whoever it was
         about is in no list."""
-        if not self.en.profiles[g.relation.name].unattributed:
-            return False
-        rows, params = self.en.rows_sql(g.relation, attributed=False)
-        _, any_false, _, _ = self.en.verdicts(g.relation, g.bound)
-        return bool(self.con.execute(
-            f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> {INACTIVE}", params).fetchone()[0])
+        return self.en.unattributed_open(g.relation, g.bound)

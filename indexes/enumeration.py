@@ -26,11 +26,15 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import date
 
-import duckdb
+from typing import TYPE_CHECKING
 
-from engine.relations.constraints import Bound
-from engine.core.packs import Relation
-from engine.relations.workspaces import Space
+import duckdb
+import pyarrow as pa
+
+if TYPE_CHECKING:   # the engine's types, named for readers; never imported at run time
+    from engine.core.packs import Relation
+    from engine.relations.constraints import Bound
+    from engine.relations.plan import Plan
 
 CAUSES = ("unrecorded", "open_period", "undated", "corrected", "withheld")
 # Status codes in the temp table (small integers compare faster than strings).
@@ -40,46 +44,6 @@ ACTIVE, INACTIVE, UNPLACEABLE = 0, 1, 2   # time states of a row at as_of
 BITS = 62            # flags per BIGINT mask
 FIELD = 21           # bits per packed row counter (an entity's rows of one relation < 2**21)
 FIELDS = 3           # packed counters per BIGINT
-
-
-@dataclass
-class Group:
-    """Conditions on one relation that must hold on ONE row (required ones; preferences apart)."""
-    index: int
-    relation: Relation
-    required: bool
-    bound: list[Bound]
-
-    @property
-    def constraints(self) -> list[int]:
-        return [b.index for b in self.bound]
-
-
-def make_groups(bound: list[Bound]) -> list[Group]:
-    groups: dict[tuple[str, bool], Group] = {}
-    for b in bound:
-        key = (b.rel.name, b.c.required)
-        if key not in groups:
-            groups[key] = Group(len(groups), b.rel, b.c.required, [])
-        groups[key].bound.append(b)
-    return list(groups.values())
-
-
-@dataclass
-class Plan:
-    space: Space
-    groups: list[Group]
-    singles: list[Bound]
-    as_of: tuple[date, date] | None          # first and last day of the as_of month
-    kinds: list[str]
-    params: list = field(default_factory=list)
-
-    @property
-    def relations(self) -> list[Relation]:
-        seen: dict[str, Relation] = {}
-        for b in self.singles:
-            seen.setdefault(b.rel.name, b.rel)
-        return list(seen.values())
 
 
 @dataclass
@@ -109,6 +73,92 @@ def time_sql(rel: Relation, as_of: tuple[date, date]) -> tuple[str, list]:
     dated = (f"CASE WHEN r.hi_{pf} <= ? AND (r.v_{pt} IS NULL OR r.lo_{pt} > ?) THEN {ACTIVE} "
              f"WHEN r.lo_{pf} > ? OR r.hi_{pt} <= ? THEN {INACTIVE} ELSE {UNPLACEABLE} END")
     return f"CASE WHEN r.v_{pf} IS NOT NULL THEN {dated} ELSE {undated} END", [end] * 4 + undated_params
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal (vocabulary terms are written into the SQL, so term tests are plain IN
+    lists the optimiser can fold)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+# The SQL of one bound constraint over one row of its relation's table, aliased r. Each returns
+# (sql, params) or a SQL expression.
+def predicate(b: Bound, nullable: bool = True, unplaceable: bool = True) -> tuple[str, list]:
+    """TRUE / FALSE when the row's value decides the condition; NULL when it cannot (no value,
+    or a span that straddles the threshold). `nullable` / `unplaceable` say whether this data
+    holds rows with no value / a value the vocabulary cannot place: the SQL is simplest when
+    it need not handle them (a term test is then a plain IN over integers or strings)."""
+    s, op = b.slot.name, b.c.op
+    v = f"r.v_{s}"
+    if b.kind == "term":
+        if op in ("gte", "lte"):
+            test = f"r.r_{s} {'>=' if op == 'gte' else '<='} {int(b.threshold)}"
+        else:
+            test = f"r.t_{s} IN ({', '.join(sql_str(t) for t in b.terms)})"
+            if op == "ne":
+                test = f"NOT ({test})"
+        if unplaceable:
+            test = f"coalesce({test}, FALSE)"
+        if nullable:
+            test = f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END"
+        return test, []
+    if b.kind == "literal":
+        test = f"list_contains(?, lower(regexp_replace(trim({v}), '\\s+', ' ', 'g')))"
+        if op == "ne":
+            test = f"NOT {test}"
+        return f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END", [b.literals]
+    if b.kind == "text":
+        low = f"lower(regexp_replace(trim({v}), '\\s+', ' ', 'g'))"
+        if op == "contains":
+            return f"CASE WHEN {v} IS NULL THEN NULL ELSE strpos({low}, ?) > 0 END", [b.values[0]]
+        test = f"list_contains(?, {low})"
+        if op == "ne":
+            test = f"NOT {test}"
+        return f"CASE WHEN {v} IS NULL THEN NULL ELSE {test} END", [b.values]
+    if b.kind == "number":
+        n = f"r.n_{s}"
+        if op in ("gte", "lte"):
+            return f"{n} {'>=' if op == 'gte' else '<='} ?", [b.threshold]
+        test = f"list_contains(?, {n})"
+        return (f"NOT {test}" if op == "ne" else test), [b.values]
+    # spans: decided only when the whole of the row's span is on one side
+    lo, hi = f"r.lo_{s}", f"r.hi_{s}"
+    if op in ("gte", "lte"):
+        first, last = b.threshold
+        if op == "gte":
+            return f"CASE WHEN {lo} >= ? THEN TRUE WHEN {hi} < ? THEN FALSE END", [first, first]
+        return f"CASE WHEN {hi} <= ? THEN TRUE WHEN {lo} > ? THEN FALSE END", [last, last]
+    parts, params = [], []
+    for first, last in b.values:
+        parts.append(f"CASE WHEN {lo} >= ? AND {hi} <= ? THEN TRUE WHEN {hi} < ? OR {lo} > ? THEN FALSE END")
+        params += [first, last, first, last]
+    any_in = f"({' OR '.join(parts)})" if len(parts) > 1 else parts[0]
+    return (f"NOT {any_in}" if op == "ne" else any_in), params
+
+
+def unplaced(b: Bound) -> str | None:
+    """A row whose value the vocabulary cannot place relative to the constraint's set."""
+    if b.kind != "term":
+        return None
+    s = b.slot.name
+    col = f"r.r_{s}" if b.c.op in ("gte", "lte") else f"r.t_{s}"
+    return f"(r.v_{s} IS NOT NULL AND {col} IS NULL)"
+
+
+def distance(b: Bound) -> tuple[str, list] | None:
+    """How far a satisfying row is from a gte/lte threshold: rungs, units, or months/days."""
+    if not b.thresholded:
+        return None
+    s = b.slot.name
+    if b.kind == "term":
+        return f"CAST(abs(r.r_{s} - ?) AS DOUBLE)", [b.threshold]
+    if b.kind == "number":
+        return f"abs(r.n_{s} - ?)", [b.threshold]
+    unit = "month" if b.slot.type == "month" else "day"
+    first, last = b.threshold
+    if b.c.op == "gte":
+        return f"CAST(date_diff('{unit}', ?, r.lo_{s}) AS DOUBLE)", [first]
+    return f"CAST(date_diff('{unit}', r.hi_{s}, ?) AS DOUBLE)", [last]
 
 
 def _all(parts: list[str], joiner: str, empty: str) -> str:
@@ -235,13 +285,13 @@ class Enumerator:
         for b in plan.singles:
             if b.rel.name != rel.name:
                 continue
-            pred, pp = b.predicate(self.nullable(b), b.slot.name in prof.unplaced)
+            pred, pp = predicate(b, self.nullable(b), b.slot.name in prof.unplaced)
             cols.append(f"{pred} AS p{b.index}")
             params += pp
             cols.append(f"r.v_{b.slot.name} IS NULL AS z{b.index}" if b.slot.name in prof.null
                         else f"FALSE AS z{b.index}")
-            cols.append(f"{b.unplaced()} AS u{b.index}" if b.slot.name in prof.unplaced else f"FALSE AS u{b.index}")
-            dist = b.distance()
+            cols.append(f"{unplaced(b)} AS u{b.index}" if b.slot.name in prof.unplaced else f"FALSE AS u{b.index}")
+            dist = distance(b)
             if dist is not None:
                 cols.append(f"{dist[0]} AS d{b.index}")
                 params += dist[1]
@@ -447,3 +497,164 @@ class Enumerator:
             self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
         except duckdb.Error:
             pass
+
+    # What the warrant reads off the temp table ---------------------------------------------------
+    # A list is named by a spec: ("status", s) every entity of overall status s; ("unit", u, s)
+    # every entity whose group or lone constraint u (g0, s1, ...) has status s; ("absent", rel)
+    # entities looked at for rel that hold no live row; ("uncovered", rel) never looked at.
+    def _where(self, spec: tuple) -> str:
+        kind = spec[0]
+        if kind == "status":
+            return f"status = {STATUS[spec[1]]}"
+        if kind == "unit":
+            return f"{spec[1]} = {STATUS[spec[2]]}"
+        if kind == "absent":
+            return f"cov_{spec[1]} AND NOT live_{spec[1]}"
+        if kind == "uncovered":
+            return f"NOT cov_{spec[1]}"
+        raise ValueError(spec)
+
+    def threshold_columns(self) -> list[str]:
+        cols = {b.index: f"g{g.index}_d{b.index}" for g in self.plan.groups for b in g.bound if b.thresholded}
+        return [cols[i] for i in sorted(cols)]
+
+    def order_by(self) -> str:
+        """The deterministic ranking: optional groups satisfied, distance from each threshold, id."""
+        keys = ["opt DESC"]
+        for g in self.plan.groups:
+            keys += [f"g{g.index}_d{b.index} ASC NULLS LAST" for b in g.bound if b.thresholded]
+        return ", ".join(keys + ["entity_id"])
+
+    def matched_ids(self, limit: int, restrict: list[str] | None = None) -> list[str]:
+        """The matched entities' ids in ranking order, at most `limit`."""
+        where, params = f"status = {MATCHED}", []
+        if restrict is not None:
+            where, params = f"{where} AND list_contains(?, entity_id)", [restrict]
+        return [r[0] for r in self.con.execute(
+            f"SELECT entity_id FROM {self.table} WHERE {where} ORDER BY {self.order_by()} LIMIT {int(limit)}",
+            params).fetchall()]
+
+    def lists(self, specs: dict[str, tuple], limit: int, restrict: list[str] | None = None
+              ) -> dict[str, list[tuple[str, int]]]:
+        """Every bounded list in one statement: per key up to `limit` (entity id, entity number), by id."""
+        out: dict[str, list[tuple[str, int]]] = {k: [] for k in specs}
+        if limit == 0 or not specs:
+            return out
+        keys, parts, params = list(specs), [], []
+        for i, key in enumerate(keys):
+            where = self._where(specs[key])
+            if restrict is not None:
+                where = f"({where}) AND list_contains(?, entity_id)"
+                params.append(restrict)
+            parts.append(f"(SELECT {i} AS k, entity_id, ent_no FROM {self.table} WHERE {where} "
+                         f"ORDER BY entity_id LIMIT {int(limit)})")
+        for k, eid, number in self.con.execute(" UNION ALL ".join(parts), params).fetchall():
+            out[keys[k]].append((eid, number))
+        for pairs in out.values():
+            pairs.sort()  # the byte order DuckDB sorts VARCHAR in is the code point order Python uses
+        return out
+
+    def combinations(self) -> tuple[list[str], list[tuple]]:
+        """One GROUP BY over the status columns (the distinct combinations are few): the names of
+        the dimensions, and per combination its dimension values, its entity count and the sums
+        of every row counter (in `counter_sql()`'s order)."""
+        rels, flags = self.plan.relations, self.flag_sets
+        dims = ["status"] + [f"g{g.index}" for g in self.plan.groups] + [f"s{b.index}" for b in self.plan.singles]
+        cols = list(dims)
+        for r in rels:
+            dims += [f"cov_{r.name}", f"live_{r.name}"]
+            cols += [f"cov_{r.name}", f"live_{r.name}"]
+            for k, bits in enumerate(flags[r.name].detail_masks()):
+                if bits:
+                    dims.append(f"dm_{r.name}_{k}")
+                    cols.append(f"mask_{r.name}_{k} & {bits} AS dm_{r.name}_{k}")
+        counter_sql = self.counter_sql()
+        rows = self.con.execute(
+            f"SELECT {', '.join(cols)}, count(*), {', '.join(f'sum({counter_sql[c]})' for c in counter_sql)} "
+            f"FROM {self.table} GROUP BY ALL").fetchall()
+        return dims, rows
+
+    def coverage(self, relation: str, numbers: list[int]) -> list[tuple]:
+        """The current coverage rows of these entities for a relation: who looked, and when."""
+        if not numbers:
+            return []
+        return self.con.execute(
+            "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
+            f"AND relation = ? AND current AND ent_no IN ({', '.join(str(int(n)) for n in numbers)}) "
+            "ORDER BY declared_at, load_id", [self.plan.space.workspace_id, relation]).fetchall()
+
+    def page(self, limit: int, offset: int, restrict: list[str] | None = None) -> list[tuple]:
+        """One page of the matched, ranked: (entity_id, rank, opt, ent_no, name, *threshold distances)."""
+        params: list = []
+        where = ""
+        if restrict is not None:
+            where = "WHERE list_contains(?, entity_id)"
+            params.append(restrict)
+        sel = ", ".join(["entity_id", "rank", "opt", "ent_no", "name", *self.threshold_columns()])
+        return self.con.execute(
+            f"SELECT {sel} FROM (SELECT *, row_number() OVER (ORDER BY {self.order_by()}) AS rank FROM {self.table} "
+            f"WHERE status = {MATCHED}) {where} ORDER BY rank LIMIT ? OFFSET ?",
+            params + [limit, offset]).fetchall()
+
+    def unattributed_open(self, rel: Relation, bound: list[Bound]) -> bool:
+        """Whether a row the loader tied to nobody could satisfy these conditions (it fails none)."""
+        if not self.profiles[rel.name].unattributed:
+            return False
+        rows, params = self.rows_sql(rel, attributed=False)
+        _, any_false, _, _ = self.verdicts(rel, bound)
+        return bool(self.con.execute(
+            f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> {INACTIVE}", params).fetchone()[0])
+
+    def matching_rows(self, rel: Relation, groups: list, numbers: list[int]) -> list[dict]:
+        """These entities' rows of one relation that satisfy at least one of its groups, every
+        column the delivery reads (load, table, row key, each slot's cell and reading), with
+        m<group index> saying which groups each satisfies; by entity, then row."""
+        extra = ["load_id", "db_table", "row_key"]
+        for s in rel.slots.values():
+            extra.append(f"v_{s.name}")
+            if s.type == "term":
+                extra.append(f"t_{s.name}")
+            elif s.type == "number":
+                extra.append(f"n_{s.name}")
+        # the entity numbers as a literal IN list: a filter DuckDB pushes into the scan
+        rows_sql, params = self.rows_sql(rel, f"AND r.ent_no IN ({', '.join(str(int(n)) for n in numbers)})",
+                                         tuple(extra))
+        matches = {g.index: self.verdicts(rel, g.bound)[2] for g in groups}
+        sel = ", ".join(f"{m} AS m{i}" for i, m in matches.items())
+        any_match = " OR ".join(f"m{i}" for i in matches)
+        res = self.con.execute(f"SELECT * FROM (SELECT *, {sel} FROM ({rows_sql})) WHERE {any_match} "
+                               f"ORDER BY entity_id, row_id", params)
+        names = [d[0] for d in res.description]
+        return [dict(zip(names, r)) for r in res.fetchall()]
+
+    # Criteria read from documents narrow the matched ----------------------------------------------
+    def matched(self) -> list[tuple[str, int, str | None]]:
+        """The matched entities (entity_id, ent_no, name), by id."""
+        return self.con.execute(f"SELECT entity_id, ent_no, name FROM {self.table} WHERE status = {MATCHED} "
+                                "ORDER BY entity_id").fetchall()
+
+    def set_codes(self, column: str, codes: dict[int, int]) -> None:
+        """Add a TINYINT column to the temp table and set it per entity number (others NULL)."""
+        if not column.isidentifier():
+            raise ValueError(column)
+        self.con.execute(f"ALTER TABLE {self.table} ADD COLUMN {column} TINYINT")
+        if not codes:
+            return
+        self.con.register("crit_codes", pa.table({"ent_no": pa.array(list(codes), pa.int32()),
+                                                  "code": pa.array(list(codes.values()), pa.int8())}))
+        try:
+            self.con.execute(f"UPDATE {self.table} SET {column} = c.code FROM crit_codes c "
+                             f"WHERE {self.table}.ent_no = c.ent_no")
+        finally:
+            self.con.unregister("crit_codes")
+
+    def demote_matched(self, columns: list[str], unrecorded_from: int, unproved: tuple[int, ...]) -> None:
+        """Move a matched entity to not_recorded when a code column holds `unrecorded_from` or more,
+        else to undetermined when one holds a code in `unproved`."""
+        if not columns:
+            return
+        unrecorded = " OR ".join(f"{c} >= {int(unrecorded_from)}" for c in columns)
+        codes = ", ".join(str(int(u)) for u in unproved)
+        unproved_sql = " OR ".join(f"{c} IN ({codes})" for c in columns)
+        self.con.execute(f"UPDATE {self.table} SET status = CASE WHEN {unrecorded} THEN {NOT_RECORDED} "
+                         f"WHEN {unproved_sql} THEN {UNDETERMINED} ELSE status END WHERE status = {MATCHED}")
