@@ -8,11 +8,10 @@ them), and its coverage declaration: which entities it looked at for which relat
 Everything is checked before anything is written, and the write is one transaction: a bad load
 changes nothing, a crash mid-load leaves the previous state, and re-running a load supersedes the
 rows and coverage the same source table gave before (so a re-run is idempotent).
-The typed reading of each cell (vocabulary term, number, month span) is done in SQL, set-based.
+The write is `indexes/relation_loads.py`'s LoadWriter (the typed reading of each cell is done there, in SQL).
 """
 from __future__ import annotations
 
-import json
 import secrets
 from pathlib import Path
 from typing import Literal
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from indexes.relation_loads import LoadWriter, SlotRead
 from indexes.relations import RelationStore
 from indexes.sources import FORMATS, Source, SourceError
 
@@ -79,25 +79,6 @@ def _maybe_crash(point: str) -> None:
 
     if os.environ.get("REFINDERY_TEST_CRASH_AT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _norm_sql(expr: str) -> str:
-    return f"lower(regexp_replace(trim({expr}), '\\s+', ' ', 'g'))"
-
-
-def span_sql(v: str) -> tuple[str, str]:
-    """SQL for the first and last day of the span a month/date cell names (a year, a month, a day)."""
-    lo = (f"CASE WHEN regexp_full_match({v}, '\\d{{4}}') THEN make_date(CAST({v} AS INTEGER), 1, 1) "
-          f"WHEN regexp_full_match({v}, '\\d{{4}}-\\d{{1,2}}') THEN TRY_CAST({v} || '-01' AS DATE) "
-          f"WHEN regexp_matches({v}, '^\\d{{4}}-\\d{{2}}-\\d{{2}}') THEN TRY_CAST(left({v}, 10) AS DATE) END")
-    hi = (f"CASE WHEN regexp_full_match({v}, '\\d{{4}}') THEN make_date(CAST({v} AS INTEGER), 12, 31) "
-          f"WHEN regexp_full_match({v}, '\\d{{4}}-\\d{{1,2}}') THEN last_day(TRY_CAST({v} || '-01' AS DATE)) "
-          f"WHEN regexp_matches({v}, '^\\d{{4}}-\\d{{2}}-\\d{{2}}') THEN TRY_CAST(left({v}, 10) AS DATE) END")
-    return lo, hi
 
 
 def _check(space: Space, req: LoadRequest, path: Path, roots: list[Path] | None) -> tuple[Source, dict]:
@@ -189,78 +170,17 @@ def _read(src: Source, table: str, cols: list[str], key: str | None, where: str)
     return data
 
 
-def _insert_rows(con, space: Space, rel: Relation, m: RelationMap, data: pa.Table, load_id: str,
-                 source_key: str) -> dict:
-    shape = space.shape(rel)
-    table = shape.name
-    con.register("load_src", data)
-    joins, select, withheld, hashed = [], [], [], [f"coalesce(trim(s.{_q(m.entity_column)}), '')"]
+def _slot_reads(space: Space, rel: Relation, m: RelationMap) -> list[SlotRead]:
+    """How each slot of the relation is read from the mapped table (a term slot through its axis)."""
+    out = []
     for slot in rel.slots.values():
         col = m.slots.get(slot.name)
-        v = f"nullif(trim(s.{_q(col)}), '')" if col else "CAST(NULL AS VARCHAR)"
-        select.append(f"{v} AS v_{slot.name}")
-        if col:
-            hashed.append(f"coalesce(trim(s.{_q(col)}), '')")
-        if slot.type == "term":
-            if slot.axis is not None and col:
-                axis = space.vocabulary.axis(slot.axis)
-                voc = pa.table({"surface": list(axis.surfaces().keys()),
-                                "term": list(axis.surfaces().values()),
-                                "rung": pa.array([axis.rung(t) for t in axis.surfaces().values()], pa.int32())})
-                alias = f"voc_{slot.name}"
-                con.register(alias, voc)
-                joins.append(f"LEFT JOIN {alias} ON {alias}.surface = {_norm_sql(v)}")
-                select += [f"{alias}.term AS t_{slot.name}", f"{alias}.rung AS r_{slot.name}"]
-            else:
-                select += [f"CAST(NULL AS VARCHAR) AS t_{slot.name}", f"CAST(NULL AS INTEGER) AS r_{slot.name}"]
-        elif slot.type == "number":
-            select.append(f"TRY_CAST({v} AS DOUBLE) AS n_{slot.name}")
-            withheld.append(f"CASE WHEN {v} IS NOT NULL AND TRY_CAST({v} AS DOUBLE) IS NULL "
-                            f"THEN '{slot.name}: not a number' END")
-        elif slot.type in ("month", "date"):
-            lo, hi = span_sql(v)
-            select += [f"{lo} AS lo_{slot.name}", f"{hi} AS hi_{slot.name}"]
-            withheld.append(f"CASE WHEN {v} IS NOT NULL AND ({lo}) IS NULL THEN '{slot.name}: not a {slot.type}' END")
-    withheld_sql = f"nullif(concat_ws('; ', {', '.join(withheld)}), '')" if withheld else "CAST(NULL AS VARCHAR)"
-    cols = [c for c, _ in shape.columns()]
-    entity = f"nullif(trim(s.{_q(m.entity_column)}), '')"
-    # Register the entities first, so each row is written with its entity number and the load's
-    # rows lie clustered by entity: a page of matches then reads few row groups.
-    RelationStore.register_entities(con, space.workspace_id, rel.subject, load_id,
-                                    f"SELECT DISTINCT {entity} AS entity_id, CAST(NULL AS VARCHAR) AS name "
-                                    f"FROM load_src s", [])
-    con.execute(
-        f"INSERT INTO {table} ({', '.join(cols)}) "
-        f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, ?, ?, s.__key, "
-        f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, "
-        + ", ".join(select)
-        + f" FROM (SELECT *, row_number() OVER () AS __ord FROM load_src) s "
-        f"LEFT JOIN rel_entities e ON e.workspace_id = ? AND e.entity_id = {entity} {' '.join(joins)} "
-        f"ORDER BY e.ent_no NULLS LAST, s.__ord",
-        [f"{load_id}-{rel.name}", space.workspace_id, load_id, source_key, m.table, space.workspace_id])
-    con.unregister("load_src")
-    for j in joins:
-        con.unregister(j.split()[2])
-    # a correction outlives a re-load: the same source row, unchanged, comes back retired
-    con.execute(
-        f"UPDATE {table} SET retired = c.correction_id FROM rel_corrections c "
-        f"WHERE {table}.load_id = ? AND c.workspace_id = {table}.workspace_id AND c.relation = ? "
-        f"AND c.source_key = {table}.source_key AND c.row_key = {table}.row_key AND c.vhash = {table}.vhash",
-        [load_id, rel.name])
-    stats = con.execute(
-        f"SELECT count(*), count(*) FILTER (entity_id IS NULL), count(*) FILTER (withheld IS NOT NULL), "
-        f"count(DISTINCT entity_id), count(*) FILTER (retired IS NOT NULL) FROM {table} WHERE load_id = ?",
-        [load_id]).fetchall()[0]
-    unplaced = {}
-    for slot in rel.slots.values():
-        if slot.type == "term" and slot.axis is not None and slot.name in m.slots:
-            n = con.execute(f"SELECT count(*) FROM {table} WHERE load_id = ? AND v_{slot.name} IS NOT NULL "
-                            f"AND t_{slot.name} IS NULL", [load_id]).fetchall()[0][0]
-            if n:
-                unplaced[slot.name] = n
-    return {"relation": rel.name, "table": m.table, "rows": stats[0], "entities": stats[3],
-            "unattributed": stats[1], "withheld": stats[2], "retired_by_corrections": stats[4],
-            "unknown_surfaces": unplaced, "unmapped_slots": [s for s in rel.slots if s not in m.slots]}
+        axis = None
+        if slot.type == "term" and slot.axis is not None and col:
+            ax = space.vocabulary.axis(slot.axis)
+            axis = {surface: (term, ax.rung(term)) for surface, term in ax.surfaces().items()}
+        out.append(SlotRead(slot.name, slot.type, col, axis))
+    return out
 
 
 class SourceForbidden(EngineError):
@@ -337,56 +257,30 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
             cov.append((c, rel, ids))
     summary: dict = {"relations": [], "entities": None, "coverage": []}
     with rstore.transaction() as con:
+        w = LoadWriter(rstore, con, workspace_id, load_id)
         for m, rel, data in reads:
-            rstore.ensure_table(space.shape(rel), con)
             source_key = f"{src.key}#{m.table}"
-            table = space.shape(rel).name
-            superseded = con.execute(
-                f"UPDATE {table} SET current = FALSE WHERE workspace_id = ? AND source_key = ? AND current",
-                [workspace_id, source_key]).fetchall()[0][0]
-            info = _insert_rows(con, space, rel, m, data, load_id, source_key)
-            info["superseded"] = superseded
+            shape = space.shape(rel)
+            superseded = w.supersede(shape, source_key)
+            written = w.insert_rows(shape, rel.subject, rel.name, m.entity_column, _slot_reads(space, rel, m), data,
+                                    source_key, m.table)
+            summary["relations"].append({"relation": rel.name, "table": m.table, **written,
+                                         "unmapped_slots": [s for s in rel.slots if s not in m.slots],
+                                         "superseded": superseded})
             _maybe_crash(f"load:{rel.name}")
-            summary["relations"].append(info)
         names_changed = 0
         if ent is not None:
             e, kind, data = ent
             ids = data.column(e.id_column).to_pylist()
             names = data.column(e.name_column).to_pylist() if e.name_column else [None] * len(ids)
             rows = [(i.strip(), n.strip() if n and n.strip() else None) for i, n in zip(ids, names) if i and i.strip()]
-            con.register("load_entities", pa.table({"entity_id": [r[0] for r in rows], "name": [r[1] for r in rows]}))
-            names_changed = con.execute(
-                "SELECT count(*) FROM load_entities l JOIN rel_entities e ON e.entity_id = l.entity_id "
-                "AND e.workspace_id = ? WHERE l.name IS NOT NULL AND e.name IS DISTINCT FROM l.name",
-                [workspace_id]).fetchall()[0][0]
-            con.execute("UPDATE rel_entities SET name = l.name FROM load_entities l "
-                        "WHERE rel_entities.workspace_id = ? "
-                        "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL", [workspace_id])
-            added = RelationStore.register_entities(con, workspace_id, kind, load_id,
-                                                    "SELECT entity_id, name FROM load_entities", [])
-            names_changed += con.execute("SELECT count(*) FROM load_entities WHERE name IS NOT NULL").fetchall()[0][0] \
-                if added else 0
-            con.unregister("load_entities")
+            added, names_changed = w.name_entities(kind, rows)
             summary["entities"] = {"kind": kind, "listed": len(rows), "added": added,
                                    "named": sum(1 for r in rows if r[1])}
         for c, rel, ids in cov:
-            source_key = f"{src.key}#coverage:{rel.name}"
-            con.execute("UPDATE rel_coverage SET current = FALSE WHERE workspace_id = ? AND relation = ? "
-                        "AND source_key = ? AND current", [workspace_id, rel.name, source_key])
-            con.register("load_cov", pa.table({"entity_id": pa.array(ids, pa.string())}))
-            RelationStore.register_entities(con, workspace_id, rel.subject, load_id,
-                                            "SELECT entity_id, CAST(NULL AS VARCHAR) AS name FROM load_cov", [])
-            con.execute("INSERT INTO rel_coverage SELECT ?, ?, entity_id, ?, ?, 'source', ?, TRUE, NULL FROM load_cov",
-                        [workspace_id, rel.name, load_id, source_key, now])
-            RelationStore.number_rows(con, "rel_coverage", workspace_id, load_id)
-            con.unregister("load_cov")
+            w.declare_coverage(rel.name, rel.subject, f"{src.key}#coverage:{rel.name}", ids, now)
             summary["coverage"].append({"relation": rel.name, "entities": len(ids), "declared_by": "source"})
-        if names_changed:
-            con.execute("UPDATE rel_workspaces SET map_version = map_version + 1 WHERE workspace_id = ?",
-                        [workspace_id])
-        con.execute("INSERT INTO rel_loads VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [load_id, workspace_id, now, src.key, src.format,
-                     json.dumps(req.model_dump()), json.dumps(summary)])
+        w.finish(now, src.key, src.format, req.model_dump(), summary, bool(names_changed))
     rstore.changed(workspace_id)
     return {"load_id": load_id, "workspace_id": workspace_id, "source": shown(src.key), "format": src.format,
             **summary}

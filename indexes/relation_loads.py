@@ -1,0 +1,181 @@
+"""The write side of a relation load: one transaction that supersedes what the same source gave
+before, writes the new rows with their typed readings, names the entities, declares coverage and
+records the load (engine/relations/loads.py checks and reads the source first; this only writes).
+
+The typed reading of each cell (vocabulary term and rung, number, the first and last day of a
+month/date span) is done in SQL, set-based, as the rows are inserted.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import pyarrow as pa
+
+from .relations import RelationStore, TableShape
+
+
+@dataclass(frozen=True)
+class SlotRead:
+    """How one slot of a relation is read from a source table's column."""
+    name: str
+    type: str                                        # term | number | month | date | text
+    column: str | None                               # the source column; None: the load maps no column
+    axis: dict[str, tuple[str, int | None]] | None = None   # term slots: normalised surface -> (term, rung)
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def norm_sql(expr: str) -> str:
+    """How surfaces are compared (engine.core.packs.norm, in SQL)."""
+    return f"lower(regexp_replace(trim({expr}), '\\s+', ' ', 'g'))"
+
+
+def span_sql(v: str) -> tuple[str, str]:
+    """SQL for the first and last day of the span a month/date cell names (a year, a month, a day)."""
+    lo = (f"CASE WHEN regexp_full_match({v}, '\\d{{4}}') THEN make_date(CAST({v} AS INTEGER), 1, 1) "
+          f"WHEN regexp_full_match({v}, '\\d{{4}}-\\d{{1,2}}') THEN TRY_CAST({v} || '-01' AS DATE) "
+          f"WHEN regexp_matches({v}, '^\\d{{4}}-\\d{{2}}-\\d{{2}}') THEN TRY_CAST(left({v}, 10) AS DATE) END")
+    hi = (f"CASE WHEN regexp_full_match({v}, '\\d{{4}}') THEN make_date(CAST({v} AS INTEGER), 12, 31) "
+          f"WHEN regexp_full_match({v}, '\\d{{4}}-\\d{{1,2}}') THEN last_day(TRY_CAST({v} || '-01' AS DATE)) "
+          f"WHEN regexp_matches({v}, '^\\d{{4}}-\\d{{2}}-\\d{{2}}') THEN TRY_CAST(left({v}, 10) AS DATE) END")
+    return lo, hi
+
+
+class LoadWriter:
+    """Writes one load inside one open transaction (`RelationStore.transaction()`)."""
+
+    def __init__(self, rstore: RelationStore, con: duckdb.DuckDBPyConnection, workspace_id: str, load_id: str):
+        self.rstore, self.con, self.workspace_id, self.load_id = rstore, con, workspace_id, load_id
+
+    def supersede(self, shape: TableShape, source_key: str) -> int:
+        """Mark the rows this source table gave before as no longer current; how many were."""
+        self.rstore.ensure_table(shape, self.con)
+        return self.con.execute(
+            f"UPDATE {shape.name} SET current = FALSE WHERE workspace_id = ? AND source_key = ? AND current",
+            [self.workspace_id, source_key]).fetchall()[0][0]
+
+    def insert_rows(self, shape: TableShape, subject: str, relation: str, entity_column: str,
+                    slots: list[SlotRead], data: pa.Table, source_key: str, db_table: str) -> dict:
+        """Write a source table's rows (`data`: its columns plus `__key`) as the relation's rows,
+        registering their entities first; returns what was written (rows, entities, unattributed,
+        withheld, retired_by_corrections, unknown_surfaces)."""
+        con, table = self.con, shape.name
+        con.register("load_src", data)
+        joins, select, withheld = [], [], []
+        hashed = [f"coalesce(trim(s.{quote(entity_column)}), '')"]
+        for slot in slots:
+            v = f"nullif(trim(s.{quote(slot.column)}), '')" if slot.column else "CAST(NULL AS VARCHAR)"
+            select.append(f"{v} AS v_{slot.name}")
+            if slot.column:
+                hashed.append(f"coalesce(trim(s.{quote(slot.column)}), '')")
+            if slot.type == "term":
+                if slot.axis is not None and slot.column:
+                    alias = f"voc_{slot.name}"
+                    con.register(alias, pa.table({
+                        "surface": list(slot.axis), "term": [t for t, _ in slot.axis.values()],
+                        "rung": pa.array([r for _, r in slot.axis.values()], pa.int32())}))
+                    joins.append(f"LEFT JOIN {alias} ON {alias}.surface = {norm_sql(v)}")
+                    select += [f"{alias}.term AS t_{slot.name}", f"{alias}.rung AS r_{slot.name}"]
+                else:
+                    select += [f"CAST(NULL AS VARCHAR) AS t_{slot.name}", f"CAST(NULL AS INTEGER) AS r_{slot.name}"]
+            elif slot.type == "number":
+                select.append(f"TRY_CAST({v} AS DOUBLE) AS n_{slot.name}")
+                withheld.append(f"CASE WHEN {v} IS NOT NULL AND TRY_CAST({v} AS DOUBLE) IS NULL "
+                                f"THEN '{slot.name}: not a number' END")
+            elif slot.type in ("month", "date"):
+                lo, hi = span_sql(v)
+                select += [f"{lo} AS lo_{slot.name}", f"{hi} AS hi_{slot.name}"]
+                withheld.append(f"CASE WHEN {v} IS NOT NULL AND ({lo}) IS NULL "
+                                f"THEN '{slot.name}: not a {slot.type}' END")
+        withheld_sql = f"nullif(concat_ws('; ', {', '.join(withheld)}), '')" if withheld else "CAST(NULL AS VARCHAR)"
+        cols = [c for c, _ in shape.columns()]
+        entity = f"nullif(trim(s.{quote(entity_column)}), '')"
+        ws, load_id = self.workspace_id, self.load_id
+        try:
+            # Register the entities first, so each row is written with its entity number and the
+            # load's rows lie clustered by entity: a page of matches then reads few row groups.
+            RelationStore.register_entities(con, ws, subject, load_id,
+                                            f"SELECT DISTINCT {entity} AS entity_id, CAST(NULL AS VARCHAR) AS name "
+                                            f"FROM load_src s", [])
+            con.execute(
+                f"INSERT INTO {table} ({', '.join(cols)}) "
+                f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, ?, ?, s.__key, "
+                f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, "
+                + ", ".join(select)
+                + f" FROM (SELECT *, row_number() OVER () AS __ord FROM load_src) s "
+                f"LEFT JOIN rel_entities e ON e.workspace_id = ? AND e.entity_id = {entity} {' '.join(joins)} "
+                f"ORDER BY e.ent_no NULLS LAST, s.__ord",
+                [f"{load_id}-{relation}", ws, load_id, source_key, db_table, ws])
+        finally:
+            con.unregister("load_src")
+            for j in joins:
+                con.unregister(j.split()[2])
+        # a correction outlives a re-load: the same source row, unchanged, comes back retired
+        con.execute(
+            f"UPDATE {table} SET retired = c.correction_id FROM rel_corrections c "
+            f"WHERE {table}.load_id = ? AND c.workspace_id = {table}.workspace_id AND c.relation = ? "
+            f"AND c.source_key = {table}.source_key AND c.row_key = {table}.row_key AND c.vhash = {table}.vhash",
+            [load_id, relation])
+        stats = con.execute(
+            f"SELECT count(*), count(*) FILTER (entity_id IS NULL), count(*) FILTER (withheld IS NOT NULL), "
+            f"count(DISTINCT entity_id), count(*) FILTER (retired IS NOT NULL) FROM {table} WHERE load_id = ?",
+            [load_id]).fetchall()[0]
+        unplaced = {}
+        for slot in slots:
+            if slot.type == "term" and slot.axis is not None and slot.column:
+                n = con.execute(f"SELECT count(*) FROM {table} WHERE load_id = ? AND v_{slot.name} IS NOT NULL "
+                                f"AND t_{slot.name} IS NULL", [load_id]).fetchall()[0][0]
+                if n:
+                    unplaced[slot.name] = n
+        return {"rows": stats[0], "entities": stats[3], "unattributed": stats[1], "withheld": stats[2],
+                "retired_by_corrections": stats[4], "unknown_surfaces": unplaced}
+
+    def name_entities(self, kind: str, rows: list[tuple[str, str | None]]) -> tuple[int, int]:
+        """Register these (entity id, display name or None) and rename the known ones; returns
+        (how many were new, how many names changed)."""
+        con, ws = self.con, self.workspace_id
+        con.register("load_entities", pa.table({"entity_id": pa.array([r[0] for r in rows], pa.string()),
+                                                "name": pa.array([r[1] for r in rows], pa.string())}))
+        try:
+            changed = con.execute(
+                "SELECT count(*) FROM load_entities l JOIN rel_entities e ON e.entity_id = l.entity_id "
+                "AND e.workspace_id = ? WHERE l.name IS NOT NULL AND e.name IS DISTINCT FROM l.name",
+                [ws]).fetchall()[0][0]
+            con.execute("UPDATE rel_entities SET name = l.name FROM load_entities l "
+                        "WHERE rel_entities.workspace_id = ? "
+                        "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL", [ws])
+            added = RelationStore.register_entities(con, ws, kind, self.load_id,
+                                                    "SELECT entity_id, name FROM load_entities", [])
+            if added:
+                changed += con.execute("SELECT count(*) FROM load_entities WHERE name IS NOT NULL").fetchall()[0][0]
+        finally:
+            con.unregister("load_entities")
+        return added, changed
+
+    def declare_coverage(self, relation: str, subject: str, source_key: str, ids: list[str], now: datetime) -> None:
+        """This load looked at these entities for the relation (superseding what the same source declared)."""
+        con, ws = self.con, self.workspace_id
+        con.execute("UPDATE rel_coverage SET current = FALSE WHERE workspace_id = ? AND relation = ? "
+                    "AND source_key = ? AND current", [ws, relation, source_key])
+        con.register("load_cov", pa.table({"entity_id": pa.array(ids, pa.string())}))
+        try:
+            RelationStore.register_entities(con, ws, subject, self.load_id,
+                                            "SELECT entity_id, CAST(NULL AS VARCHAR) AS name FROM load_cov", [])
+            con.execute("INSERT INTO rel_coverage SELECT ?, ?, entity_id, ?, ?, 'source', ?, TRUE, NULL FROM load_cov",
+                        [ws, relation, self.load_id, source_key, now])
+        finally:
+            con.unregister("load_cov")
+        RelationStore.number_rows(con, "rel_coverage", ws, self.load_id)
+
+    def finish(self, now: datetime, source: str, fmt: str, spec: dict, summary: dict, names_changed: bool) -> None:
+        """Record the load (and move the workspace's map version when a display name changed)."""
+        if names_changed:
+            self.con.execute("UPDATE rel_workspaces SET map_version = map_version + 1 WHERE workspace_id = ?",
+                             [self.workspace_id])
+        self.con.execute("INSERT INTO rel_loads VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         [self.load_id, self.workspace_id, now, source, fmt, json.dumps(spec), json.dumps(summary)])
