@@ -10,17 +10,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+
 from engine.core import access
 from engine.core.access import Grant
 from engine.core.corpus import Corpus, open_corpus, read_page
 from engine.core.errors import EngineError, ModelUnavailable
 from engine.core.querylog import LogEntry
-from engine.core.settings import Settings, load_settings
+from engine.core.settings import SearchSettings, Settings, load_settings
 from engine.evidence import service as evidence
+from engine.evidence.confidence import Calibration, chunk_cosines
 from engine.ingest.clusters import refit_clusters
 from engine.ingest.entities import EntityUpsert, upsert_entity
 from engine.ingest.pipeline import Ingester, IngestReport, delete_page
 from engine.refind.compare import CompareRequest, CompareResponse, compare
+from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgment_pairs, mined_pairs
+from engine.refind.reranker_training import train_reranker
 from engine.refind.search import SearchRequest, SearchResponse, SearchService
 from engine.refind.similar import similar_pages
 from engine.relations import facts as relation_facts
@@ -87,8 +92,12 @@ class Engine:
         self.corpus.querylog.record(entry)
 
     # Refind search --------------------------------------------------------------------------------
-    def search(self, req: SearchRequest, scopes: tuple[str, ...] | None = None) -> SearchResponse:
-        return self.pages.search(req, scopes=scopes)
+    def search(self, req: SearchRequest, scopes: tuple[str, ...] | None = None, model: str | None = None,
+               log: bool = True, search_settings: SearchSettings | None = None) -> SearchResponse:
+        """`model`: an embedder other than the active one; `log=False`: leave the query log alone
+        (evaluation); `search_settings`: run under other [search] defaults (a replay)."""
+        pages = self.pages if search_settings is None else SearchService(self.corpus, search_settings)
+        return pages.search(req, scopes=scopes, model=model, log=log)
 
     def compare(self, req: CompareRequest, scopes: tuple[str, ...] | None = None) -> CompareResponse:
         return compare(self.pages, req, scopes=scopes)
@@ -168,6 +177,19 @@ class Engine:
             self._evidence = evidence.EvidenceSearch(self.corpus, self.pages)
         return self._evidence
 
+    def evidence_with(self, calibration: Calibration, reports_dir: Path) -> evidence.EvidenceSearch:
+        """An evidence searcher under another confidence calibration, writing its packets to
+        `reports_dir` (evaluation: a fit is checked on the collections it was not fitted on)."""
+        settings = self.settings.evidence.model_copy(update={"reports_dir": str(reports_dir)})
+        return evidence.EvidenceSearch(self.corpus, self.pages, calibration=calibration, settings=settings)
+
+    def chunk_cosines(self, text: str, chunk_ids: list[int], model: str | None = None) -> dict[int, float]:
+        """Cosine of the query's embedding to each chunk's stored vector (the confidence signals)."""
+        model = model or self.settings.models.active
+        vec = self.corpus.embedder(model).encode_query(text)
+        vec = vec / (np.linalg.norm(vec) or 1.0)
+        return chunk_cosines(self.corpus, model, vec, chunk_ids)
+
     def evidence(self, req: evidence.EvidenceRequest, scopes: tuple[str, ...] | None = None
                  ) -> evidence.EvidenceResponse:
         return self.evidence_searcher.search(req, scopes=scopes)
@@ -231,6 +253,32 @@ class Engine:
             "reranker": c.reranker_status(),
         }
 
+    # Evaluation and the reranker's training ---------------------------------------------------------
+    def reranker_status(self) -> dict:
+        return self.corpus.reranker_status()
+
+    def declared_reranker(self, name: str) -> Path | None:
+        """Where the model registry declares a reranker of this name to live (None: not declared)."""
+        reg = self.corpus.registry
+        return reg.declared_path(name) if name in reg.names("reranker") else None
+
+    def training_pairs(self, source: str, workspace: str, plan: NegativePlan | None = None, n: int = 400,
+                       seed: int = 13, collection=None) -> list[Pair]:
+        """A cross-encoder's training pairs from this corpus: `judgments` (a test collection's, with
+        hard negatives from hybrid search), `mined` (sentences of the workspace's pages), `feedback`
+        (found / click / irrelevant in the query log)."""
+        if source == "judgments":
+            return judgment_pairs(self.corpus, collection, workspace, plan, seed=seed)
+        if source == "mined":
+            return mined_pairs(self.corpus, workspace, n=n, plan=plan, seed=seed)
+        if source == "feedback":
+            return feedback_pairs(self.corpus, workspace, plan=plan, seed=seed)
+        raise ValueError(f"unknown pair source {source!r}")
+
+    def train_reranker(self, pairs: list[Pair], out_dir: Path, **kw) -> dict:
+        """Train a cross-encoder on `pairs` into `out_dir` (engine/refind/reranker_training.py)."""
+        return train_reranker(self.corpus.registry, pairs, out_dir, **kw)
+
     def embed_model(self, model: str) -> int:
         """Embed every chunk `model` lacks and bring its index up (`refindery models --embed`)."""
         c = self.corpus
@@ -239,6 +287,14 @@ class Engine:
         c.sync([model])
         c.flush()
         return n
+
+    def logged_searches(self, since: datetime, limit: int = 10_000) -> dict:
+        """The searches logged since `since` (query id, request params, model), the pages each
+        returned in order, and every feedback row (query id, page id, kind): what a replay reads."""
+        self.corpus.querylog.flush()
+        t = self.corpus.querylog.tables
+        return {"searches": t.searches_since(since, limit), "results": t.results_since(since),
+                "feedback": t.feedback()}
 
     def prune_log(self, before: datetime) -> int:
         return self.corpus.querylog.prune(before)

@@ -21,7 +21,7 @@ def _print(obj) -> None:
 
 
 def cmd_eval(args) -> int:
-    from engine.core.corpus import open_corpus
+    from engine.app import Engine
     from eval.ir import DEFAULT_IR_DIR, evaluate, markdown, write_results
 
     settings = _settings(args)
@@ -40,11 +40,8 @@ def cmd_eval(args) -> int:
     base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
     result = {"model": settings.models.active, "collections": {}}
     for name in args.collections:
-        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
-        try:
-            part = evaluate(corpus, ir_dir, [name], progress=not args.no_progress)
-        finally:
-            corpus.close()
+        with Engine(settings.model_copy(update={"data_dir": base / name})) as engine:
+            part = evaluate(engine, ir_dir, [name], progress=not args.no_progress)
         result["collections"].update(part["collections"])
     j, m = write_results(result)
     print(markdown(result))
@@ -55,17 +52,15 @@ def cmd_eval(args) -> int:
 def cmd_reranker(args) -> int:
     """`refindery reranker train`: a cross-encoder from the bundled encoder, on judgments, mined
     pairs and logged feedback; saved as a CrossEncoder folder and registered by name."""
-    from engine.core.corpus import open_corpus
-    from engine.refind.rerank_pairs import NegativePlan, describe, feedback_pairs, mined_pairs
-    from engine.refind.reranker_training import train_reranker
+    from engine.app import Engine
+    from engine.refind.rerank_pairs import NegativePlan, describe
     from engine.refind.reranker_training import DeviceUnavailable, TrainConfig
 
     settings = _settings(args)
     workspace = args.workspace or settings.default_workspace
-    corpus = open_corpus(settings)
-    try:
+    with Engine(settings) as engine:
         if args.action == "status":
-            st = corpus.reranker_status()
+            st = engine.reranker_status()
             if not args.brief:
                 _print(st)
             elif st["available"]:
@@ -76,11 +71,8 @@ def cmd_reranker(args) -> int:
                       "hybrid search on held-out collections; README, 'Reranker'). To try one on this corpus: "
                       "`make reranker`, then search with \"rerank\": true.")
             return 0
-        registry = corpus.registry
         name = args.name
-        declared = None
-        if name in registry.names("reranker"):
-            declared = registry.declared_path(name)
+        declared = engine.declared_reranker(name)
         out = Path(args.out) if args.out else (declared or settings.data_dir / "rerankers" / name)
         if args.if_missing and (out / "config.json").exists():
             _print({"name": name, "out_dir": str(out.resolve()), "trained": False,
@@ -97,11 +89,11 @@ def cmd_reranker(args) -> int:
                 sources.setdefault("judgments", []).append({"collection": str(d), **describe(got)})
                 pairs += got
         if args.mined > 0:
-            got = mined_pairs(corpus, workspace, n=args.mined, plan=plan, seed=args.seed)
+            got = engine.training_pairs("mined", workspace, plan, n=args.mined, seed=args.seed)
             sources["mined"] = {"workspace": workspace, **describe(got)}
             pairs += got
         if args.from_log:
-            got = feedback_pairs(corpus, workspace, plan=plan, seed=args.seed)
+            got = engine.training_pairs("feedback", workspace, plan, seed=args.seed)
             sources["feedback"] = {"workspace": workspace, **describe(got)}
             pairs += got
         if not pairs or not any(p.label > 0.5 for p in pairs):
@@ -113,25 +105,23 @@ def cmd_reranker(args) -> int:
                              device=args.device or settings.models.device,
                              eval_every=max(1, min(100, args.steps // 4)), progress=not args.no_progress)
         try:
-            result = train_reranker(registry, pairs, out, name=name, base=args.base, config=config,
-                                    sources=sources, register=not args.no_register and declared is None,
-                                    onnx=args.onnx)
+            result = engine.train_reranker(pairs, out, name=name, base=args.base, config=config,
+                                           sources=sources, register=not args.no_register and declared is None,
+                                           onnx=args.onnx)
         except (ValueError, DeviceUnavailable) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if declared is not None:
-            result["registered"] = {"name": name, "registry": str(registry.path), "changed": False,
+            result["registered"] = {"name": name, "registry": str(settings.registry_path), "changed": False,
                                     "note": "already declared there"}
         result["use"] = (f"set models.reranker = \"{name}\" (or REFINDERY_MODELS__RERANKER={name}) and ask for "
                          "\"rerank\": true, or set search.rerank = true")
         _print(result)
         return 0
-    finally:
-        corpus.close()
 
 
 def _eval_run(args, settings) -> int:
-    from engine.core.corpus import open_corpus
+    from engine.app import Engine
     from eval import collections, run
 
     if not args.collection:
@@ -146,11 +136,8 @@ def _eval_run(args, settings) -> int:
         return 2
     models = args.models.split(",") if args.models else [settings.models.active]
     variants = args.variants.split(",")
-    corpus = open_corpus(settings)
-    try:
-        result = run.evaluate_run(corpus, coll, models, variants, progress=not args.no_progress)
-    finally:
-        corpus.close()
+    with Engine(settings) as engine:
+        result = run.evaluate_run(engine, coll, models, variants, progress=not args.no_progress)
     paths = run.write_report(result, Path(args.reports))
     print(run.markdown(result))
     print("written: " + ", ".join(str(p) for p in paths.values()))
@@ -158,7 +145,7 @@ def _eval_run(args, settings) -> int:
 
 
 def _eval_evidence(args, settings) -> int:
-    from engine.core.corpus import open_corpus
+    from engine.app import Engine
     from engine.evidence.confidence import CALIBRATION_FILE
     from eval import collections, evidence, run
     from eval.ir import DEFAULT_IR_DIR
@@ -174,21 +161,15 @@ def _eval_evidence(args, settings) -> int:
     colls = {name: collections.load(ir_dir / name, name) for name in args.collections}
     parts = []
     for name, coll in colls.items():
-        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
-        try:
-            run.prepare(corpus, coll, name, [settings.models.active], progress=not args.no_progress)
-            parts.append(evidence.collect(corpus, coll, name))
-        finally:
-            corpus.close()
+        with Engine(settings.model_copy(update={"data_dir": base / name})) as engine:
+            run.prepare(engine, coll, name, [settings.models.active], progress=not args.no_progress)
+            parts.append(evidence.collect(engine, coll, name))
     result = evidence.evaluate(parts)
     result["packets"] = []
     for i, (name, coll) in enumerate(colls.items()):  # the whole verb, under the other collections' fit
-        corpus = open_corpus(settings.model_copy(update={"data_dir": base / name}))
-        try:
+        with Engine(settings.model_copy(update={"data_dir": base / name})) as engine:
             cal = evidence.fit(parts[:i] + parts[i + 1:])
-            result["packets"].append(evidence.packets(corpus, coll, name, cal, Path(tempfile.mkdtemp())))
-        finally:
-            corpus.close()
+            result["packets"].append(evidence.packets(engine, coll, name, cal, Path(tempfile.mkdtemp())))
     paths = evidence.write(result, Path("eval/results"), CALIBRATION_FILE if args.write_calibration
                            else Path("eval/results/evidence_calibration.json"))
     print(evidence.markdown(result))
@@ -199,7 +180,7 @@ def _eval_evidence(args, settings) -> int:
 def _eval_replay(args, settings) -> int:
     from datetime import datetime
 
-    from engine.core.corpus import open_corpus
+    from engine.app import Engine
     from eval.replay import replay
 
     if not args.since:
@@ -207,11 +188,8 @@ def _eval_replay(args, settings) -> int:
         return 2
     other = load_settings(args.with_config) if args.with_config else settings
     other = other.model_copy(update={"data_dir": settings.data_dir})
-    corpus = open_corpus(settings)
-    try:
-        result = replay(corpus, datetime.fromisoformat(args.since), other)
-    finally:
-        corpus.close()
+    with Engine(settings) as engine:
+        result = replay(engine, datetime.fromisoformat(args.since), other)
     if not args.per_query:
         result.pop("per_query")
     _print(result)

@@ -15,29 +15,24 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.core.corpus import Corpus
-from engine.evidence.confidence import (FEATURES, LEVELS, Calibration, candidate_chunks, chunk_cosines,
-                                                signals, word_concepts)
-from engine.refind.search import SearchRequest, SearchService
+from engine.app import Engine
+from engine.evidence.confidence import FEATURES, LEVELS, Calibration, candidate_chunks, signals, word_concepts
+from engine.refind.search import SearchRequest
 
 from .collections import Collection
 
 ROUND_K = 10
 
 
-def collect(corpus: Corpus, coll: Collection, workspace: str, k: int = ROUND_K) -> dict:
+def collect(engine: Engine, coll: Collection, workspace: str, k: int = ROUND_K) -> dict:
     """Signals and labels of the pages one round returns for each judged query."""
     relevant = {(q.query_id, q.doc_id) for q in coll.qrels if q.relevance > 0}
-    service = SearchService(corpus)
-    model = corpus.settings.models.active
     x, y, qid = [], [], []
     for q, text in coll.queries.items():
         text = text[:2000]
-        res = service.search(SearchRequest(query=text, k=k, workspace=workspace, pin=False, explain=True), log=False)
+        res = engine.search(SearchRequest(query=text, k=k, workspace=workspace, pin=False, explain=True), log=False)
         concepts = word_concepts(text)
-        vec = corpus.embedder(model).encode_query(text)
-        vec = vec / (np.linalg.norm(vec) or 1.0)
-        cosines = chunk_cosines(corpus, model, vec, [c for h in res.pages for c in candidate_chunks(h)])
+        cosines = engine.chunk_cosines(text, [c for h in res.pages for c in candidate_chunks(h)])
         for hit in res.pages:
             x.append(signals(hit, concepts, cosines).vector())
             y.append(int((q, hit.url.rsplit("/", 1)[1]) in relevant))
@@ -133,7 +128,7 @@ def write(result: dict, results_dir: Path, calibration_file: Path) -> list[Path]
     return [j, m, calibration_file]
 
 
-def packets(corpus: Corpus, coll: Collection, workspace: str, calibration: Calibration,
+def packets(engine: Engine, coll: Collection, workspace: str, calibration: Calibration,
             reports_dir: Path) -> dict:
     """The whole verb on every judged query (default settings: rounds, early stop, decomposition,
     siblings), one packet per query: per level, the sources and how many are judged relevant; the
@@ -141,11 +136,9 @@ def packets(corpus: Corpus, coll: Collection, workspace: str, calibration: Calib
     import statistics
     import time
 
-    from engine.evidence.search import EvidenceRequest, EvidenceSearch
+    from engine.evidence.search import EvidenceRequest
 
-    settings = corpus.settings.evidence.model_copy(update={"reports_dir": str(reports_dir)})
-    corpus.settings = corpus.settings.model_copy(update={"evidence": settings})
-    es = EvidenceSearch(corpus, SearchService(corpus), calibration=calibration, settings=settings)
+    es = engine.evidence_with(calibration, reports_dir)
     relevant = {(q.query_id, q.doc_id) for q in coll.qrels if q.relevance > 0}
     levels = {lvl: {"sources": 0, "relevant": 0} for lvl in LEVELS}
     ends: dict[str, int] = {}

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.core.corpus import Corpus
+from engine.app import Engine
 
 from . import collections, run
 
@@ -26,13 +26,13 @@ COLLECTIONS = ("cisi", "med", "npl", "cacm")
 MODES = ("sparse", "dense", "hybrid")
 
 
-def evaluate(corpus: Corpus, ir_dir: Path = DEFAULT_IR_DIR, names=COLLECTIONS, progress: bool = True) -> dict:
-    model = corpus.settings.models.active
+def evaluate(engine: Engine, ir_dir: Path = DEFAULT_IR_DIR, names=COLLECTIONS, progress: bool = True) -> dict:
+    model = engine.settings.models.active
     out = {"model": model, "collections": {}}
     for name in names:
         t = time.perf_counter()
         coll = collections.load(Path(ir_dir) / name)
-        res = run.evaluate_run(corpus, coll, [model], list(MODES), workspace=name, progress=progress)
+        res = run.evaluate_run(engine, coll, [model], list(MODES), workspace=name, progress=progress)
         row = {"docs": res["docs"], "queries": res["queries"], "ingest": res["ingest"],
                "seconds": round(time.perf_counter() - t, 1)}
         for mode in MODES:

@@ -9,28 +9,25 @@ from statistics import mean
 import ir_measures
 from ir_measures import RR, nDCG
 
-from engine.refind.agreement import agreement
-from engine.core.corpus import Corpus
-from engine.refind.search import SearchRequest, SearchService
+from engine.app import Engine
 from engine.core.settings import Settings
+from engine.refind.agreement import agreement
+from engine.refind.search import SearchRequest
 
 MEASURES = [nDCG @ 10, RR @ 10]
 
 
-def replay(corpus: Corpus, since: datetime, other: Settings, limit: int = 10_000) -> dict:
-    corpus.querylog.flush()
-    log = corpus.querylog.tables
-    rows = log.searches_since(since, limit)
-    logged = log.results_since(since)
-    qrels = [ir_measures.Qrel(q, p, 0 if kind == "irrelevant" else 1) for q, p, kind in log.feedback()]
-    service = SearchService(corpus, other.search)
+def replay(engine: Engine, since: datetime, other: Settings, limit: int = 10_000) -> dict:
+    log = engine.logged_searches(since, limit)
+    rows, logged = log["searches"], log["results"]
+    qrels = [ir_measures.Qrel(q, p, 0 if kind == "irrelevant" else 1) for q, p, kind in log["feedback"]]
     model = other.models.active
     per_query, run_logged, run_new = [], [], []
     import json
 
     for qid, params, _model in rows:
         req = SearchRequest(**json.loads(params))
-        new = [h.page_id for h in service.search(req, model=model, log=False).pages]
+        new = [h.page_id for h in engine.search(req, model=model, log=False, search_settings=other.search).pages]
         old = logged.get(qid, [])
         k = max(len(old), len(new), 1)
         per_query.append({"query_id": qid, "query": req.query, **agreement(old, new, k)})

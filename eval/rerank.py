@@ -18,10 +18,10 @@ import json
 import time
 from pathlib import Path
 
-from engine.core.corpus import Corpus, open_corpus
-from engine.refind.rerank_pairs import NegativePlan, judgment_pairs, mined_pairs
+from engine.app import Engine
 from engine.core.settings import Settings, load_settings
-from engine.refind.reranker_training import Pair, TrainConfig, register_reranker, train_reranker
+from engine.refind.rerank_pairs import NegativePlan
+from engine.refind.reranker_training import Pair, TrainConfig, register_reranker
 
 from . import collections, run
 from .ir import COLLECTIONS, DEFAULT_IR_DIR, ROOT
@@ -29,22 +29,25 @@ from .ir import COLLECTIONS, DEFAULT_IR_DIR, ROOT
 SETTINGS = ("judgments+mined", "mined")
 
 
-def collection_corpus(settings: Settings, coll_dir: Path, base: Path) -> tuple[Corpus, collections.Collection]:
-    """Open (and ingest, if needed) the collection's own data dir `base/<name>`; the workspace is its name."""
+def collection_engine(settings: Settings, coll_dir: Path, base: Path) -> tuple[Engine, collections.Collection]:
+    """An Engine over the collection's own data dir `base/<name>`, ingested if needed; the workspace
+    is the collection's name. The caller closes it."""
     coll = collections.load(coll_dir)
-    corpus = open_corpus(settings.model_copy(update={"data_dir": Path(base) / coll.name}))
-    run.prepare(corpus, coll, coll.name, [settings.models.active])
-    return corpus, coll
+    engine = Engine(settings.model_copy(update={"data_dir": Path(base) / coll.name}))
+    try:
+        run.prepare(engine, coll, coll.name, [settings.models.active])
+    except BaseException:
+        engine.close()
+        raise
+    return engine, coll
 
 
 def collection_pairs(settings: Settings, coll_dir: Path, base: Path, plan: NegativePlan | None = None,
                      seed: int = 13) -> list[Pair]:
     """Judgment pairs of a test collection, hard negatives from hybrid search over its own corpus."""
-    corpus, coll = collection_corpus(settings, coll_dir, base)
-    try:
-        return judgment_pairs(corpus, coll, coll.name, plan, seed=seed)
-    finally:
-        corpus.close()
+    engine, coll = collection_engine(settings, coll_dir, base)
+    with engine:
+        return engine.training_pairs("judgments", coll.name, plan, seed=seed, collection=coll)
 
 
 def _with_reranker(settings: Settings, out_dir: Path, name: str, max_length: int, tmp: Path) -> Settings:
@@ -68,29 +71,25 @@ def loco(settings: Settings, names=COLLECTIONS, ir_dir: Path = DEFAULT_IR_DIR, b
     out = {"model": settings.models.active, "config": {k: v for k, v in vars(config).items() if k != "progress"},
            "mined_queries": mined_n, "folds": {}}
     for held in names:
-        corpus, coll = collection_corpus(settings, Path(ir_dir) / held, base)
-        try:
-            mined = mined_pairs(corpus, held, n=mined_n, seed=config.seed)
-        finally:
-            corpus.close()
+        engine, coll = collection_engine(settings, Path(ir_dir) / held, base)
+        with engine:
+            mined = engine.training_pairs("mined", held, n=mined_n, seed=config.seed)
         fold = {"queries": len(coll.queries)}
         for setup in setups:
             pairs = mined + ([p for n in names if n != held for p in judged[n]] if setup == "judgments+mined" else [])
             name = f"loco-{held}-{setup.replace('+', '-')}"
             if progress:
                 print(f"[{held}] training {name} on {len(pairs)} pairs", flush=True)
-            trained = train_reranker(corpus.registry, pairs, work / name, name=None, base=settings.models.active,
-                                     config=config, sources={"judgments": [n for n in names if n != held]
-                                                             if setup == "judgments+mined" else [],
-                                                             "mined_from": held}, register=False)
+            with Engine(settings.model_copy(update={"data_dir": base / held})) as engine:
+                trained = engine.train_reranker(
+                    pairs, work / name, name=None, base=settings.models.active, config=config,
+                    sources={"judgments": [n for n in names if n != held] if setup == "judgments+mined" else [],
+                             "mined_from": held}, register=False)
             s2 = _with_reranker(settings.model_copy(update={"data_dir": base / held}), work / name, name,
                                 config.max_length, work)
-            c2 = open_corpus(s2)
-            try:
-                res = run.evaluate_run(c2, coll, [settings.models.active], ["hybrid", "rerank", "rerank-rrf"],
+            with Engine(s2) as engine:
+                res = run.evaluate_run(engine, coll, [settings.models.active], ["hybrid", "rerank", "rerank-rrf"],
                                        workspace=held)
-            finally:
-                c2.close()
             m = settings.models.active
             def sig(b):
                 return next(x["p_value"] for x in res["significance"] if x["a"] == f"hybrid/{m}" and x["b"] == b)

@@ -15,9 +15,8 @@ import ir_measures
 from ir_measures import AP, R, RR, nDCG
 from scipy.stats import ttest_rel
 
-from engine.core.corpus import Corpus
-from engine.ingest.pipeline import Ingester
-from engine.refind.search import SearchRequest, SearchService
+from engine.app import Engine
+from engine.refind.search import SearchRequest
 
 from .collections import Collection
 
@@ -29,45 +28,43 @@ VARIANTS = {"sparse": {"dense_weight": 0.0, "sparse_weight": 1.0},
             "rerank-rrf": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True, "rerank_fusion": "rrf"}}
 
 
-def ingest(corpus: Corpus, coll: Collection, workspace: str, progress: bool = False) -> dict:
+def ingest(engine: Engine, coll: Collection, workspace: str, progress: bool = False) -> dict:
     records = ((i, coll.name, {"url": f"https://ir.example/{coll.name}/{d['id']}", "title": d["title"] or None,
                                "body_text": d["text"] or d["title"] or "(empty)", "seen_at": "2026-01-01T00:00:00Z"})
                for i, d in enumerate(coll.docs, start=1))
-    return Ingester(corpus, workspace, progress=progress).ingest(records, total=len(coll.docs)).summary()
+    return engine.ingest(records, workspace, progress=progress, total=len(coll.docs)).summary()
 
 
-def prepare(corpus: Corpus, coll: Collection, workspace: str, models: list[str], progress: bool = False) -> dict:
+def prepare(engine: Engine, coll: Collection, workspace: str, models: list[str], progress: bool = False) -> dict:
     """Ingest the collection into `workspace` (idempotent), embed it with every model, sync the indexes."""
-    summary = ingest(corpus, coll, workspace, progress)
+    summary = ingest(engine, coll, workspace, progress)
     for m in models:
-        corpus.embed_missing(m)
-    corpus.sync()
+        engine.embed_model(m)
     return summary
 
 
-def run_variant(service: SearchService, coll: Collection, workspace: str, model: str, variant: str,
+def run_variant(engine: Engine, coll: Collection, workspace: str, model: str, variant: str,
                 k: int = 100) -> list[ir_measures.ScoredDoc]:
     out = []
     for qid, text in coll.queries.items():
         req = SearchRequest(query=text[:2000], k=k, workspace=workspace, pin=False, **VARIANTS[variant])
-        for hit in service.search(req, model=model, log=False).pages:
+        for hit in engine.search(req, model=model, log=False).pages:
             out.append(ir_measures.ScoredDoc(qid, hit.url.rsplit("/", 1)[1], float(hit.score)))
     return out
 
 
-def evaluate_run(corpus: Corpus, coll: Collection, models: list[str], variants: list[str],
+def evaluate_run(engine: Engine, coll: Collection, models: list[str], variants: list[str],
                  workspace: str | None = None, progress: bool = False) -> dict:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variants {unknown}; use {', '.join(VARIANTS)}")
     workspace = workspace or coll.name
-    summary = prepare(corpus, coll, workspace, models, progress)
-    service = SearchService(corpus)
+    summary = prepare(engine, coll, workspace, models, progress)
     runs: dict[str, list] = {}
     for variant in variants:
         for m in (models[:1] if variant == "sparse" else models):
             label = "sparse" if variant == "sparse" else f"{variant}/{m}"
-            runs[label] = run_variant(service, coll, workspace, m, variant)
+            runs[label] = run_variant(engine, coll, workspace, m, variant)
     result = {"collection": coll.name, "format": coll.format, "docs": len(coll.docs), "queries": len(coll.queries),
               "ingest": summary, "models": models, "variants": variants, "metrics": {}, "per_query": {},
               "significance": []}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from engine.app import Engine
 from eval.collections import load as load_collection
 from eval.ir import DEFAULT_IR_DIR, evaluate, markdown
 
@@ -20,8 +21,8 @@ def test_evaluation_on_a_slice_of_med(make_corpus, tmp_path):
     (small / "queries.jsonl").write_text("".join(json.dumps({"id": q, "text": full.queries[q]}) + "\n" for q in qids))
     (small / "qrels.tsv").write_text("".join(f"{q.query_id}\t{q.doc_id}\t{q.relevance}\n"
                                              for q in full.qrels if q.query_id in qids))
-    corpus = make_corpus()
-    result = evaluate(corpus, tmp_path / "ir", ["med"], progress=False)
+    engine = Engine(corpus=make_corpus())
+    result = evaluate(engine, tmp_path / "ir", ["med"], progress=False)
     row = result["collections"]["med"]
     assert row["docs"] == len(docs) and row["queries"] == 3
     for mode in ("sparse", "dense", "hybrid"):
@@ -30,6 +31,6 @@ def test_evaluation_on_a_slice_of_med(make_corpus, tmp_path):
     table = markdown(result)
     assert "| med |" in table and "hybrid" in table
     # Ingesting again is idempotent: the collection's pages stay as they were.
-    again = evaluate(corpus, tmp_path / "ir", ["med"], progress=False)
+    again = evaluate(engine, tmp_path / "ir", ["med"], progress=False)
     assert again["collections"]["med"]["ingest"]["unchanged"] == len(docs)
     assert again["collections"]["med"]["hybrid"] == row["hybrid"]  # same data, same answers

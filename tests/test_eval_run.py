@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from engine.app import Engine
 from eval import collections, run
 from eval.ir import DEFAULT_IR_DIR
 
@@ -51,8 +52,8 @@ def test_eval_run_reports_metrics_significance_and_a_plot(make_corpus, tmp_path,
     docs, queries, qrels = med_slice
     write_beir(tmp_path / "medslice", docs, queries, qrels)
     coll = collections.load(tmp_path / "medslice")
-    corpus = make_corpus()
-    result = run.evaluate_run(corpus, coll, ["all-minilm-l6-v2"], ["sparse", "dense", "hybrid"])
+    engine = Engine(corpus=make_corpus())
+    result = run.evaluate_run(engine, coll, ["all-minilm-l6-v2"], ["sparse", "dense", "hybrid"])
     assert set(result["metrics"]) == {"sparse", "dense/all-minilm-l6-v2", "hybrid/all-minilm-l6-v2"}
     for vals in result["metrics"].values():
         assert set(vals) == {"nDCG@10", "R@100", "RR@10", "AP@100"}
@@ -65,4 +66,4 @@ def test_eval_run_reports_metrics_significance_and_a_plot(make_corpus, tmp_path,
     assert "| hybrid/all-minilm-l6-v2 |" in paths["md"].read_text()
     assert json.loads(paths["json"].read_text())["queries"] == 4
     with pytest.raises(ValueError, match="unknown variants"):
-        run.evaluate_run(corpus, coll, ["all-minilm-l6-v2"], ["magic"])
+        run.evaluate_run(engine, coll, ["all-minilm-l6-v2"], ["magic"])

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+from engine.app import Engine
 from eval import collections, run
 from eval.ir import DEFAULT_IR_DIR
 from server.app import create_app
@@ -31,7 +32,7 @@ def test_ab_notebook_executes(ab_corpus, make_corpus, tmp_path, monkeypatch):
     (small / "queries.jsonl").write_text("".join(json.dumps({"id": q, "text": full.queries[q]}) + "\n" for q in qids))
     (small / "qrels.tsv").write_text("".join(f"{q.query_id}\t{q.doc_id}\t{q.relevance}\n" for q in full.qrels
                                              if q.query_id in qids))
-    result = run.evaluate_run(make_corpus(tmp_path / "evaldata"), collections.load(small), ["all-minilm-l6-v2"], ["sparse", "hybrid"])
+    result = run.evaluate_run(Engine(corpus=make_corpus(tmp_path / "evaldata")), collections.load(small), ["all-minilm-l6-v2"], ["sparse", "hybrid"])
     report = run.write_report(result, tmp_path / "reports")["json"]
 
     monkeypatch.setenv("REFINDERY_LOG_DB", str(db))

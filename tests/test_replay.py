@@ -7,6 +7,7 @@ from conftest import ingest, page
 
 from engine.refind.search import SearchRequest, SearchService
 from engine.core.settings import load_settings
+from engine.app import Engine
 from eval.replay import replay
 
 
@@ -21,14 +22,15 @@ def test_replay_same_config_agrees_and_other_config_is_measured(make_corpus):
         corpus.querylog.add_feedback(res.query_id, rep.outcomes[[0, 1, 3][i]].page_id, "found")
     since = datetime.utcnow() - timedelta(hours=1)
 
-    same = replay(corpus, since, corpus.settings)
+    engine = Engine(corpus=corpus)
+    same = replay(engine, since, corpus.settings)
     assert same["queries"] == 3 and same["mean_jaccard"] == 1.0 and same["mean_rbo_ext"] == 1.0
     q = same["quality_on_feedback"]
     assert q["judged_queries"] == 3 and q["logged"] == q["replayed"]
 
     other = load_settings(data_dir=str(corpus.data_dir), search={"dense_weight": 0.0})
-    diff = replay(corpus, since, other)
+    diff = replay(engine, since, other)
     assert diff["queries"] == 3
     assert 0.0 <= diff["mean_rbo_ext"] <= 1.0 and diff["mean_jaccard"] <= 1.0
     assert set(diff["quality_on_feedback"]["replayed"]) == {"nDCG@10", "RR@10"}
-    assert replay(corpus, datetime.utcnow() + timedelta(days=1), corpus.settings)["queries"] == 0
+    assert replay(engine, datetime.utcnow() + timedelta(days=1), corpus.settings)["queries"] == 0

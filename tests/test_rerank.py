@@ -101,6 +101,7 @@ def test_eval_run_has_a_rerank_variant(rerank_corpus, tmp_path):
     """`eval run --variants hybrid,rerank` scores the reranked lists like any other run."""
     import json as _json
 
+    from engine.app import Engine
     from eval import collections, run
 
     root = tmp_path / "topics"
@@ -110,7 +111,7 @@ def test_eval_run_has_a_rerank_variant(rerank_corpus, tmp_path):
     (root / "queries.jsonl").write_text("".join(_json.dumps({"id": t, "text": q}) + "\n" for t, q in QUERIES.items()))
     (root / "qrels.tsv").write_text("".join(f"{t}\t{d['id']}\t1\n" for t in TOPICS for d in docs
                                             if d["id"].startswith(t)))
-    result = run.evaluate_run(rerank_corpus, collections.load(root), ["all-minilm-l6-v2"], ["hybrid", "rerank"])
+    result = run.evaluate_run(Engine(corpus=rerank_corpus), collections.load(root), ["all-minilm-l6-v2"], ["hybrid", "rerank"])
     assert set(result["metrics"]) == {"hybrid/all-minilm-l6-v2", "rerank/all-minilm-l6-v2"}
     assert result["metrics"]["rerank/all-minilm-l6-v2"]["nDCG@10"] > 0.5
     assert len(result["significance"]) == 1

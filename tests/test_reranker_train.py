@@ -91,6 +91,7 @@ def test_feedback_pairs_come_from_the_query_log(mining_corpus):
 def test_judgment_pairs_use_the_collection_qrels(mining_corpus, tmp_path):
     import ir_measures
 
+    from engine.app import Engine
     from engine.refind.rerank_pairs import judgment_pairs
     from eval import collections, run
 
@@ -98,7 +99,7 @@ def test_judgment_pairs_use_the_collection_qrels(mining_corpus, tmp_path):
         "tiny", "ours", [{"id": f"d{i}", "title": "", "text": b} for i, b in enumerate(SECTIONS.values())],
         {"q1": "wild yeast culture for bread", "q2": "ice sheets shrinking"},
         [ir_measures.Qrel("q1", "d2", 1), ir_measures.Qrel("q2", "d1", 2), ir_measures.Qrel("q2", "d0", 0)])
-    run.ingest(mining_corpus, coll, "tiny")
+    run.ingest(Engine(corpus=mining_corpus), coll, "tiny")
     mining_corpus.sync()
     pairs = judgment_pairs(mining_corpus, coll, "tiny", seed=0)
     pos = {p.group: p.passage for p in pairs if p.label == 1.0}

@@ -186,6 +186,8 @@ class EvidenceSearch:
         self.pages = pages
         self.settings = settings or corpus.settings.evidence
         self.calibration = calibration or load_calibration()
+        # packets go where these settings say (a settings override may name its own folder)
+        self.reports_dir = corpus.settings.model_copy(update={"evidence": self.settings}).reports_dir
 
     # Preparation -------------------------------------------------------------------------------
     def dictionary(self, workspace: str) -> Dictionary:
@@ -296,8 +298,8 @@ class EvidenceSearch:
             subs.append(sub)
 
         packet_name, _ = names(session_id, topic_slug)
-        with packet_lock(corpus.settings.reports_dir / packet_name):
-            state = load_state(corpus.settings.reports_dir, packet_name)
+        with packet_lock(self.reports_dir / packet_name):
+            state = load_state(self.reports_dir, packet_name)
             if state is not None and not packet_visible(state, workspace, scopes):
                 # a session's packet belongs to one workspace; another workspace's calls cannot append
                 # to it (nor learn it exists: the same 404 as for a packet that is not there)
@@ -311,7 +313,7 @@ class EvidenceSearch:
             termination = run.rounds(subs, max_rounds, budget, min_high)
             call = run.call_record(state, subs, dec, termination, maps_accessed, req.query)
             state["calls"].append(call)
-            paths = write_packet(corpus.settings.reports_dir, state, s.split_chars)
+            paths = write_packet(self.reports_dir, state, s.split_chars)
         return self._reply(state, call, paths, query_id, session_id, run, t0)
 
     def _reply(self, state, call, paths, query_id, session_id, run, t0) -> EvidenceResponse:
