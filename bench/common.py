@@ -51,22 +51,25 @@ def p50_p95(values) -> dict:
     return {"p50": round(pct(values, 50), 3), "p95": round(pct(values, 95), 3)}
 
 
-def ir_corpus(data_dir: Path, names, models: list[str]):
-    """The development collections in one data dir (a workspace each, as `make eval` makes them),
-    ingested and embedded with `models` where they are not yet; returns (corpus, collections)."""
-    from engine.core.corpus import open_corpus
+def ir_engine(data_dir: Path, name: str, models: list[str]):
+    """An Engine over one development collection in its own data dir `<data_dir>/<name>` (workspace
+    `name`), ingested and embedded with `models` where it is not yet — the layout `make eval` uses
+    (`refindery eval ir --data-dir data-ir`), so BM25's statistics are the collection's own and a data
+    dir is shared with it. Returns (engine, collection); the caller closes the engine."""
+    from engine.app import Engine
     from engine.core.settings import load_settings
     from eval import collections, run
     from eval.ir import DEFAULT_IR_DIR
 
     base = load_settings()
-    settings = load_settings(data_dir=str(data_dir), models={"active": base.models.active,
-                                                              "also_embed": [m for m in models
-                                                                             if m != base.models.active]})
-    corpus = open_corpus(settings)
-    colls = {}
-    for name in names:
+    settings = load_settings(data_dir=str(Path(data_dir) / name),
+                             models={"active": base.models.active,
+                                     "also_embed": [m for m in models if m != base.models.active]})
+    engine = Engine(settings)
+    try:
         coll = collections.load(DEFAULT_IR_DIR / name)
-        run.prepare(corpus, coll, name, models, progress=False)
-        colls[name] = coll
-    return corpus, colls
+        run.prepare(engine, coll, name, models, progress=False)
+    except BaseException:
+        engine.close()
+        raise
+    return engine, coll

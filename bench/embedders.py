@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from common import ROOT, median, pyplot, save, write, ir_corpus  # noqa: I001
+from common import ROOT, median, pyplot, save, write, ir_engine  # noqa: I001
 
 from eval import run as evalrun  # noqa: E402
 from models.onnx_embedder import OnnxSentenceEncoder, export, export_path  # noqa: E402
@@ -28,7 +28,9 @@ INT8 = "all-minilm-l6-v2-int8"
 COLLECTIONS = ("cisi", "med", "npl", "cacm")
 
 
-def speed(corpus, texts: list[str], repeats: int) -> dict:
+def speed(engine, texts: list[str], repeats: int) -> dict:
+    """The embedders' own encode calls, below the engine: what each backend does with the same texts."""
+    corpus = engine.corpus
     torch_emb = corpus.embedder(TORCH)
     int8_emb = corpus.embedder(INT8)
     fp32_path = export_path(corpus.registry.cache_dir, torch_emb.path, "fp32")
@@ -56,23 +58,17 @@ def speed(corpus, texts: list[str], repeats: int) -> dict:
             "int8_vs_torch_cosine": {"min": round(float(cos.min()), 4), "median": round(float(np.median(cos)), 4)}}
 
 
-def quality(corpus, colls) -> dict:
-    from engine.refind.search import SearchService
+def quality(engine, name: str, coll) -> dict:
+    import ir_measures
 
-    service = SearchService(corpus)
-    out = {}
-    for name, coll in colls.items():
-        row = {}
-        for variant in ("dense", "hybrid"):
-            for m in (TORCH, INT8):
-                scored = evalrun.run_variant(service, coll, name, m, variant)
-                import ir_measures
-
-                agg = ir_measures.calc_aggregate(evalrun.MEASURES[:2], coll.qrels, scored)
-                row[f"{variant}/{m}"] = {str(k): round(float(v), 4) for k, v in agg.items()}
-        out[name] = row
-        print(name, {k: v["nDCG@10"] for k, v in row.items()}, flush=True)
-    return out
+    row = {}
+    for variant in ("dense", "hybrid"):
+        for m in (TORCH, INT8):
+            scored = evalrun.run_variant(engine, coll, name, m, variant)
+            agg = ir_measures.calc_aggregate(evalrun.MEASURES[:2], coll.qrels, scored)
+            row[f"{variant}/{m}"] = {str(k): round(float(v), 4) for k, v in agg.items()}
+    print(name, {k: v["nDCG@10"] for k, v in row.items()}, flush=True)
+    return row
 
 
 def markdown(res: dict) -> str:
@@ -112,23 +108,24 @@ def main() -> None:
     args = ap.parse_args()
     import os
 
-    corpus, colls = ir_corpus(args.data_dir, COLLECTIONS, [TORCH, INT8])
-    t = time.perf_counter()
-
-    n = corpus.embed_missing(INT8)
-    corpus.sync()
-    embed_s = time.perf_counter() - t
-    total = corpus.store.cursor().execute("SELECT count(*) FROM chunks").fetchone()[0]
-    rows = corpus.store.cursor().execute(
-        "SELECT text FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = 'cisi' "
-        "ORDER BY hash(c.chunk_id) LIMIT ?", [args.sample]).fetchall()
-    res = {"cpus": os.cpu_count(), "speed": speed(corpus, [r[0] for r in rows], args.repeats),
+    # one data dir per collection (as `make eval`): BM25's statistics are each collection's own
+    n, total, embed_s, sp, qual = 0, 0, 0.0, None, {}
+    for name in COLLECTIONS:
+        engine, coll = ir_engine(args.data_dir, name, [TORCH, INT8])
+        with engine:
+            t = time.perf_counter()
+            n += engine.embed_model(INT8)
+            embed_s += time.perf_counter() - t
+            total += engine.status()["counts"]["chunks"]
+            if name == "cisi":
+                sp = speed(engine, engine.corpus.store.sample_chunk_texts("cisi", args.sample), args.repeats)
+            qual[name] = quality(engine, name, coll)
+    res = {"cpus": os.cpu_count(), "speed": sp,
            "embed_int8": {"chunks": int(n or total), "seconds": round(embed_s, 1),
                           "chunks_per_s": round((n or total) / embed_s, 2) if n else None},
-           "quality": quality(corpus, colls)}
+           "quality": qual}
     if not n:
         res["embed_int8"] = {"chunks": total, "seconds": 0.0, "chunks_per_s": 0.0, "note": "already embedded"}
-    corpus.close()
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2))
     names = list(res["speed"]["chunks_per_s"])

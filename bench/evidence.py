@@ -21,12 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.core.corpus import open_corpus  # noqa: E402
-from engine.ingest.pipeline import Ingester  # noqa: E402
-from engine.evidence import service  # noqa: E402
-from engine.evidence.search import EvidenceRequest, EvidenceSearch  # noqa: E402
-from engine.refind.search import SearchService  # noqa: E402
+from engine.app import Engine  # noqa: E402
 from engine.core.settings import load_settings  # noqa: E402
+from engine.evidence.search import EvidenceRequest  # noqa: E402
 
 QUESTIONS = {
     "simple": ["how do I read a file line by line", "create a table from a query result",
@@ -45,15 +42,13 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp(prefix="bench-evidence-")) / "data"
-    corpus = open_corpus(load_settings(data_dir=str(data)))
+    engine = Engine(load_settings(data_dir=str(data)))
     with gzip.open(ROOT / "demo" / "pages.jsonl.gz", "rt", encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh]
-    Ingester(corpus, progress=False).ingest((i, "demo", r) for i, r in enumerate(records, start=1))
-    corpus.sync()
-    service.set_dictionary(corpus, None, "markdown", (ROOT / "demo" / "dictionary.md").read_text())
-    es = EvidenceSearch(corpus, SearchService(corpus))
+    engine.ingest(((i, "demo", r) for i, r in enumerate(records, start=1)), progress=False)
+    engine.set_dictionary(None, "markdown", (ROOT / "demo" / "dictionary.md").read_text())
     t = time.perf_counter()
-    es.search(EvidenceRequest(query="warm-up: json encoder", session_id="warmup"))
+    engine.evidence(EvidenceRequest(query="warm-up: json encoder", session_id="warmup"))
     first_ms = (time.perf_counter() - t) * 1000
     result = {"pages": len({r["url"] for r in records}), "repeats": args.repeats, "first_call_ms": round(first_ms, 1),
               "kinds": {}}
@@ -62,7 +57,7 @@ def main() -> int:
         for rep in range(args.repeats):
             for i, q in enumerate(qs):
                 t = time.perf_counter()
-                r = es.search(EvidenceRequest(query=q, session_id=f"{kind}-{rep}-{i}"))
+                r = engine.evidence(EvidenceRequest(query=q, session_id=f"{kind}-{rep}-{i}"))
                 calls.append((time.perf_counter() - t) * 1000)
                 rounds.append(r.navigation["search_rounds"])
         result["kinds"][kind] = {
@@ -70,7 +65,7 @@ def main() -> int:
             "p90_ms": round(sorted(calls)[int(0.9 * (len(calls) - 1))], 1),
             "median_rounds": statistics.median(rounds),
             "median_ms_per_round": round(statistics.median(c / max(n, 1) for c, n in zip(calls, rounds)), 1)}
-    corpus.close()
+    engine.close()
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "evidence.json").write_text(json.dumps(result, indent=2) + "\n")

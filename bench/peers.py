@@ -24,9 +24,9 @@ import time
 import ir_measures
 import numpy as np
 
-from common import ROOT, p50_p95, pyplot, save, write, ir_corpus  # noqa: I001
+from common import ROOT, p50_p95, pyplot, save, write, ir_engine  # noqa: I001
 
-from engine.refind.search import SearchRequest, SearchService  # noqa: E402
+from engine.refind.search import SearchRequest  # noqa: E402
 from eval.run import MEASURES  # noqa: E402
 from indexes.sparse import SparseFilter  # noqa: E402
 
@@ -55,15 +55,13 @@ def timed(fn, queries: dict[str, str]):
     return out, p50_p95(lat)
 
 
-def ours(corpus, coll, name: str) -> dict:
-    service = SearchService(corpus)
-
+def ours(engine, coll, name: str) -> dict:
     def search(text, **weights):
-        res = service.search(SearchRequest(query=text[:2000], k=K, workspace=name, pin=False, **weights), log=False)
+        res = engine.search(SearchRequest(query=text[:2000], k=K, workspace=name, pin=False, **weights), log=False)
         return [(h.url.rsplit("/", 1)[1], float(h.score)) for h in res.pages]
 
-    def bare_sparse(text):
-        return corpus.sparse.search(text[:2000], K, SparseFilter(workspace=name))
+    def bare_sparse(text):   # the bare tantivy call, below the engine: the baseline the pipeline is measured against
+        return engine.corpus.sparse.search(text[:2000], K, SparseFilter(workspace=name))
 
     sparse, lat_sparse = timed(lambda t: search(t, dense_weight=0.0), coll.queries)
     hybrid, lat_hybrid = timed(search, coll.queries)
@@ -145,12 +143,11 @@ def main() -> None:
     res = {"cpus": os.cpu_count(), "versions": {p: version(p) for p in ("bm25s", "txtai", "tantivy")},
            "collections": {}}
     for name in args.collections:
-        corpus, colls = ir_corpus(os.path.join(args.data_dir, name), [name], [])
-        coll = colls[name]
-        res["model"] = corpus.settings.models.active
-        row = {"docs": len(coll.docs), "queries": len(coll.queries), "ours": ours(corpus, coll, name),
-               "bm25s": bm25s_peer(coll), "txtai": txtai_peer(coll, str(corpus.embedder().path))}
-        corpus.close()
+        engine, coll = ir_engine(args.data_dir, name, [])
+        with engine:
+            res["model"] = engine.settings.models.active
+            row = {"docs": len(coll.docs), "queries": len(coll.queries), "ours": ours(engine, coll, name),
+                   "bm25s": bm25s_peer(coll), "txtai": txtai_peer(coll, str(engine.corpus.embedder().path))}
         res["collections"][name] = row
         print(name, {k: row[k]["quality"]["nDCG@10"] for k in ("bm25s", "txtai")},
               {k: v["quality"]["nDCG@10"] for k, v in row["ours"].items()}, flush=True)

@@ -30,13 +30,13 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.core.corpus import open_corpus  # noqa: E402
-from engine.relations.plan import Plan, make_groups  # noqa: E402
-from engine.relations.constraints import bind, parse_constraints  # noqa: E402
-from engine.relations.loads import LoadRequest, load  # noqa: E402
-from engine.relations.search import RelationSearch, RelationSearchRequest  # noqa: E402
-from engine.relations.workspaces import WorkspaceCreate, create_workspace, open_space  # noqa: E402
+from engine.app import Engine  # noqa: E402
 from engine.core.settings import load_settings  # noqa: E402
+from engine.relations.constraints import bind, parse_constraints  # noqa: E402
+from engine.relations.loads import LoadRequest  # noqa: E402
+from engine.relations.plan import Plan, make_groups  # noqa: E402
+from engine.relations.search import RelationSearchRequest  # noqa: E402
+from engine.relations.workspaces import WorkspaceCreate, open_space  # noqa: E402
 
 FIVE = [
     {"relation": "held_role", "slot": "seniority", "op": "gte", "value": "VP"},
@@ -139,23 +139,22 @@ def main() -> None:
     t = time.perf_counter()
     write_source(source, args.entities, args.rows)
     gen_s = time.perf_counter() - t
-    corpus = open_corpus(load_settings(data_dir=str(tmp / "data")))
-    rstore = corpus.relations
-    ws = create_workspace(rstore, WorkspaceCreate(name="bench"))["workspace_id"]
+    engine = Engine(load_settings(data_dir=str(tmp / "data")))
+    ws = engine.create_relation_workspace(WorkspaceCreate(name="bench"))["workspace_id"]
     t = time.perf_counter()
-    summary = load(rstore, ws, LoadRequest(source=str(source), **LOAD))
+    summary = engine.load(ws, LoadRequest(source=str(source), **LOAD), confined=False)
     load_s = time.perf_counter() - t
     print(f"generated in {gen_s:.1f}s, loaded {sum(r['rows'] for r in summary['relations'])} rows in {load_s:.1f}s")
-    verb = RelationSearch(rstore)
     results = {}
 
     def search(constraints, **kw):
-        return verb.search(RelationSearchRequest(workspace_id=ws, constraints=constraints, **kw))
+        return engine.relation_search(RelationSearchRequest(workspace_id=ws, constraints=constraints, **kw))
 
     body = search(FIVE)
     results["five_constraints"] = timed(lambda: search(FIVE), args.repeats)
     results["five_constraints"]["matched"] = body["counts"]["matched"]
     results["five_constraints_as_of"] = timed(lambda: search(FIVE, as_of="2020-01"), args.repeats)
+    rstore = engine.corpus.relations   # below the engine: the enumeration's SQL alone, without the warrant
     space = open_space(rstore, ws)
     bound, _ = bind(parse_constraints(FIVE), space.schema, space.vocabulary)
 
@@ -181,7 +180,7 @@ def main() -> None:
         lines.append(f"| {name} | {r['p50_ms']} | {r['p95_ms']} | {r['min_ms']} |")
     (out / "relations.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    corpus.close()
+    engine.close()
 
 
 if __name__ == "__main__":

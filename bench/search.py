@@ -5,7 +5,7 @@
 The corpus is synthetic (Zipf-distributed pseudo-words, 10 chunks a page, random unit vectors
 written straight into the store), which is fine for scale: the cost of each stage depends on
 sizes, not on meaning. The query is embedded by the real model. For every query we time the full
-SearchService.search (its own per-stage timings) and, separately, the bare tantivy and FAISS
+Engine.search (its own per-stage timings) and, separately, the bare tantivy and FAISS
 calls with the same depth; the overhead ratio is p50(total) / (p50(embed) + p50(bare sparse) +
 p50(bare dense)). The dense index is whatever the default settings pick at that size ("auto":
 flat, or HNSW from index.hnsw_above vectors). Memory: the process RSS added by building and
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -32,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from engine.core.corpus import open_corpus  # noqa: E402
 from engine.ingest.pipeline import chunk_id_for  # noqa: E402
-from engine.refind.search import SearchRequest, SearchService  # noqa: E402
+from engine.app import Engine  # noqa: E402
+from engine.refind.search import SearchRequest  # noqa: E402
 from engine.core.settings import load_settings  # noqa: E402
 from engine.core.urls import page_id_for  # noqa: E402
 from indexes.store import ChunkRow, PageRow, PageWrite  # noqa: E402
@@ -108,14 +108,14 @@ def main():
             corpus = open_corpus(load_settings(data_dir=tmp, search={"query_cache_size": 0}), pool)
             t_store, t_index = build(corpus, n, emb.dim, rng, vocab)
             kind = corpus.dense(base.models.active).kind
-            service = SearchService(corpus)
+            engine = Engine(corpus=corpus)   # the pipeline as every face runs it
             queries = [" ".join(zipf_words(rng, vocab, 4)) for _ in range(args.queries + 5)]
             for q in queries[:5]:  # warm-up
-                service.search(SearchRequest(query=q))
+                engine.search(SearchRequest(query=q))
             stages: dict[str, list[float]] = {}
             bare_sparse, bare_dense = [], []
             for q in queries[5:]:
-                res = service.search(SearchRequest(query=q, pin=False))
+                res = engine.search(SearchRequest(query=q, pin=False))
                 for k, v in res.timings_ms.items():
                     stages.setdefault(k, []).append(v)
                 t = time.perf_counter()
@@ -131,7 +131,7 @@ def main():
                 corpus.querylog.enabled = enabled
                 totals = []
                 for q in queries[5:]:
-                    totals.append(service.search(SearchRequest(query=q, pin=False)).timings_ms["total"])
+                    totals.append(engine.search(SearchRequest(query=q, pin=False)).timings_ms["total"])
                 log_cost["on" if enabled else "off"] = round(pct(totals, 50), 3)
             rss_mb = (proc.memory_info().rss - rss0) / 2**20
             disk_mb = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20

@@ -137,10 +137,12 @@ class Engine:
         return refit_clusters(self.corpus, workspace, k)
 
     # Relation search ------------------------------------------------------------------------------
-    def relation_search(self, req: RelationSearchRequest, scopes: tuple[str, ...] | None = None) -> dict:
+    def relation_search(self, req: RelationSearchRequest, scopes: tuple[str, ...] | None = None,
+                        routes: dict[str, dict] | None = None) -> dict:
+        """`routes`: the face's address (method, path) for each follow-up verb a compact reply names."""
         c = self.corpus
         return RelationSearch(c.relations, c.querylog, c.brief_compiler(), self.pages,
-                              CriterionReader(c, self.pages, scopes), scopes=scopes).search(req)
+                              CriterionReader(c, self.pages, scopes), scopes=scopes).search(req, routes)
 
     def facts(self, req: relation_facts.FactsRequest) -> dict:
         return relation_facts.facts(self.corpus.relations, req)

@@ -613,6 +613,12 @@ class CorpusStore:
         ).fetchall()
         return [r[0] for r in rows]
 
+    def sample_chunk_texts(self, workspace: str, n: int) -> list[str]:
+        """`n` chunk texts of a workspace in a fixed pseudo-random order (benchmarks' samples)."""
+        return [r[0] for r in self.cursor().execute(
+            "SELECT text FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = ? "
+            "ORDER BY hash(c.chunk_id) LIMIT ?", [workspace, n]).fetchall()]
+
     def counts(self) -> dict:
         cur = self.cursor()
         pages, chunks = cur.execute("SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM chunks)").fetchone()

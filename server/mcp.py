@@ -32,6 +32,7 @@ from engine.refind.similar import MEDIATIONS
 
 from .auth import SCOPE_KEY
 from .errors import internal_error
+from .http.relations import ROUTES as RELATION_ROUTES
 
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
@@ -143,7 +144,7 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
 
     def limma_search(req: RelationSearchRequest, g: Grant) -> dict:
         g.workspace(req.workspace_id, req.workspace_id)
-        return engine().relation_search(req, scopes=g.document_scopes)
+        return engine().relation_search(req, scopes=g.document_scopes, routes=RELATION_ROUTES)
 
     def limma_facts(req: FactsRequest, g: Grant) -> dict:
         g.workspace(req.workspace_id, req.workspace_id)

@@ -123,13 +123,13 @@ def verify(keys: KeyStore, token: str) -> Grant | None:
 
 def grant_for(keys: KeyStore, authorization: str | None) -> Grant:
     """The grant of a request's Authorization header: OPEN only while the data dir has never had a
-    key (or was explicitly reopened with `refindery keys open`). Revoking the last key leaves it
-    closed: every request then needs a key, and only a local `refindery keys create` makes one."""
+    key (or was explicitly reopened on the server). Revoking the last key leaves it closed: every
+    request then needs a key, and only the server's own operator can make one."""
     if not keys.closed:
         return OPEN
     if keys.active == 0:
-        raise Unauthorized("every API key of this server is revoked: create one on the server itself "
-                           "(refindery keys create --workspace '*')")
+        raise Unauthorized("every API key of this server is revoked: create one on the server itself",
+                           remedy=("create_key", {}))
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("this server needs an API key: send Authorization: Bearer <key>")

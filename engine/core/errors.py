@@ -17,14 +17,33 @@ def without_paths(text: str) -> str:
     return _ABSOLUTE_PATH.sub(r"\1", text)
 
 
+# How an operator carries out a remedy an error names, in the words of the face they work in (the
+# server registers its CLI commands here, server/errors.py): the engine names the remedy, never a
+# command line. Each value is a format string over the remedy's arguments, appended to the title.
+REMEDIES: dict[str, str] = {}
+
+
 class EngineError(Exception):
     status = 400
     type = "bad_request"
 
-    def __init__(self, title: str, **extra: Any):
+    def __init__(self, title: str, remedy: tuple[str, dict[str, Any]] | None = None, **extra: Any):
+        """`remedy`: (key, arguments) of the operator's fix, rendered through REMEDIES."""
         super().__init__(title)
-        self.title = title
+        self._title = title
+        self.remedy = remedy
         self.extra = extra
+
+    @property
+    def title(self) -> str:
+        if self.remedy is None:
+            return self._title
+        key, args = self.remedy
+        how = REMEDIES.get(key)
+        return self._title + (how.format(**args) if how else "")
+
+    def __str__(self) -> str:
+        return self.title
 
     def body(self) -> dict[str, Any]:
         return {"type": self.type, "title": self.title, **self.extra}

@@ -40,6 +40,12 @@ log = logging.getLogger("refindery.querylog")
 
 
 
+# The `endpoint` label of a relation search's log row. The other verbs log their names (search,
+# compare, evidence, ...); this one has been logged under its route since the first release, and
+# keeps that label so old logs and the queries written over them stay comparable.
+RELATION_SEARCH_ENDPOINT = "/v1/public/search"
+
+
 @dataclass
 class LogEntry:
     query_id: str

@@ -73,7 +73,6 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
 
     blocks = _blocks(body)
     strength: dict[int, int] = {}
-    heading_only_upto: set[int] = set()
     headings: list[tuple[int, int, str]] = []  # (char start, level, text)
     for b in blocks:
         t = tok_at(b.start)

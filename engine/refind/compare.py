@@ -69,7 +69,7 @@ def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...]
         if spec.kind != "embedder":
             raise InvalidRequest(f"{m!r} is not an embedder", model=m)
         if counts["embeddings"].get(m, 0) == 0 and counts["chunks"]:
-            raise ModelUnavailable(f"model {m!r} has embedded nothing yet; run `refindery models --embed {m}`",
+            raise ModelUnavailable(f"model {m!r} has embedded nothing yet", remedy=("embed_model", {"model": m}),
                                    model=m)
     shared, t_sparse = service.shared_sparse_arm(search_req, scopes)
     runs, traces = [], []

@@ -2,7 +2,9 @@
 reply in its context — the matches, one line per condition on why each is in the set, who each is
 (`about`), and counts of everything else. It is sized by the matches returned, never by the
 candidates examined, and no key of it names a domain. What it leaves out is named under `more`
-as calls that fetch it.
+as calls that fetch it: each names the verb (`search`, `facts`, `region`) and the body to send; a
+face that passes its `routes` (verb -> {method, path}) gets its own addresses there instead of the
+verb (the HTTP and MCP faces pass the HTTP routes, so both replies read as the spec prints them).
 """
 from __future__ import annotations
 
@@ -139,8 +141,15 @@ def reason_count(reason: str, full: dict) -> int:
     return 1
 
 
+def follow_up(verb: str, body: dict, routes: dict[str, dict] | None) -> dict:
+    """A call that fetches more: the face's address for the verb when it gave one, else the verb."""
+    where = (routes or {}).get(verb)
+    return {**where, "body": body} if where else {"verb": verb, "body": body}
+
+
 def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str, list[str]],
-                  request: dict, criteria: list[dict] | None = None, close: list[dict] | None = None) -> dict:
+                  request: dict, criteria: list[dict] | None = None, close: list[dict] | None = None,
+                  routes: dict[str, dict] | None = None) -> dict:
     counts, coverage = full["counts"], full["coverage"]
     matches = full["matches"]
     groups_of = {b: g.index for g in groups for b in g.constraints}
@@ -177,14 +186,10 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
     search = {k: v for k, v in request.items() if k not in ("detail", "limit", "offset", "list_limit", "entity_ids")}
     ws = full["workspace_id"]
     reply["more"] = {
-        "entity": {"method": "POST", "path": "/v1/public/search",
-                   "body": {**search, "entity_ids": ["<entity_id>"], "detail": "full"}},
-        "full": {"method": "POST", "path": "/v1/public/search",
-                 "body": {**search, "detail": "full", "limit": full["limit"], "offset": offset}},
-        "rows": {"method": "POST", "path": "/v1/public/facts",
-                 "body": {"workspace_id": ws, "entity_id": "<entity_id>", "relation": "<relation>"}},
-        "receipt": {"method": "POST", "path": "/v1/public/region",
-                    "body": {"workspace_id": ws, "row_id": "<row_id>", "slot": "<slot>"}},
+        "entity": follow_up("search", {**search, "entity_ids": ["<entity_id>"], "detail": "full"}, routes),
+        "full": follow_up("search", {**search, "detail": "full", "limit": full["limit"], "offset": offset}, routes),
+        "rows": follow_up("facts", {"workspace_id": ws, "entity_id": "<entity_id>", "relation": "<relation>"}, routes),
+        "receipt": follow_up("region", {"workspace_id": ws, "row_id": "<row_id>", "slot": "<slot>"}, routes),
     }
     if criteria:
         reply["candidates"] = criteria[0]["candidates"]
@@ -192,8 +197,7 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
             reply["spent"] = full["spent"]
         if "reading" in full:
             reply["reading"] = full["reading"]
-        reply["more"]["criterion"] = {"method": "POST", "path": "/v1/public/search",
-                                      "body": {**search, "entity_ids": [], "detail": "full"}}
+        reply["more"]["criterion"] = follow_up("search", {**search, "entity_ids": [], "detail": "full"}, routes)
     reply["map_version"] = full["map_version"]
     reply["request_id"] = full["request_id"]
     return reply

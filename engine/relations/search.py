@@ -19,7 +19,7 @@ from indexes.relations import RelationStore
 from models.compiler import ChatCompletionsCompiler
 
 from engine.core.errors import CompileUnavailable, SearchConstraintInvalid, SearchRequestInvalid
-from engine.core.querylog import LogEntry, QueryLog
+from engine.core.querylog import RELATION_SEARCH_ENDPOINT, LogEntry, QueryLog
 from engine.relations.ideas import answer_idea
 from engine.refind.search import SearchService
 from engine.relations.constraints import Bound, bind, parse_constraints, parse_span
@@ -99,7 +99,8 @@ class RelationSearch:
         self.spent: dict | None = None
         self.close_numbers: dict[str, int] = {}
 
-    def search(self, req: RelationSearchRequest) -> dict:
+    def search(self, req: RelationSearchRequest, routes: dict[str, dict] | None = None) -> dict:
+        """`routes`: the face's addresses of the follow-up verbs a compact reply names (compact.py)."""
         t0 = time.perf_counter()
         request_id = f"rq_{secrets.token_hex(8)}"
         space = open_space(self.rstore, req.workspace_id)
@@ -157,7 +158,7 @@ class RelationSearch:
         if req.detail == "compact":
             about = about_lines(self.rstore, space, {**warrant.page_numbers, **self.close_numbers})
             return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True), criteria,
-                                 self.close)
+                                 self.close, routes)
         return body
 
     def _read_criteria(self, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
@@ -220,7 +221,7 @@ class RelationSearch:
                                  json.dumps(rows), json.dumps([]), json.dumps(summary))
         if self.querylog is not None:
             self.querylog.record(LogEntry(
-                query_id=request_id, endpoint="/v1/public/search", workspace=req.workspace_id,
+                query_id=request_id, endpoint=RELATION_SEARCH_ENDPOINT, workspace=req.workspace_id,
                 query=req.brief if req.brief is not None else json.dumps(req.constraints),
                 params={k: v for k, v in request.items() if k not in ("constraints", "brief")},
                 models=[], timings={"total_ms": elapsed_ms}, total=body["counts"]["matched"],

@@ -45,12 +45,18 @@ def loads_create(workspace_id: str, body: LoadRequest, e: Engine = Depends(engin
     return e.load(workspace_id, body)
 
 
+# Where a compact reply's follow-up calls (`more`) are sent over HTTP (MCP replies name them too).
+ROUTES = {"search": {"method": "POST", "path": "/v1/public/search"},
+          "facts": {"method": "POST", "path": "/v1/public/facts"},
+          "region": {"method": "POST", "path": "/v1/public/region"}}
+
+
 @router.post("/v1/public/search")
 def public_search(body: RelationSearchRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Constraints over typed relations -> the closed set with its warrant: matched / none /
     not_recorded / undetermined, counts, groups, absence verdicts, receipts and the licence."""
     _in(g, body.workspace_id)
-    return e.relation_search(body, scopes=g.document_scopes)
+    return e.relation_search(body, scopes=g.document_scopes, routes=ROUTES)
 
 
 @router.post("/v1/public/facts")
