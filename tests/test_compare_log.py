@@ -62,6 +62,10 @@ def test_compare_two_embedders_shares_the_sparse_arm(ab_corpus):
         bad = c.post("/v1/compare", json={"query": "x", "models": ["all-minilm-l6-v2", "nope"]})
         assert bad.status_code == 422 and bad.json()["detail"]["type"] == "model_unknown"
         assert c.post("/v1/compare", json={"query": "x", "models": ["a"]}).status_code == 422
+        # a declared model that has embedded nothing: 503, and the server names its operator's fix
+        r = c.post("/v1/compare", json={"query": "x", "models": ["all-minilm-l6-v2", "minilm-unembedded"]})
+        assert r.status_code == 503 and r.json()["detail"]["type"] == "model_unavailable"
+        assert "run `refindery models --embed minilm-unembedded`" in r.json()["detail"]["title"]
     ab_corpus.querylog.flush()
     cur = ab_corpus.store.cursor()
     qid = body["query_id"]

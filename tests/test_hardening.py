@@ -129,6 +129,7 @@ def test_revoking_the_last_key_leaves_the_server_closed_and_only_the_cli_reopens
         assert client.delete(f"/v1/keys/{key_id}", headers=h(token)).status_code == 200
         r = client.get("/v1/status")
         assert r.status_code == 401 and r.json()["detail"]["type"] == "unauthorized"
+        assert "(refindery keys create --workspace '*')" in r.json()["detail"]["title"]   # the server's remedy
         r = client.post("/v1/keys", json={"workspaces": ["*"]})   # no admin key can be minted anonymously
         assert r.status_code == 401 and client.corpus.keys.active == 0
         assert client.get("/mcp").status_code == 401

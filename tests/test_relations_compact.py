@@ -88,3 +88,20 @@ def test_the_calls_under_more_work(client, tmp_path):
     region = json.loads(json.dumps(more["receipt"]["body"]).replace("<row_id>", row["row_id"])
                         .replace("<slot>", "function"))
     assert client.post(more["receipt"]["path"], json=region).json()["byte_verified"] is True
+
+
+def test_without_a_face_the_calls_under_more_name_verbs(client, tmp_path):
+    """The engine names each follow-up by its verb; only a face (HTTP, MCP) turns it into an address."""
+    from engine.app import Engine
+    from engine.relations.search import RelationSearchRequest
+
+    ws = loaded(client, tmp_path, ["a"], roles=[role("a")])
+    req = RelationSearchRequest(workspace_id=ws, constraints=[c("held_role", "function", "eq", "Sales")],
+                                detail="compact")
+    more = Engine(corpus=client.corpus).relation_search(req)["more"]
+    assert {k: v["verb"] for k, v in more.items()} == {"entity": "search", "full": "search", "rows": "facts",
+                                                      "receipt": "region"}
+    assert all("path" not in v for v in more.values())
+    over_http = compact(client, ws, [c("held_role", "function", "eq", "Sales")])["more"]
+    assert {k: v["body"] for k, v in over_http.items()} == {k: v["body"] for k, v in more.items()}
+    assert over_http["rows"] == {"method": "POST", "path": "/v1/public/facts", "body": more["rows"]["body"]}

@@ -1,7 +1,7 @@
 """The relation search verb on the constraints path: constraints -> the closed set and its warrant.
 
 Stages, each visible in the reply: expansion (each constraint through the workspace vocabulary),
-enumeration (enumeration.py: set-based SQL), ranking (deterministic: optional groups satisfied,
+enumeration (indexes/enumeration.py: set-based SQL), ranking (deterministic: optional groups satisfied,
 distance from each gte/lte threshold, entity id), and the warrant: matches with their rows and
 receipts, counts (with each constraint alone), the groups with their absence verdicts, the none /
 not_recorded / undetermined listings, the gaps, and the completeness licence.
