@@ -63,11 +63,19 @@ class SearchSettings(BaseModel):
                                                               "pages).", json_schema_extra=REQUEST)
     min_candidate_pages: int = Field(50, ge=1)
     max_top_n: int = Field(1600, ge=1)
+    fusion: Literal["rrf", "linear"] = Field(
+        "rrf", description='How the arms combine: "rrf" sums weight / (rrf_k + rank); "linear" sums weight x '
+                           'the arm\'s score after `normalizer`.', json_schema_extra=REQUEST)
+    normalizer: Literal["minmax", "zscore", "l2", "dbsf"] = Field(
+        "minmax", description="fusion linear: how each arm's candidate scores are put on one scale.",
+        json_schema_extra=REQUEST)
     rrf_k: float = Field(60, ge=0, le=10_000, description="Reciprocal-rank fusion constant: weight / (rrf_k + rank).",
                          json_schema_extra=REQUEST)
     dense_weight: float = Field(1.0, ge=0, le=100, description="0 turns the dense arm off.", json_schema_extra=REQUEST)
     sparse_weight: float = Field(1.0, ge=0, le=100, description="0 turns the sparse arm off.",
                                  json_schema_extra=REQUEST)
+    bm25_k3: float = Field(8.0, ge=0, le=10_000, description="BM25 query-term saturation: a word the query says n "
+                           "times weighs (k3+1)·n/(k3+n); 0 counts it once.", json_schema_extra=REQUEST)
     rollup: Literal["max", "sum", "mean_top2"] = Field("max", description="How a page scores from its chunks.",
                                                        json_schema_extra=REQUEST)
     recency_half_life_days: float = Field(0.0, ge=0, le=100_000, description="Recency decay: a page's score halves "
@@ -75,8 +83,9 @@ class SearchSettings(BaseModel):
     rerank: bool = Field(False, description="Rerank the top chunks with the cross-encoder.", json_schema_extra=REQUEST)
     rerank_n: int = Field(50, ge=1, le=1000, description="Chunks the cross-encoder reranks.", json_schema_extra=REQUEST)
     rerank_fusion: Literal["replace", "rrf"] = Field(
-        "replace", description='"replace": the reranker\'s score ranks the reranked chunks; "rrf": its rank is one '
-                               'more RRF arm over them (rerank_weight / (rrf_k + rank)).', json_schema_extra=REQUEST)
+        "replace", description='"replace": the reranker\'s score ranks the reranked chunks; "rrf": it is one more '
+                               'arm over them in the request\'s fusion (rerank_weight / (rrf_k + rank), or '
+                               'rerank_weight x its normalised score with fusion linear).', json_schema_extra=REQUEST)
     rerank_weight: float = Field(1.0, ge=0, le=100, description='Weight of the reranker arm when rerank_fusion is '
                                                                 '"rrf".', json_schema_extra=REQUEST)
     pin: bool = Field(True, description="Pin a page whose URL is the query, or a bare domain's pages.",

@@ -1,12 +1,27 @@
-"""Reciprocal-rank fusion over chunk ids.
+"""Fusion of the arms' chunk lists into one ranking: reciprocal-rank fusion or a linear combination
+of normalised scores. All of the fusion arithmetic lives here (the arms, the reranker as one more
+arm, and explain's contributions).
 
-score(c) = sum over arms a that returned c of  w_a / (rrf_k + rank_a(c)),  rank counted from 1.
-(Cormack et al. 2009 use k = 60 with ranks from 1; some engines count from 0 — we count from 1.)
+rrf:     score(c) = sum over arms a that returned c of  w_a / (rrf_k + rank_a(c)),  rank from 1.
+         (Cormack et al. 2009 use k = 60 with ranks from 1; some engines count from 0 — we count from 1.)
+linear:  score(c) = sum over arms a that returned c of  w_a * norm_a(score_a(c)),  an arm that did not
+         return c adds nothing (as Elasticsearch's linear retriever does). The normaliser maps one
+         arm's candidate scores to a common scale (Bruch et al., "An Analysis of Fusion Functions for
+         Hybrid Retrieval", ACM TOIS 2023):
+           minmax  (s - min) / (max - min)                    [0, 1]; all equal -> 1
+           zscore  (s - mean) / std                           all equal -> 0
+           l2      s / sqrt(sum of s^2)                       all zero -> 0
+           dbsf    (s - (mean - 3 std)) / (6 std), clipped to [0, 1] (Qdrant's distribution-based
+                   score fusion); all equal -> 1
 Ties break by chunk id, so the same inputs always give the same order.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+METHODS = ("rrf", "linear")
+NORMALIZERS = ("minmax", "zscore", "l2", "dbsf")
 
 
 @dataclass
@@ -14,7 +29,8 @@ class Fused:
     chunk_id: int
     score: float
     ranks: dict[str, int] = field(default_factory=dict)  # arm -> rank (from 1)
-    arm_scores: dict[str, float] = field(default_factory=dict)
+    arm_scores: dict[str, float] = field(default_factory=dict)  # arm -> raw score
+    normalised: dict[str, float] = field(default_factory=dict)  # arm -> normalised score (linear)
 
 
 def rrf_term(weight: float, k: float, rank: int) -> float:
@@ -22,28 +38,72 @@ def rrf_term(weight: float, k: float, rank: int) -> float:
     return weight / (k + rank)
 
 
-def rrf(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | None = None,
-        k: float = 60.0) -> list[Fused]:
+def normalise(scores: list[float], how: str) -> list[float]:
+    """One arm's candidate scores on the normaliser's scale (see the module's docstring)."""
+    if not scores:
+        return []
+    if how == "minmax":
+        lo, hi = min(scores), max(scores)
+        return [(s - lo) / (hi - lo) if hi > lo else 1.0 for s in scores]
+    if how == "l2":
+        norm = math.sqrt(sum(s * s for s in scores))
+        return [s / norm if norm > 0 else 0.0 for s in scores]
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    if how == "zscore":
+        return [(s - mean) / std if std > 0 else 0.0 for s in scores]
+    if how == "dbsf":
+        lo = mean - 3 * std
+        return [min(1.0, max(0.0, (s - lo) / (6 * std))) if std > 0 else 1.0 for s in scores]
+    raise ValueError(f"unknown normalizer {how!r}; use one of {', '.join(NORMALIZERS)}")
+
+
+def fuse(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | None = None,
+         method: str = "rrf", k: float = 60.0, normalizer: str = "minmax") -> list[Fused]:
+    """The arms' [(chunk_id, score)] lists, best first, fused into one list, best first."""
     weights = weights or {}
     fused: dict[int, Fused] = {}
     for arm, hits in arms.items():
         w = weights.get(arm, 1.0)
+        normed = normalise([s for _, s in hits], normalizer) if method == "linear" else None
         for rank, (cid, score) in enumerate(hits, start=1):
             f = fused.setdefault(cid, Fused(cid, 0.0))
-            f.score += rrf_term(w, k, rank)
+            if normed is None:
+                f.score += rrf_term(w, k, rank)
+            else:
+                f.normalised[arm] = normed[rank - 1]
+                f.score += w * normed[rank - 1]
             f.ranks[arm] = rank
             f.arm_scores[arm] = score
     return sorted(fused.values(), key=lambda f: (-f.score, f.chunk_id))
 
 
-def rerank_arm(scores: dict[int, float], weight: float, k: float) -> dict[int, float]:
-    """The cross-encoder as one more RRF arm: each chunk's term by its rerank-score rank (ties by id)."""
+def rrf(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | None = None,
+        k: float = 60.0) -> list[Fused]:
+    return fuse(arms, weights, "rrf", k)
+
+
+def extra_arm(scores: dict[int, float], weight: float, method: str = "rrf", k: float = 60.0,
+              normalizer: str = "minmax") -> dict[int, float]:
+    """One more arm over chunks already fused (the cross-encoder's scores): each chunk's term, in the
+    request's fusion — by its rank for rrf (ties by id), by its normalised score for linear."""
     order = sorted(scores, key=lambda c: (-scores[c], c))
+    if method == "linear":
+        normed = normalise([scores[c] for c in order], normalizer)
+        return {c: weight * x for c, x in zip(order, normed)}
     return {c: rrf_term(weight, k, r) for r, c in enumerate(order, start=1)}
 
 
-def contributions(f: Fused, weights: dict[str, float], k: float) -> dict[str, float]:
+def rerank_arm(scores: dict[int, float], weight: float, k: float) -> dict[int, float]:
+    """The cross-encoder as one more RRF arm (extra_arm with rrf)."""
+    return extra_arm(scores, weight, "rrf", k)
+
+
+def contributions(f: Fused, weights: dict[str, float], k: float, method: str = "rrf") -> dict[str, float]:
     """Explain's view of a fused chunk: each arm's term, and their total (the fused score)."""
-    out = {arm: rrf_term(weights.get(arm, 1.0), k, rank) for arm, rank in f.ranks.items()}
+    if method == "linear":
+        out = {arm: weights.get(arm, 1.0) * x for arm, x in f.normalised.items()}
+    else:
+        out = {arm: rrf_term(weights.get(arm, 1.0), k, rank) for arm, rank in f.ranks.items()}
     out["total"] = f.score
     return out

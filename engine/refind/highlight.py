@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from indexes.sparse import stems
+from indexes.sparse import index_terms, stems
 
 # tantivy's simple tokenizer splits on anything that is not alphanumeric; so does this.
 _WORD = re.compile(r"[^\W_]+")
@@ -19,7 +19,8 @@ def _stem(word: str) -> str | None:
 
 
 def query_terms(query: str) -> frozenset[str]:
-    return frozenset(stems(query))
+    """The terms the sparse arm searched for (no stop words): the words a snippet marks."""
+    return frozenset(index_terms(query))
 
 
 def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:

@@ -30,7 +30,7 @@ from engine.core.settings import SearchSettings, request_fields
 from engine.core.values import Int64
 from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
 from engine.core.querylog import LogEntry
-from engine.refind.fusion import Fused, contributions, rerank_arm, rrf
+from engine.refind.fusion import Fused, contributions, extra_arm, fuse
 from engine.refind.highlight import highlight_spans, query_terms
 from engine.refind.pinning import pin_intent
 from engine.refind.recency import age_days, decay_factor
@@ -105,9 +105,13 @@ class ChunkExplain(BaseModel):
     chunk_id: int
     dense: ArmHit | None
     sparse: ArmHit | None
-    rrf: dict[str, float] = Field(description="Each arm's weight / (rrf_k + rank), and their total.")
+    rrf: dict[str, float] = Field(description="Each arm's contribution to the fused score and their total: "
+                                              "weight / (rrf_k + rank) with fusion rrf, weight x normalised "
+                                              "score with fusion linear (the name stays rrf for old clients).")
+    normalised: dict[str, float] | None = Field(None, description="fusion linear: each arm's score after the "
+                                                                   "normalizer (its raw score is under dense/sparse).")
     rerank: float | None
-    score: float = Field(description="The chunk's score entering the rollup (RRF total, or rerank score).")
+    score: float = Field(description="The chunk's score entering the rollup (the fused total, or rerank score).")
 
 
 class PageExplain(BaseModel):
@@ -308,7 +312,7 @@ class SearchService:
     # The arms ---------------------------------------------------------------------------------
     def run_sparse(self, query: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float]:
         t = time.perf_counter()
-        hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse)
+        hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse, p.bm25_k3)
         return hits, (time.perf_counter() - t) * 1000
 
     def run_dense(self, query: str, model: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float, float]:
@@ -448,7 +452,8 @@ class SearchService:
             with timer("fusion"):
                 arm_lists = {arm: hits for arm, hits, w in (("dense", arms.dense, p.dense_weight),
                                                             ("sparse", arms.sparse, p.sparse_weight)) if w > 0}
-                fused = rrf(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
+                fused = fuse(arm_lists, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.fusion, p.rrf_k,
+                             p.normalizer)
             with timer("hydrate"):
                 chunk_page = self.corpus.chunk_pages([f.chunk_id for f in fused], snapshot)
             n_pages = len(set(chunk_page.values()))
@@ -473,8 +478,8 @@ class SearchService:
         scores = rr.score(query, [texts[f.chunk_id]["text"] for f in top])
         rerank_scores = {f.chunk_id: float(x) for f, x in zip(top, scores)}
         if p.rerank_fusion == "rrf":
-            rerank_rrf = rerank_arm(rerank_scores, p.rerank_weight, p.rrf_k)
-            return {f.chunk_id: f.score + rerank_rrf[f.chunk_id] for f in top}, rerank_scores
+            arm = extra_arm(rerank_scores, p.rerank_weight, p.fusion, p.rrf_k, p.normalizer)
+            return {f.chunk_id: f.score + arm[f.chunk_id] for f in top}, rerank_scores
         return dict(rerank_scores), rerank_scores
 
     def _hydrate(self, query: str, window: list[str], by_id: dict[str, ScoredPage], pinned: dict[str, str],
@@ -533,7 +538,7 @@ class SearchService:
             f = fused_by_id.get(c)
             contrib = {}
             if f is not None:
-                contrib = contributions(f, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k)
+                contrib = contributions(f, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k, p.fusion)
                 if p.rerank and p.rerank_fusion == "rrf" and c in rerank_scores:
                     contrib["rerank"] = chunk_scores[c] - f.score
                     contrib["total"] = chunk_scores[c]
@@ -541,7 +546,8 @@ class SearchService:
                 chunk_id=c,
                 dense=ArmHit(rank=f.ranks["dense"], score=f.arm_scores["dense"]) if f and "dense" in f.ranks else None,
                 sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
-                rrf=contrib, rerank=rerank_scores.get(c), score=chunk_scores[c]))
+                rrf=contrib, normalised=dict(f.normalised) if f and p.fusion == "linear" else None,
+                rerank=rerank_scores.get(c), score=chunk_scores[c]))
         decay = None
         if _recency_on(p):
             decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
