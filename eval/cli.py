@@ -196,6 +196,45 @@ def _eval_replay(args, settings) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """`refindery tune`: fusion settings chosen by k-fold cross-validation on judged queries."""
+    from datetime import datetime
+
+    from engine.app import Engine
+    from eval import collections, tune
+
+    settings = _settings(args)
+    if (args.collection is None) == (not args.from_log):
+        print("error: tune needs judged queries: --collection DIR or --from-log", file=sys.stderr)
+        return 2
+    if args.data_dir:
+        settings = settings.model_copy(update={"data_dir": Path(args.data_dir).resolve()})
+    with Engine(settings) as engine:
+        try:
+            if args.collection is not None:
+                judged = tune.from_collection(engine, Path(args.collection), args.workspace,
+                                              progress=not args.no_progress)
+            else:
+                since = datetime.fromisoformat(args.since) if args.since else datetime(1970, 1, 1)
+                judged = tune.from_log(engine, since, args.workspace)
+            result = tune.tune(engine, judged, folds=args.folds, seed=args.seed, quick=args.quick)
+        except (collections.CollectionError, FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        out = Path(args.out) if args.out else engine.data_dir / "tuned.toml"
+    try:
+        written = tune.write_config(out, result, force=args.force)
+    except FileExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        _print({**result, "written": str(written)})
+    else:
+        print(tune.markdown(result))
+        print(f"written: {written} (serve with REFINDERY_CONFIG={written})")
+    return 0
+
+
 def register(sub) -> None:
     """Add `eval` and `reranker` to the `refindery` subcommands."""
     s = sub.add_parser("eval", help="offline evaluation")
@@ -218,6 +257,22 @@ def register(sub) -> None:
     s.add_argument("--data-dir", default=None, help="data dir for the collections (default: the configured one)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("tune", help="choose fusion settings from judged queries by k-fold cross-validation")
+    s.add_argument("--collection", default=None, help="a test collection folder whose qrels judge the queries "
+                                                      "(ingested into --workspace, default its name)")
+    s.add_argument("--from-log", action="store_true", help="judge by the query log's found / click / irrelevant")
+    s.add_argument("--since", default=None, help="--from-log: logged searches from this date (ISO 8601)")
+    s.add_argument("--workspace", default=None)
+    s.add_argument("--folds", type=int, default=5)
+    s.add_argument("--seed", type=int, default=13)
+    s.add_argument("--quick", action="store_true", help="a small grid (4 configurations)")
+    s.add_argument("--out", default=None, help="config file to write (default <data_dir>/tuned.toml)")
+    s.add_argument("--force", action="store_true", help="overwrite --out even if tune did not write it")
+    s.add_argument("--data-dir", default=None)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_tune)
 
     s = sub.add_parser("reranker", help="train a cross-encoder reranker (from the bundled encoder)")
     s.add_argument("action", choices=["train", "status"],

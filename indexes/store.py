@@ -484,11 +484,21 @@ class CorpusStore:
             "SELECT page_id FROM pages WHERE workspace_id = ? AND url_norm = ? ORDER BY page_id",
             [workspace, url_norm]).fetchall()]
 
-    def pages_of_domain(self, workspace: str, domain: str, limit: int) -> list[str]:
-        """A domain's pages, most recently seen first (ties by page id)."""
+    def pages_of_domain(self, workspace: str, domain: str, limit: int, subdomains: bool = False) -> list[str]:
+        """A domain's pages (and its subdomains' with `subdomains`), most recently seen first (ties by page id)."""
         return [r[0] for r in self.cursor().execute(
-            """SELECT page_id FROM pages WHERE workspace_id = ? AND domain = ?
-               ORDER BY last_seen DESC, page_id LIMIT ?""", [workspace, domain, limit]).fetchall()]
+            """SELECT page_id FROM pages WHERE workspace_id = ? AND (domain = ? OR (? AND ends_with(domain, ?)))
+               ORDER BY last_seen DESC, page_id LIMIT ?""",
+            [workspace, domain, subdomains, "." + domain, limit]).fetchall()]
+
+    def pages_under_prefix(self, workspace: str, prefix: str, limit: int) -> list[str]:
+        """Pages whose normalised URL is `prefix` or lies under it at a path-segment boundary (a
+        following "/", "?" or nothing), compared without case; most recently seen first."""
+        p = prefix.lower().rstrip("/")
+        return [r[0] for r in self.cursor().execute(
+            """SELECT page_id FROM pages WHERE workspace_id = ? AND (lower(url_norm) = ?
+                   OR starts_with(lower(url_norm), ? || '/') OR starts_with(lower(url_norm), ? || '?'))
+               ORDER BY last_seen DESC, page_id LIMIT ?""", [workspace, p, p, p, limit]).fetchall()]
 
     def page_entity_sets(self, workspace: str) -> dict[str, set[str]]:
         rows = self.cursor().execute(

@@ -52,6 +52,34 @@ def test_explain_adds_up_to_the_final_score(client):
     assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.parametrize("normalizer", ["minmax", "zscore", "l2", "dbsf"])
+def test_linear_fusion_explains_raw_normalised_and_combined_scores(client, normalizer):
+    q = "transactions and locking"
+    res = search(client, query=q, k=8, explain=True, fusion="linear", normalizer=normalizer, sparse_weight=0.5)
+    assert res["pages"]
+    for p in res["pages"]:
+        for c in p["explain"]["chunks"]:
+            arms = {k: v for k, v in c["rrf"].items() if k != "total"}
+            assert set(arms) == set(c["normalised"]) == {a for a in ("dense", "sparse") if c[a]}
+            for arm, w in (("dense", 1.0), ("sparse", 0.5)):
+                if c[arm]:
+                    assert arms[arm] == pytest.approx(w * c["normalised"][arm])
+            assert sum(arms.values()) == pytest.approx(c["rrf"]["total"]) == pytest.approx(c["score"])
+    rrf = search(client, query=q, k=8, explain=True)
+    assert all(c["normalised"] is None for p in rrf["pages"] for c in p["explain"]["chunks"])
+    # paging stays a slice of the one ranking
+    whole = search(client, query=q, k=12, fusion="linear", normalizer=normalizer)
+    parts = [search(client, query=q, k=4, offset=o, fusion="linear", normalizer=normalizer) for o in (0, 4, 8)]
+    assert [p["page_id"] for part in parts for p in part["pages"]] == [p["page_id"] for p in whole["pages"]]
+
+
+@pytest.mark.parametrize("body", [{"fusion": "borda"}, {"fusion": "linear", "normalizer": "softmax"},
+                                  {"bm25_k3": -1}])
+def test_unknown_fusion_settings_are_422(client, body):
+    r = client.post("/v1/search", json={"query": "x", **body})
+    assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error"
+
+
 def test_single_arm_searches(client):
     dense = search(client, query="serialize python objects to text", dense_weight=1, sparse_weight=0, explain=True)
     sparse = search(client, query="serialize python objects to text", dense_weight=0, explain=True)
@@ -113,6 +141,41 @@ def test_url_and_domain_pinning(client, shared_corpus):
     assert {p["domain"] for p in pinned} == {"sqlite.org"}
     seen = [p["last_seen"] for p in pinned]
     assert seen == sorted(seen, reverse=True)
+
+
+def test_url_prefixes_and_registrable_domains_pin(make_corpus):
+    corpus = make_corpus()
+    ingest(corpus, [
+        page("https://docs.python.org/3/library/json.html", "The json module encodes objects.",
+             seen_at="2026-05-01T00:00:00Z"),
+        page("https://docs.python.org/3/library/csv.html", "The csv module reads rows.", seen_at="2026-06-01T00:00:00Z"),
+        page("https://docs.python.org/3/libraryx/other.html", "Not under the library section.",
+             seen_at="2026-07-01T00:00:00Z"),
+        page("https://docs.python.org/3/tutorial/index.html", "A tutorial on Python.", seen_at="2026-04-01T00:00:00Z"),
+        page("https://www.python.org/downloads/", "Download Python releases.", seen_at="2026-03-01T00:00:00Z"),
+        page("https://alice.github.io/notes", "Alice writes notes.", seen_at="2026-02-01T00:00:00Z"),
+        page("https://bob.github.io/notes", "Bob writes notes.", seen_at="2026-02-02T00:00:00Z"),
+    ])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        def pinned(query):
+            res = c.post("/v1/search", json={"query": query, "k": 10}).json()
+            return [(p["url"].split("://", 1)[1], p["pinned"]) for p in res["pages"] if p["pinned"]]
+
+        section = [("docs.python.org/3/library/csv.html", "prefix"), ("docs.python.org/3/library/json.html", "prefix")]
+        # a section of a site: its pages, most recently seen first; case, scheme, www, slash, fragment aside
+        for q in ("docs.python.org/3/library", "HTTPS://www.Docs.Python.org/3/Library/#top", "docs.python.org/3/library/"):
+            assert pinned(q) == section, q
+        assert pinned("https://docs.python.org/3/library/csv.html") == [("docs.python.org/3/library/csv.html", "url")]
+        assert pinned("docs.python.org/3/nowhere") == []
+        # a registrable domain covers its subdomains; a subdomain covers only itself
+        assert [u for u, k in pinned("python.org")] == [
+            "docs.python.org/3/libraryx/other.html", "docs.python.org/3/library/csv.html",
+            "docs.python.org/3/library/json.html", "docs.python.org/3/tutorial/index.html", "www.python.org/downloads/"]
+        assert {k for _, k in pinned("python.org")} == {"domain"}
+        assert len(pinned("docs.python.org")) == 4
+        # a public suffix is many sites, not one: nothing pins
+        assert pinned("github.io") == []
+        assert pinned("alice.github.io") == [("alice.github.io/notes", "domain")]
 
 
 def test_similar_pages_and_suggestions(client, shared_corpus):

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine.refind.fusion import rrf
+from engine.refind.fusion import extra_arm, fuse, normalise, rrf
 from engine.refind.pinning import pin_intent
 from engine.refind.recency import decay_factor
 from engine.refind.rollup import rollup
@@ -24,6 +24,46 @@ def test_rrf_counts_ranks_from_one_with_weights():
 def test_rrf_ties_break_by_chunk_id():
     fused = rrf({"a": [(9, 1.0)], "b": [(4, 1.0)]}, k=60)
     assert [f.chunk_id for f in fused] == [4, 9]
+
+
+@pytest.mark.parametrize("how,expected", [
+    ("minmax", [1.0, 0.5, 0.0]),
+    ("zscore", [1.224744871, 0.0, -1.224744871]),          # population std of 4, 3, 2 is sqrt(2/3)
+    ("l2", [4 / 29 ** 0.5, 3 / 29 ** 0.5, 2 / 29 ** 0.5]),
+    ("dbsf", [0.5 + 1 / (6 * (2 / 3) ** 0.5), 0.5, 0.5 - 1 / (6 * (2 / 3) ** 0.5)]),
+])
+def test_normalisers(how, expected):
+    assert normalise([4.0, 3.0, 2.0], how) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("how,expected", [("minmax", 1.0), ("zscore", 0.0), ("dbsf", 1.0)])
+def test_normalisers_when_every_score_is_equal(how, expected):
+    assert normalise([2.5, 2.5], how) == [expected, expected]
+    assert normalise([], how) == []
+
+
+def test_an_unknown_normaliser_is_refused():
+    with pytest.raises(ValueError, match="unknown normalizer"):
+        normalise([1.0, 2.0], "softmax")
+
+
+def test_linear_fusion_sums_weighted_normalised_scores_and_a_missing_arm_adds_nothing():
+    arms = {"dense": [(1, 0.9), (2, 0.5), (3, 0.1)], "sparse": [(3, 20.0), (4, 10.0)]}
+    fused = fuse(arms, {"dense": 1.0, "sparse": 0.5}, "linear", normalizer="minmax")
+    got = {f.chunk_id: f.score for f in fused}
+    # dense minmax: 1, 0.5, 0; sparse minmax: 1, 0
+    assert got == pytest.approx({1: 1.0, 2: 0.5, 3: 0.0 + 0.5 * 1.0, 4: 0.0})
+    assert [f.chunk_id for f in fused] == [1, 2, 3, 4]          # 2 and 3 tie at 0.5: by chunk id
+    three = next(f for f in fused if f.chunk_id == 3)
+    assert three.normalised == {"dense": 0.0, "sparse": 1.0} and three.arm_scores == {"dense": 0.1, "sparse": 20.0}
+    assert three.ranks == {"dense": 3, "sparse": 1}
+    assert fuse(arms, None, "rrf") == rrf(arms)                 # rrf is the default method
+
+
+def test_an_extra_arm_joins_in_the_requests_fusion():
+    scores = {7: 3.0, 8: 1.0, 9: 2.0}
+    assert extra_arm(scores, 2.0, "rrf", 60) == pytest.approx({7: 2 / 61, 9: 2 / 62, 8: 2 / 63})
+    assert extra_arm(scores, 2.0, "linear", normalizer="minmax") == pytest.approx({7: 2.0, 9: 1.0, 8: 0.0})
 
 
 @pytest.mark.parametrize("how,expected", [("max", {"p1": 0.5, "p2": 0.4}),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 import re
 from urllib.parse import quote, unquote, urlsplit
 
@@ -63,6 +64,25 @@ def domain_of(url: str) -> str:
         raw = "http://" + raw
     host = (urlsplit(raw).hostname or "").lower().rstrip(".")
     return host[4:] if host.startswith("www.") else host
+
+
+@lru_cache(maxsize=1)
+def _psl():
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()   # the list bundled with the package: nothing is fetched
+
+
+def is_public_suffix(domain: str) -> bool:
+    """Whether `domain` is a public suffix (com, co.uk, github.io): a place where anyone registers
+    sites, not one site — its "subdomains" are unrelated sites."""
+    return _psl().publicsuffix(domain.lower().rstrip(".")) == domain.lower().rstrip(".")
+
+
+def registrable_domain(host: str) -> str | None:
+    """The registrable domain of a host (``docs.python.org`` -> ``python.org``); None for a public
+    suffix or a name outside the list's rules that has no registrable part (``localhost``)."""
+    return _psl().privatesuffix(host.lower().rstrip("."))
 
 
 def is_bare_domain(text: str) -> bool:

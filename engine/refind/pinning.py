@@ -1,5 +1,11 @@
-"""Pinning exact matches: a query that is a stored page's URL, or a bare domain (the refind case
-of pasting the address back)."""
+"""Pinning exact matches — the refind case of pasting the address back. A query that is:
+- a stored page's URL pins that page ("url");
+- else a URL prefix (a host and the path of one section of a site, `docs.python.org/3/library`)
+  pins the pages under it, at a path-segment boundary ("prefix");
+- a bare domain pins that domain's pages and its subdomains' (`python.org` covers `docs.python.org`;
+  a public suffix such as `github.io` or `co.uk` is many sites, and pins nothing) ("domain").
+Case, scheme, `www.`, a trailing slash and the #fragment do not matter. Prefix and domain pins are
+most recently seen first, at most `pin_domain_max`."""
 from __future__ import annotations
 
 import re

@@ -32,6 +32,7 @@ from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, Mode
 from engine.core.querylog import LogEntry
 from engine.refind.fusion import Fused, contributions, extra_arm, fuse
 from engine.refind.highlight import highlight_spans, query_terms
+from engine.core.urls import is_public_suffix
 from engine.refind.pinning import pin_intent
 from engine.refind.recency import age_days, decay_factor
 from engine.refind.rollup import rollup
@@ -134,7 +135,8 @@ class PageHit(BaseModel):
     published: datetime | None
     cluster_id: int | None
     entities: list[str]
-    pinned: str | None = Field(default=None, description='"url" or "domain" when the page was pinned.')
+    pinned: str | None = Field(default=None, description='Why the page was pinned: "url" (the query is its URL), '
+                                                         '"prefix" (a URL prefix it is under) or "domain".')
     snippets: list[Snippet]
     explain: PageExplain | None = None
 
@@ -520,15 +522,21 @@ class SearchService:
         return Suggestions(source_page_id=source_page, mediation="vector", pages=[SimilarPage(**x) for x in sims])
 
     def _pins(self, intent, workspace: str, r: Restriction) -> list[tuple[str, str]]:
+        """The pinned pages of a pin intent, in order, with their kind (engine/refind/pinning.py)."""
         store = self.corpus.store
         allowed = r.page_ids
-        found = [(pid, "url") for pid in store.pages_with_url(workspace, intent.value)] if intent.kind == "url" else []
-        if not found:
-            domain = intent.value if intent.kind == "domain" else (
-                intent.value.split("/", 1)[0] if "/" not in intent.value.split("?", 1)[0] else None)
-            if domain:
-                limit = self.corpus.settings.search.pin_domain_max
-                found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit)]
+        limit = self.corpus.settings.search.pin_domain_max
+        found: list[tuple[str, str]] = []
+        domain = intent.value if intent.kind == "domain" else None
+        if intent.kind == "url":
+            found = [(pid, "url") for pid in store.pages_with_url(workspace, intent.value)]
+            host, _, path = intent.value.split("?", 1)[0].partition("/")
+            if not found and path:
+                found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, intent.value, limit)]
+            elif not found:
+                domain = host
+        if not found and domain and not is_public_suffix(domain):
+            found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True)]
         return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
 
     @staticmethod
