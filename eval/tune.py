@@ -8,7 +8,8 @@ depths, the rollup) runs every judged query once through the real pipeline, givi
 queries is chosen and scored on the fold's own queries, beside the current settings on the same
 queries: the held-out gain, per fold and over all held-out queries with a paired t-test. No figure
 reported is on the queries its configuration was chosen on. Finally the configuration best over all
-judged queries is written as a `[search]` config file (`REFINDERY_CONFIG=<file>` makes a server use it).
+judged queries is written as a `[search]` config file (`REFINDERY_CONFIG=<file>` makes a server use it)
+— only when choosing beat the current settings held out; otherwise the file keeps them and says why.
 """
 from __future__ import annotations
 
@@ -133,23 +134,36 @@ def cross_validate(scores: list[dict[str, float]], folds: int = 5, seed: int = 1
         tuned_q.update({q: scores[c][q] for q in test})
         default_q.update({q: scores[0][q] for q in test})
     a, b = [tuned_q[q] for q in qids], [default_q[q] for q in qids]
-    stat = ttest_rel(a, b) if any(x != y for x, y in zip(a, b)) else None
+    diffs = {round(x - y, 12) for x, y in zip(a, b)}
+    if diffs == {0.0}:
+        p_value = None                     # the same scores: nothing to test
+    elif len(diffs) == 1:
+        p_value = 0.0                      # the same gain on every query
+    else:
+        p_value = round(float(ttest_rel(a, b).pvalue), 5)
     return {"folds": rows, "queries": len(qids),
             "held_out": {"default": round(sum(b) / len(b), 4), "tuned": round(sum(a) / len(a), 4),
-                         "gain": round((sum(a) - sum(b)) / len(a), 4),
-                         "p_value": None if stat is None else round(float(stat.pvalue), 5)}}
+                         "gain": round((sum(a) - sum(b)) / len(a), 4), "p_value": p_value}}
 
 
 def tune(engine: Engine, judged: Judged, folds: int = 5, seed: int = 13, quick: bool = False) -> dict:
     configs = grid(quick)
-    scores = score(engine, judged, configs)
+    return {"source": judged.source, **decide(score(engine, judged, configs), configs, folds, seed)}
+
+
+def decide(scores: list[dict[str, float]], configs: list[dict], folds: int = 5, seed: int = 13) -> dict:
+    """Cross-validation over the per-query scores, and the configuration to write."""
     cv = cross_validate(scores, folds, seed)
     everything = sorted(scores[0])
-    chosen = best(scores, everything)
-    return {"source": judged.source, "measure": str(MEASURE), "configs": configs, "grid_size": len(configs),
-            **cv, "chosen": configs[chosen], "chosen_index": chosen,
+    best_all = best(scores, everything)
+    # Keep the current settings unless choosing beat them on queries the choice never saw: a grid
+    # this size fits a few dozen queries' noise, and the held-out gain is what says so.
+    chosen = best_all if cv["held_out"]["gain"] > 0 else 0
+    return {"measure": str(MEASURE), "configs": configs, "grid_size": len(configs),
+            **cv, "chosen": configs[chosen], "chosen_index": chosen, "best_on_all_index": best_all,
+            "kept_current": chosen == 0 and best_all != 0,
             "all_queries": {"default": round(_mean(scores[0], everything), 4),
-                            "chosen": round(_mean(scores[chosen], everything), 4)}}
+                            "best": round(_mean(scores[best_all], everything), 4)}}
 
 
 def _toml_value(v) -> str:
@@ -173,7 +187,9 @@ def write_config(path: Path, result: dict, force: bool = False) -> Path:
              "# Use it: REFINDERY_CONFIG=<this file> (or --config), or copy the lines below into your own config.",
              "[search]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in result["chosen"].items()]
-    if not result["chosen"]:
+    if result.get("kept_current"):
+        lines.append("# the current settings are kept: choosing did not beat them on held-out queries")
+    elif not result["chosen"]:
         lines.append("# the current settings were best: nothing to change")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -195,6 +211,10 @@ def markdown(result: dict) -> str:
     ho = result["held_out"]
     p = "–" if ho["p_value"] is None else f"{ho['p_value']:.4f}"
     lines += ["", f"Held out, all folds: current {ho['default']:.4f}, tuned {ho['tuned']:.4f} "
-                  f"({ho['gain']:+.4f}, paired t-test p = {p}).",
-              f"Chosen on all judged queries (what is written): {label(result['chosen_index'])}."]
+                  f"({ho['gain']:+.4f}, paired t-test p = {p})."]
+    if result.get("kept_current"):
+        lines.append(f"Best on all judged queries: {label(result['best_on_all_index'])} — not written: choosing "
+                     "did not beat the current settings on held-out queries, so they are kept.")
+    else:
+        lines.append(f"Chosen on all judged queries (what is written): {label(result['chosen_index'])}.")
     return "\n".join(lines) + "\n"

@@ -46,7 +46,9 @@ def test_explain_adds_up_to_the_final_score(client):
                     assert arms[arm] == pytest.approx(1 / (60 + hit["rank"]))
         assert ex["rollup"]["how"] == "sum"
         assert ex["rollup"]["value"] == pytest.approx(sum(c["score"] for c in ex["chunks"]))
-        assert ex["decay"]["factor"] == pytest.approx(0.5 ** (ex["decay"]["age_days"] / 45), rel=1e-4)
+        w = ex["decay"]["weight"]
+        assert w == 0.05   # the default: recency may take at most 5 % of a score
+        assert ex["decay"]["factor"] == pytest.approx(1 - w * (1 - 0.5 ** (ex["decay"]["age_days"] / 45)), rel=1e-4)
         assert p["score"] == pytest.approx(ex["rollup"]["value"] * ex["decay"]["factor"]) == pytest.approx(ex["score"])
     scores = [p["score"] for p in res["pages"]]
     assert scores == sorted(scores, reverse=True)
@@ -251,13 +253,32 @@ def test_recency_decay_orders_equal_pages_by_last_seen(make_corpus):
     now = datetime.utcnow()
     ingest(corpus, [page("https://r.example/old", "Identical text about tide pools.",
                          seen_at=(now - timedelta(days=90)).isoformat()),
-                    page("https://r.example/new", "Identical text about tide pools!",
+                    page("https://r.example/new", "Identical text about tide pools.",
                          seen_at=(now - timedelta(days=1)).isoformat())])
     with TestClient(create_app(corpus.settings, corpus)) as c:
-        plain = search(c, query="tide pools", explain=True)["pages"]
-        decayed = search(c, query="tide pools", recency_half_life_days=7, explain=True)["pages"]
-    assert decayed[0]["url"] == "https://r.example/new"
-    assert decayed[1]["score"] < plain[[p["url"] for p in plain].index("https://r.example/old")]["score"] / 100
+        plain = search(c, query="tide pools", explain=True, recency_half_life_days=0)["pages"]
+        bounded = search(c, query="tide pools", explain=True)["pages"]          # the default: on, bounded
+        full = search(c, query="tide pools", recency_half_life_days=7, recency_weight=1, explain=True)["pages"]
+    # the same words score the same in both arms and fuse to the same score: recency alone orders them
+    assert plain[0]["score"] == pytest.approx(plain[1]["score"])
+    assert bounded[0]["url"] == full[0]["url"] == "https://r.example/new"
+    old_plain = plain[[p["url"] for p in plain].index("https://r.example/old")]["score"]
+    assert old_plain * 0.95 <= bounded[1]["score"] < old_plain       # at most 5 % taken
+    assert full[1]["score"] < old_plain / 100                          # a full decay takes nearly all
+
+
+def test_default_recency_never_lets_age_outvote_a_clearly_better_match(make_corpus):
+    corpus = make_corpus()
+    now = datetime.utcnow()
+    ingest(corpus, [page("https://r.example/apiary", "Beekeeping: hives, queens, honey harvest and swarm control "
+                         "for the beekeeper.", seen_at=(now - timedelta(days=400)).isoformat()),
+                    page("https://r.example/garden", "A garden diary: tomatoes, compost and a bee now and then.",
+                         seen_at=(now - timedelta(hours=1)).isoformat())])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        bounded = search(c, query="beekeeping hives and swarm control")["pages"]
+        full = search(c, query="beekeeping hives and swarm control", recency_weight=1)["pages"]
+    assert bounded[0]["url"] == "https://r.example/apiary"
+    assert full[0]["url"] == "https://r.example/garden"                 # what a full decay did
 
 
 def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(shared_corpus):

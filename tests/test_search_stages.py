@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine.refind.fusion import extra_arm, fuse, normalise, rrf
+from engine.refind.fusion import extra_arm, fuse, normalise, rrf, tied_ranks
 from engine.refind.pinning import pin_intent
 from engine.refind.recency import decay_factor
 from engine.refind.rollup import rollup
@@ -19,6 +19,16 @@ def test_rrf_counts_ranks_from_one_with_weights():
     assert got[3] == pytest.approx(0.5 / 62)
     assert [f.chunk_id for f in fused] == [2, 1, 3]
     assert fused[0].ranks == {"dense": 2, "sparse": 1} and fused[0].arm_scores == {"dense": 0.8, "sparse": 12.0}
+
+
+def test_equal_scores_share_a_rank_and_fuse_to_the_same_score():
+    assert tied_ranks([3.0, 2.0, 2.0, 1.0, 1.0, 0.5]) == [1, 2, 2, 4, 4, 6]
+    # two copies of one text: the same score in each arm, so the same fused score (recency decides)
+    fused = rrf({"dense": [(5, 0.9), (6, 0.9), (7, 0.1)], "sparse": [(5, 4.0), (6, 4.0)]}, k=60)
+    got = {f.chunk_id: f.score for f in fused}
+    assert got[5] == got[6] == pytest.approx(2 / 61) and got[7] == pytest.approx(1 / 63)
+    assert fused[1].ranks == {"dense": 1, "sparse": 1}
+    assert extra_arm({1: 0.5, 2: 0.5, 3: 0.1}, 1.0, "rrf", 60) == pytest.approx({1: 1 / 61, 2: 1 / 61, 3: 1 / 63})
 
 
 def test_rrf_ties_break_by_chunk_id():

@@ -8,7 +8,7 @@ from engine.core.settings import ConfigFileError, load_settings
 def test_defaults_come_from_default_toml():
     s = load_settings()
     assert s.search.rrf_k == 60
-    assert s.search.recency_half_life_days == 0
+    assert s.search.recency_half_life_days == 30 and s.search.recency_weight == 0.05
     assert s.chunking.max_tokens == 256 and s.chunking.overlap_tokens == 32
     assert s.models.active == "all-minilm-l6-v2"
     assert s.data_dir == Path("./data").resolve()
@@ -23,17 +23,17 @@ def test_file_overrides_default_and_env_overrides_file(tmp_path, monkeypatch):
     assert s.search.rrf_k == 60  # untouched keys of a table keep their default
     assert s.data_dir == Path("/tmp/from-file")
 
-    monkeypatch.setenv("REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS", "30")
+    monkeypatch.setenv("REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS", "45")
     monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "from-env"))
     s = load_settings(cfg)
-    assert s.search.recency_half_life_days == 30
+    assert s.search.recency_half_life_days == 45
     assert s.search.k == 25  # the file still wins over the default where env says nothing
     assert s.data_dir == tmp_path / "from-env"
 
 
 def test_env_nested_variable_without_file(monkeypatch):
-    monkeypatch.setenv("REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS", "30")
-    assert load_settings().search.recency_half_life_days == 30
+    monkeypatch.setenv("REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS", "0")
+    assert load_settings().search.recency_half_life_days == 0
 
 
 def test_config_from_environment_variable(tmp_path, monkeypatch):

@@ -39,8 +39,21 @@ def test_each_fold_is_scored_on_queries_its_choice_never_saw():
         tune.cross_validate([{"a": 1.0}], folds=5)
 
 
+def test_a_choice_that_does_not_win_held_out_keeps_the_current_settings():
+    qids = [f"q{i}" for i in range(10)]
+    configs = [{}, {"fusion": "linear"}]
+    lucky = [{q: 0.5 for q in qids}, {q: (1.0 if q == "q1" else 0.45) for q in qids}]   # one lucky query
+    got = tune.decide(lucky, configs, folds=5, seed=3)
+    assert got["best_on_all_index"] == 1                   # best over everything: 0.505 > 0.5
+    assert got["held_out"]["gain"] <= 0 and got["kept_current"] and got["chosen"] == {}
+    steady = [{q: 0.5 for q in qids}, {q: 0.6 for q in qids}]
+    got = tune.decide(steady, configs, folds=5, seed=3)
+    assert got["held_out"]["gain"] == pytest.approx(0.1) and got["chosen"] == {"fusion": "linear"}
+
+
 def test_the_written_config_is_loaded_and_a_foreign_file_is_never_overwritten(tmp_path):
     result = {"source": "test", "measure": "nDCG@10", "queries": 8, "folds": [{}] * 2, "grid_size": 3,
+              "kept_current": False,
               "held_out": {"default": 0.5, "tuned": 0.6, "gain": 0.1, "p_value": 0.2},
               "chosen": {"fusion": "linear", "normalizer": "dbsf", "sparse_weight": 0.5, "rrf_k": 30}}
     out = tune.write_config(tmp_path / "tuned.toml", result)
@@ -81,5 +94,9 @@ def test_tune_from_the_query_log_runs_the_real_pipeline(make_corpus, tmp_path, c
     assert got["queries"] == 6 and len(got["folds"]) == 3 and got["grid_size"] == 4
     assert all(0.0 <= r["tuned"] <= 1.0 and 0.0 <= r["default"] <= 1.0 for r in got["folds"])
     assert got["held_out"]["default"] > 0.5          # the real pipeline finds most of these pages
-    assert load_settings(config=out).search.fusion in ("rrf", "linear")
+    written = load_settings(config=out).search
+    if got["held_out"]["gain"] > 0:
+        assert got["chosen"] == got["configs"][got["best_on_all_index"]]
+    else:   # choosing did not pay off on held-out queries: the current settings are kept
+        assert got["chosen"] == {} and written.fusion == "rrf" and written.rrf_k == 60
     assert main(["tune", "--folds", "3", "--quick"]) == 2                 # no judged queries named: refused

@@ -78,8 +78,12 @@ class SearchSettings(BaseModel):
                            "times weighs (k3+1)·n/(k3+n); 0 counts it once.", json_schema_extra=REQUEST)
     rollup: Literal["max", "sum", "mean_top2"] = Field("max", description="How a page scores from its chunks.",
                                                        json_schema_extra=REQUEST)
-    recency_half_life_days: float = Field(0.0, ge=0, le=100_000, description="Recency decay: a page's score halves "
-                                          "every this many days since last seen; 0 is off.", json_schema_extra=REQUEST)
+    recency_half_life_days: float = Field(30.0, ge=0, le=100_000, description="Recency: the half-life, in days "
+                                          "since last seen, of the decayed part of a page's score; 0 is off.",
+                                          json_schema_extra=REQUEST)
+    recency_weight: float = Field(0.05, ge=0, le=1, description="The part of a page's score recency may take away: "
+                                  "factor = 1 - w * (1 - 0.5 ** (age / half-life)). Small, it only reorders pages "
+                                  "that match about equally; 1 is a full exponential decay.", json_schema_extra=REQUEST)
     rerank: bool = Field(False, description="Rerank the top chunks with the cross-encoder.", json_schema_extra=REQUEST)
     rerank_n: int = Field(50, ge=1, le=1000, description="Chunks the cross-encoder reranks.", json_schema_extra=REQUEST)
     rerank_fusion: Literal["replace", "rrf"] = Field(

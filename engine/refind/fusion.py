@@ -2,8 +2,9 @@
 of normalised scores. All of the fusion arithmetic lives here (the arms, the reranker as one more
 arm, and explain's contributions).
 
-rrf:     score(c) = sum over arms a that returned c of  w_a / (rrf_k + rank_a(c)),  rank from 1.
-         (Cormack et al. 2009 use k = 60 with ranks from 1; some engines count from 0 — we count from 1.)
+rrf:     score(c) = sum over arms a that returned c of  w_a / (rrf_k + rank_a(c)),  rank from 1, equal
+         scores sharing a rank (tied_ranks). (Cormack et al. 2009 use k = 60 with ranks from 1; some
+         engines count from 0 — we count from 1.)
 linear:  score(c) = sum over arms a that returned c of  w_a * norm_a(score_a(c)),  an arm that did not
          return c adds nothing (as Elasticsearch's linear retriever does). The normaliser maps one
          arm's candidate scores to a common scale (Bruch et al., "An Analysis of Fusion Functions for
@@ -38,6 +39,17 @@ def rrf_term(weight: float, k: float, rank: int) -> float:
     return weight / (k + rank)
 
 
+def tied_ranks(scores: list[float]) -> list[int]:
+    """Ranks from 1 of a list sorted best first, where equal scores share the best rank among them
+    (1, 2, 2, 4): the same text scores the same in an arm, and must fuse to the same score — two
+    copies of a page then differ only by what comes after fusion (recency), not by an arbitrary
+    order between equals."""
+    out: list[int] = []
+    for i, s in enumerate(scores):
+        out.append(out[-1] if i and s == scores[i - 1] else i + 1)
+    return out
+
+
 def normalise(scores: list[float], how: str) -> list[float]:
     """One arm's candidate scores on the normaliser's scale (see the module's docstring)."""
     if not scores:
@@ -66,9 +78,11 @@ def fuse(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | N
     for arm, hits in arms.items():
         w = weights.get(arm, 1.0)
         normed = normalise([s for _, s in hits], normalizer) if method == "linear" else None
+        shared = tied_ranks([s for _, s in hits])
         for rank, (cid, score) in enumerate(hits, start=1):
             f = fused.setdefault(cid, Fused(cid, 0.0))
             if normed is None:
+                rank = shared[rank - 1]
                 f.score += rrf_term(w, k, rank)
             else:
                 f.normalised[arm] = normed[rank - 1]
@@ -86,12 +100,13 @@ def rrf(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | No
 def extra_arm(scores: dict[int, float], weight: float, method: str = "rrf", k: float = 60.0,
               normalizer: str = "minmax") -> dict[int, float]:
     """One more arm over chunks already fused (the cross-encoder's scores): each chunk's term, in the
-    request's fusion — by its rank for rrf (ties by id), by its normalised score for linear."""
+    request's fusion — by its rank for rrf (equal scores sharing one), by its normalised score for linear."""
     order = sorted(scores, key=lambda c: (-scores[c], c))
     if method == "linear":
         normed = normalise([scores[c] for c in order], normalizer)
         return {c: weight * x for c, x in zip(order, normed)}
-    return {c: rrf_term(weight, k, r) for r, c in enumerate(order, start=1)}
+    ranks = tied_ranks([scores[c] for c in order])
+    return {c: rrf_term(weight, k, r) for r, c in zip(ranks, order)}
 
 
 def rerank_arm(scores: dict[int, float], weight: float, k: float) -> dict[int, float]:

@@ -248,8 +248,8 @@ class StageTimer:
 
 
 def _recency_on(p: Params) -> bool:
-    """Recency decay is off at a half-life of 0 (the one place that says so)."""
-    return p.recency_half_life_days > 0
+    """Recency is off at a half-life or a weight of 0 (the one place that says so)."""
+    return p.recency_half_life_days > 0 and p.recency_weight > 0
 
 
 def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: datetime, p: Params) -> list[ScoredPage]:
@@ -259,7 +259,7 @@ def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: dat
     else:
         out = []
         for pid, value, cids in rolled:
-            factor = decay_factor(last_seen[pid], now, p.recency_half_life_days)
+            factor = decay_factor(last_seen[pid], now, p.recency_half_life_days, p.recency_weight)
             out.append(ScoredPage(pid, value * factor, value, factor, cids))
     out.sort(key=lambda sp: (-sp.score, sp.page_id))
     return out
@@ -558,7 +558,8 @@ class SearchService:
                 rerank=rerank_scores.get(c), score=chunk_scores[c]))
         decay = None
         if _recency_on(p):
-            decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
+            decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
+                     "age_days": age_days(m["last_seen"], now),
                      "factor": entry.factor if entry else 1.0}
         return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry.rollup if entry else 0.0},
                            decay=decay, pinned=pinned, score=entry.score if entry else 0.0)
