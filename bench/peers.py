@@ -32,16 +32,24 @@ from indexes.sparse import SparseFilter  # noqa: E402
 
 COLLECTIONS = ("cisi", "med", "npl", "cacm")
 K = 100
+FUSION_NORMALIZERS = ("minmax", "zscore", "l2", "dbsf")
 
 
 def doc_text(d: dict) -> str:
     return " ".join(x for x in (d.get("title"), d.get("text")) if x) or "(empty)"
 
 
-def measure(coll, ranked: dict[str, list[tuple[str, float]]]) -> dict:
+def measure(coll, ranked: dict[str, list[tuple[str, float]]], per_query: bool = False) -> dict:
     run = [ir_measures.ScoredDoc(q, d, s) for q, hits in ranked.items() for d, s in hits]
     agg = ir_measures.calc_aggregate(MEASURES[:2], coll.qrels, run)
-    return {str(k): round(float(v), 4) for k, v in agg.items()}
+    out = {str(k): round(float(v), 4) for k, v in agg.items()}
+    if per_query:   # for the paired tests between runs of the same queries
+        judged = {q.query_id for q in coll.qrels}
+        per = {q: 0.0 for q in coll.queries if q in judged}
+        for m in ir_measures.iter_calc([MEASURES[0]], coll.qrels, run):
+            per[m.query_id] = float(m.value)
+        out["per_query"] = per
+    return out
 
 
 def timed(fn, queries: dict[str, str]):
@@ -64,10 +72,18 @@ def ours(engine, coll, name: str) -> dict:
         return engine.corpus.sparse.search(text[:2000], K, SparseFilter(workspace=name))
 
     sparse, lat_sparse = timed(lambda t: search(t, dense_weight=0.0), coll.queries)
+    dense, lat_dense = timed(lambda t: search(t, sparse_weight=0.0), coll.queries)
     hybrid, lat_hybrid = timed(search, coll.queries)
     _, lat_bare = timed(bare_sparse, coll.queries)
-    return {"bm25": {"quality": measure(coll, sparse), "search_ms": lat_sparse, "bare_ms": lat_bare},
-            "hybrid": {"quality": measure(coll, hybrid), "search_ms": lat_hybrid}}
+    out = {"bm25": {"quality": measure(coll, sparse), "search_ms": lat_sparse, "bare_ms": lat_bare},
+           "dense": {"quality": measure(coll, dense), "search_ms": lat_dense},
+           "hybrid": {"quality": measure(coll, hybrid), "search_ms": lat_hybrid}}
+    for norm in FUSION_NORMALIZERS:   # the linear fusions beside the default RRF (issue 22)
+        ranked, lat = timed(lambda t, n=norm: search(t, fusion="linear", normalizer=n), coll.queries)
+        out[f"linear-{norm}"] = {"quality": measure(coll, ranked, per_query=True), "search_ms": lat}
+    out["hybrid"]["quality"] = measure(coll, hybrid, per_query=True)
+    out["bm25"]["quality"] = measure(coll, sparse, per_query=True)
+    return out
 
 
 def bm25s_peer(coll) -> dict:
@@ -88,7 +104,7 @@ def bm25s_peer(coll) -> dict:
         return [(ids[int(i)], float(s)) for i, s in zip(docs[0], scores[0]) if s > 0]
 
     ranked, lat = timed(search, coll.queries)
-    return {"quality": measure(coll, ranked), "bare_ms": lat, "build_s": round(build_s, 2)}
+    return {"quality": measure(coll, ranked, per_query=True), "bare_ms": lat, "build_s": round(build_s, 2)}
 
 
 def txtai_peer(coll, model_path: str) -> dict:
@@ -104,7 +120,21 @@ def txtai_peer(coll, model_path: str) -> dict:
 
     ranked, lat = timed(search, coll.queries)
     emb.close()
-    return {"quality": measure(coll, ranked), "search_ms": lat, "build_s": round(build_s, 1)}
+    return {"quality": measure(coll, ranked, per_query=True), "search_ms": lat, "build_s": round(build_s, 1)}
+
+
+def paired(a: dict, b: dict) -> tuple[float, str]:
+    """Mean per-query nDCG@10 difference a - b and the paired t-test's p (as text)."""
+    from scipy.stats import ttest_rel
+
+    qs = sorted(set(a.get("per_query", {})) & set(b.get("per_query", {})))
+    xa, xb = [a["per_query"][q] for q in qs], [b["per_query"][q] for q in qs]
+    if not qs:
+        return 0.0, "–"
+    diff = sum(xa) / len(xa) - sum(xb) / len(xb)
+    if all(x == y for x, y in zip(xa, xb)):
+        return diff, "–"
+    return diff, f"p {ttest_rel(xa, xb).pvalue:.2f}"
 
 
 def markdown(res: dict) -> str:
@@ -126,6 +156,15 @@ def markdown(res: dict) -> str:
                      f"{t['quality']['nDCG@10']:.3f} ({t['quality']['R@100']:.3f}) | "
                      f"{o['search_ms']['p50']:.1f} / {o['search_ms']['p95']:.1f} | "
                      f"{t['search_ms']['p50']:.1f} / {t['search_ms']['p95']:.1f} |")
+    lines += ["", "## Fusion: nDCG@10 of each arm alone, the default RRF and the linear fusions (equal weights)", "",
+              "| collection | BM25 arm | dense arm | RRF (default) | linear minmax | linear zscore | linear l2 | "
+              "linear dbsf | txtai | BM25 arm vs bm25s (p) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in res["collections"].items():
+        o = r["ours"]
+        cells = [o[k]["quality"]["nDCG@10"] for k in ("bm25", "dense", "hybrid")]
+        cells += [o[f"linear-{n}"]["quality"]["nDCG@10"] for n in FUSION_NORMALIZERS] + [r["txtai"]["quality"]["nDCG@10"]]
+        d, p = paired(o["bm25"]["quality"], r["bm25s"]["quality"])
+        lines.append(f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {d:+.3f} ({p}) |")
     m = res["mean"]
     lines += ["", f"Mean over collections — BM25 nDCG@10: ours {m['ours_bm25']:.3f}, bm25s {m['bm25s']:.3f}; "
               f"hybrid nDCG@10: ours {m['ours_hybrid']:.3f}, txtai {m['txtai']:.3f}; hybrid p50 ms: ours "

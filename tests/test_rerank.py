@@ -44,8 +44,9 @@ def test_rerank_orders_chunks_by_the_cross_encoder(rerank_corpus):
     for ch, e in zip(chunks, expected):
         assert ch["rerank"] == pytest.approx(float(e), abs=1e-5) and 0 < ch["rerank"] < 1
         assert ch["score"] == ch["rerank"]
-    for p in res["pages"]:  # rollup max over the page's reranked chunks
-        assert p["score"] == pytest.approx(max(ch["rerank"] for ch in p["explain"]["chunks"]))
+    for p in res["pages"]:  # rollup max over the page's reranked chunks (then the default, bounded recency)
+        assert p["explain"]["rollup"]["value"] == pytest.approx(max(ch["rerank"] for ch in p["explain"]["chunks"]))
+        assert p["score"] == pytest.approx(p["explain"]["rollup"]["value"] * p["explain"]["decay"]["factor"])
         assert p["snippets"][0]["chunk_id"] == max(p["explain"]["chunks"], key=lambda ch: ch["rerank"])["chunk_id"]
     scores = [p["score"] for p in res["pages"]]
     assert scores == sorted(scores, reverse=True)
@@ -78,7 +79,7 @@ def test_a_long_page_is_scored_by_its_best_passage(rerank_corpus):
     long = next(p for p in res["pages"] if p["url"] == "https://long.example/report")
     best = long["snippets"][0]
     assert "Puffins nest in burrows" in best["text"]  # the passage, not the filler, carries the page
-    assert long["score"] == pytest.approx(best["score"])
+    assert long["explain"]["rollup"]["value"] == pytest.approx(best["score"])
 
 
 def test_rerank_without_a_reranker_is_503(shared_corpus, make_corpus):
