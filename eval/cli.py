@@ -11,6 +11,10 @@ from pathlib import Path
 
 from engine.core.settings import Settings, load_settings
 
+# The supervised training data beside the checkout (eval/squad.py reads it); named here so the
+# parser does not import the training code.
+DEFAULT_SQUAD_PATH = Path(__file__).resolve().parents[2] / "shared" / "data" / "train" / "squad-v1.1-train.jsonl.gz"
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config)
@@ -94,18 +98,25 @@ def cmd_reranker(args) -> int:
             got = engine.training_pairs("mined", workspace, plan, n=args.mined, seed=args.seed)
             sources["mined"] = {"workspace": workspace, **describe(got)}
             pairs += got
+        if args.squad:
+            from eval.squad import squad_pairs
+
+            got = squad_pairs(args.squad, args.squad_questions, negatives=args.squad_negatives, seed=args.seed)
+            sources["squad"] = {"file": str(args.squad), **describe(got)}
+            pairs += got
         if args.from_log:
             got = engine.training_pairs("feedback", workspace, plan, seed=args.seed)
             sources["feedback"] = {"workspace": workspace, **describe(got)}
             pairs += got
         if not pairs or not any(p.label > 0.5 for p in pairs):
             print(f"error: no training pairs: workspace {workspace!r} gave none (is it ingested?); "
-                  "add --qrels DIR or --from-log", file=sys.stderr)
+                  "add --qrels DIR, --squad or --from-log", file=sys.stderr)
             return 2
         config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
                              seed=args.seed, layers=args.layers, loss=args.loss,
                              device=args.device or settings.models.device,
-                             eval_every=max(1, min(100, args.steps // 4)), progress=not args.no_progress)
+                             eval_every=args.eval_every or max(1, min(100, args.steps // 4)),
+                             val_max_groups=args.val_queries, progress=not args.no_progress)
         try:
             result = engine.train_reranker(pairs, out, name=name, base=args.base, config=config,
                                            sources=sources, register=not args.no_register and declared is None,
@@ -317,6 +328,13 @@ def register(sub) -> None:
     s.add_argument("--workspace", default=None, help="workspace to mine pairs (and feedback) from")
     s.add_argument("--mined", type=int, default=400, help="queries to mine from the workspace (0: none)")
     s.add_argument("--from-log", action="store_true", help="add found/click feedback from the query log")
+    s.add_argument("--squad", nargs="?", const=str(DEFAULT_SQUAD_PATH), default=None, metavar="FILE",
+                   help="add SQuAD question -> paragraph pairs (default file: ../shared/data/train/"
+                        "squad-v1.1-train.jsonl.gz); negatives are same-article paragraphs without the answer")
+    s.add_argument("--squad-questions", type=int, default=None, help="SQuAD questions to draw (default all)")
+    s.add_argument("--squad-negatives", type=int, default=3, help="negatives per SQuAD question")
+    s.add_argument("--eval-every", type=int, default=None, help="validate every N steps (default steps/4, <= 100)")
+    s.add_argument("--val-queries", type=int, default=150, help="held-out training queries for validation")
     s.add_argument("--hard-negatives", type=int, default=2, help="hard negatives per positive (hybrid search)")
     s.add_argument("--random-negatives", type=int, default=1, help="random in-corpus negatives per positive")
     s.add_argument("--steps", type=int, default=150)

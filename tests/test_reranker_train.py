@@ -273,3 +273,55 @@ def test_cli_reranker_train_refuses_an_empty_workspace_and_a_bad_base(tmp_path, 
     cfg.write_text(f'data_dir = "{tmp_path / "data"}"\n')
     assert main(["--config", str(cfg), "reranker", "train", "--steps", "1", "--no-progress"]) == 2
     assert "no training pairs" in capsys.readouterr().err
+
+
+def _squad_file(tmp_path, gz: bool):
+    import gzip
+
+    arts = [{"title": "Tides", "paragraphs": [
+                {"context": "Spring tides happen at new and full moon, when sun and moon align.",
+                 "qas": [{"question": "When do spring tides happen?", "answers": ["at new and full moon"]}]},
+                {"context": "Neap tides come at the quarter moons and have the smallest range.",
+                 "qas": [{"question": "Which tides have the smallest range?", "answers": ["Neap tides"]}]},
+                {"context": "A tide table lists high water at new and full moon for each harbour.", "qas": []},
+                {"context": "Tidal bores form in funnel-shaped estuaries.", "qas": []}]},
+            {"title": "Bread", "paragraphs": [
+                {"context": "Sourdough rises with wild yeast.",
+                 "qas": [{"question": "What makes sourdough rise?", "answers": [{"text": "wild yeast"}]}]}]}]
+    path = tmp_path / ("squad.jsonl.gz" if gz else "squad.json")
+    if gz:
+        with gzip.open(path, "wt") as f:
+            f.write("\n".join(json.dumps(a) for a in arts) + "\n")
+    else:  # the official one-object layout
+        path.write_text(json.dumps({"version": "1.1", "data": arts}))
+    return path
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_squad_pairs_take_answerless_paragraphs_of_the_same_article_as_negatives(tmp_path, gz):
+    from eval.squad import squad_pairs
+
+    pairs = squad_pairs(_squad_file(tmp_path, gz), negatives=2, seed=5)
+    groups: dict[str, list] = {}
+    for p in pairs:
+        groups.setdefault(p.group, []).append(p)
+    assert len(groups) == 3 and all(len(ps) == 3 for ps in groups.values())
+    by_q = {ps[0].query: ps for ps in groups.values()}
+    spring = by_q["When do spring tides happen?"]
+    assert spring[0].label == 1.0 and spring[0].passage.startswith("Spring tides")
+    negs = [p for p in spring if p.label == 0.0]
+    # the tide table holds the answer string: never a negative; the two answerless tide paragraphs are
+    assert {p.passage[:10] for p in negs} == {"Neap tides", "Tidal bore"}
+    assert {p.source for p in negs} == {"squad-same-article"}
+    # a one-paragraph article tops up from another article
+    bread = by_q["What makes sourdough rise?"]
+    assert {p.source for p in bread if p.label == 0.0} == {"squad-other-article"}
+    assert all("wild yeast" not in p.passage for p in bread if p.label == 0.0)
+    assert len(squad_pairs(_squad_file(tmp_path, gz), questions=2, negatives=1)) == 4
+
+
+def test_squad_pairs_refuse_a_missing_file(tmp_path):
+    from eval.squad import squad_pairs
+
+    with pytest.raises(FileNotFoundError, match="no SQuAD file"):
+        squad_pairs(tmp_path / "nope.jsonl.gz")
