@@ -2,7 +2,8 @@
 tests and a report (Markdown, JSON, PNG).
 
 Variants: sparse (BM25 only), dense (embedder only), hybrid (RRF of both), rerank (hybrid then the
-configured cross-encoder). Metrics (ir_measures): nDCG@10, R@100, RR@10 (MRR@10), AP (MAP over the
+configured cross-encoder, by its score alone), rerank-rrf (the cross-encoder as a third RRF arm),
+hybrid-linear and rerank-linear (the same with linear fusion of normalised scores). Metrics (ir_measures): nDCG@10, R@100, RR@10 (MRR@10), AP (MAP over the
 top 100). Significance: a paired t-test (scipy) on per-query nDCG@10 for every pair of runs.
 """
 from __future__ import annotations
@@ -25,7 +26,11 @@ VARIANTS = {"sparse": {"dense_weight": 0.0, "sparse_weight": 1.0},
             "dense": {"dense_weight": 1.0, "sparse_weight": 0.0},
             "hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0},
             "rerank": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True, "rerank_fusion": "replace"},
-            "rerank-rrf": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True, "rerank_fusion": "rrf"}}
+            "rerank-rrf": {"dense_weight": 1.0, "sparse_weight": 1.0, "rerank": True, "rerank_fusion": "rrf"},
+            # the same two arms (and the reranker as a third) fused linearly over normalised scores
+            "hybrid-linear": {"dense_weight": 1.0, "sparse_weight": 1.0, "fusion": "linear"},
+            "rerank-linear": {"dense_weight": 1.0, "sparse_weight": 1.0, "fusion": "linear", "rerank": True,
+                              "rerank_fusion": "rrf"}}
 
 
 def ingest(engine: Engine, coll: Collection, workspace: str, progress: bool = False) -> dict:
