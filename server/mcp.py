@@ -25,7 +25,7 @@ from engine.core.access import Grant
 from engine.refind.compare import CompareRequest
 from engine.core.errors import EngineError
 from engine.evidence import service as evidence
-from engine.relations.facts import FactsRequest
+from engine.relations.facts import CorrectionRequest, FactsRequest, RegionRequest
 from engine.relations.search import RelationSearchRequest
 from engine.refind.search import SearchRequest
 from engine.refind.similar import MEDIATIONS
@@ -36,8 +36,8 @@ from .http.relations import ROUTES as RELATION_ROUTES
 
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
-    "questions over typed relations with their warrant (limma_search, limma_facts), and gathers evidence "
-    "for a question into a packet file (evidence_search, read_evidence_packet).")
+    "questions over typed relations with their warrant (limma_search, limma_facts; limma_region re-reads a "
+    "receipt, limma_correct retires a wrong row), and gathers evidence for a question into a packet file (evidence_search, read_evidence_packet).")
 
 
 class PageRef(BaseModel):
@@ -150,6 +150,15 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
         g.workspace(req.workspace_id, req.workspace_id)
         return engine().facts(req)
 
+    def limma_correct(req: CorrectionRequest, g: Grant) -> dict:
+        g.require_write()  # the route's order: a read-only key is refused before the workspace is looked at
+        g.workspace(req.workspace_id, req.workspace_id)
+        return engine().correct(req)
+
+    def limma_region(req: RegionRequest, g: Grant) -> dict:
+        g.workspace(req.workspace_id, req.workspace_id)
+        return engine().region(req)
+
     def get_page(ref: PageRef, g: Grant) -> dict:
         engine().readable_page(g, ref.page_id)
         return json.loads(json.dumps(engine().page(ref.page_id), default=str))
@@ -167,6 +176,18 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                         "One entity's rows of one relation, with their receipts and the absence verdict: "
                         "`absence.kind` is recorded, none (looked at, holds no row) or not_recorded (never looked "
                         "at — not a \"no\")."))
+    server.add_tool(tool_function(CorrectionRequest, limma_correct, "/v1/public/corrections"),
+                    name="limma_correct", description=(
+                        "Retire a wrong row (its `row_id` from limma_search's or limma_facts' rows) with a "
+                        "`reason`. The row stops matching at once; while its source still states it, its entity "
+                        "is undetermined (`corrected_rows_unanswerable`), never silently none. Needs a key that "
+                        "may write."))
+    server.add_tool(tool_function(RegionRequest, limma_region, "/v1/public/region"),
+                    name="limma_region", description=(
+                        "Re-read a receipt: a row's `slot` as its source reads it now (the cell a database row "
+                        "was loaded from), with `byte_verified` saying whether it still says what was "
+                        "delivered. Use it before relying on a matched row's value."))
+
     def refind_search(req: SearchRequest, g: Grant) -> dict:
         req.workspace = g.scoped(req.workspace, default())
         return refind_reply(engine().search(req, scopes=g.document_scopes).model_dump(mode="json"), req.explain)

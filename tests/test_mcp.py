@@ -39,7 +39,7 @@ def test_the_tools_are_listed_with_the_routes_schemas(client):
             return (await session.list_tools()).tools
 
     tools = {t.name: t for t in anyio.run(listing)}
-    assert set(tools) == {"limma_search", "limma_facts", "refind_search", "refind_compare", "get_page",
+    assert set(tools) == {"limma_search", "limma_facts", "limma_correct", "limma_region", "refind_search", "refind_compare", "get_page",
                           "similar_pages", "evidence_search", "read_evidence_packet"}
     assert all(len(t.description) > 40 for t in tools.values())
     schema = tools["limma_search"].inputSchema
@@ -73,6 +73,36 @@ def test_limma_facts_refind_search_and_get_page(client):
     assert "timings_ms" in explained and explained["pages"][0]["explain"] is not None
     page = result(call_tool(client, "get_page", {"page_id": found["pages"][0]["page_id"]}))
     assert page["body_text"].startswith("Centrifugal pumps")
+
+
+def test_limma_region_and_limma_correct_through_a_client_session(client):
+    """The spec's advice to agents, as tools: re-read a receipt through region, retire a wrong row
+    with limma_correct. A workspace of its own: the correction must not touch the other tests' one."""
+    from docs.examples.roster import roster
+
+    ws = roster(client).workspace_id
+    passed = [{"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed"}]
+    full = result(call_tool(client, "limma_search", {"workspace_id": ws, "constraints": passed, "detail": "full"}))
+    match = full["matches"][0]
+    row_id = match["rows"][0]["row_id"]
+    region = result(call_tool(client, "limma_region", {"workspace_id": ws, "row_id": row_id, "slot": "outcome"}))
+    assert (region["value_loaded"], region["value_now"], region["byte_verified"]) == ("passed", "passed", True)
+    assert region == client.post("/v1/public/region", json={"workspace_id": ws, "row_id": row_id,
+                                                            "slot": "outcome"}).json()
+    res = call_tool(client, "limma_region", {"workspace_id": ws, "row_id": row_id, "slot": "no_such_slot"})
+    assert res.isError is True and json.loads(res.content[0].text.partition(": ")[2])["status"] == 422
+
+    fixed = result(call_tool(client, "limma_correct", {"workspace_id": ws, "row_id": row_id,
+                                                       "reason": "the screening was re-run and failed"}))
+    assert fixed["retired"] is True and fixed["already"] is False and fixed["entity_id"] == match["entity_id"]
+    after = result(call_tool(client, "limma_search", {"workspace_id": ws, "constraints": passed, "detail": "full"}))
+    assert match["entity_id"] not in after["entities"]["matched"]
+    assert match["entity_id"] in after["entities"]["undetermined"]   # the source still states the row
+    assert "corrected_rows_unanswerable:screening" in after["coverage"]["narrowed_by"]
+    again = result(call_tool(client, "limma_correct", {"workspace_id": ws, "row_id": row_id, "reason": "again"}))
+    assert again["already"] is True and again["correction_id"] == fixed["correction_id"]
+    res = call_tool(client, "limma_correct", {"workspace_id": "nowhere", "row_id": row_id, "reason": "x"})
+    assert res.isError is True and json.loads(res.content[0].text.partition(": ")[2])["status"] == 404
 
 
 def test_similar_pages_and_compare_refusals(client):

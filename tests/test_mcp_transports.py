@@ -126,6 +126,7 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
         create_workspace(corpus.relations, WorkspaceCreate(workspace_id=ws))
     ids = {p["url"]: pid for pid, p in corpus.store.pages_by_id(corpus.store.filtered_pages("team")).items()}
     token = create_key(corpus.keys, ["team"], scopes=["a"])["token"]
+    reader = create_key(corpus.keys, ["team"], read_only=True)["token"]
     corpus.close()
     with served(data, sock):
         serving_on(sock)
@@ -143,11 +144,27 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
                     similar = await session.call_tool("similar_pages", {"page_id": ids["https://t.example/a"]})
                     elsewhere = await session.call_tool("limma_facts", {"workspace_id": "other", "entity_id": "x",
                                                                         "relation": "screening"})
-                    return found, hidden, similar, elsewhere
+                    region = await session.call_tool("limma_region", {"workspace_id": "other", "row_id": "r",
+                                                                      "slot": "outcome"})
+                    correct = await session.call_tool("limma_correct", {"workspace_id": "other", "row_id": "r",
+                                                                        "reason": "wrong"})
+                    return found, hidden, similar, elsewhere, region, correct
 
-        found, hidden, similar, elsewhere = anyio.run(run)
+        async def read_only():
+            keyed = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock)), timeout=60,
+                                      headers={"Authorization": f"Bearer {reader}"})
+            async with keyed, streamable_http_client("http://localhost:8000/mcp", http_client=keyed) as (r, w, _):
+                async with ClientSession(r, w) as session:
+                    await session.initialize()
+                    return await session.call_tool("limma_correct", {"workspace_id": "team", "row_id": "r",
+                                                                     "reason": "wrong"})
+
+        found, hidden, similar, elsewhere, region, correct = anyio.run(run)
+        written = anyio.run(read_only)
         assert [p["url"] for p in json.loads(found.content[0].text)["pages"]] == ["https://t.example/a"]
-        for refused, kind in ((hidden, "page_not_found"), (elsewhere, "workspace_not_found")):
+        for refused, kind in ((hidden, "page_not_found"), (elsewhere, "workspace_not_found"),
+                              (region, "workspace_not_found"), (correct, "workspace_not_found"),
+                              (written, "forbidden")):
             assert refused.isError is True
             assert json.loads(refused.content[0].text.partition(": ")[2])["detail"]["type"] == kind
         assert json.loads(similar.content[0].text)["pages"] == []
