@@ -113,7 +113,7 @@ class Reranker:
         return out
 
 
-_CACHE: dict[tuple[str, str], Reranker] = {}
+_CACHE: dict[tuple, Reranker] = {}
 _LOCK = Lock()
 
 
@@ -128,7 +128,10 @@ def load_reranker(registry: ModelRegistry, name: str | None, device: str = "auto
         path = registry.resolve(name)
     except ModelNotFound as exc:
         raise RerankerUnavailable(str(exc)) from exc
-    key = (str(path.resolve()), resolve_device(device))
+    # One folder can hold several graphs (fp32 and int8 ONNX beside the torch weights), declared as
+    # separate registry entries: the cache tells them apart by everything that changes the scores.
+    key = (str(path.resolve()), resolve_device(device), str(spec.extra.get("backend", "torch")),
+           str(spec.extra.get("onnx_file", "")), spec.max_seq_length)
     with _LOCK:
         rr = _CACHE.get(key)
         if rr is None:
