@@ -62,6 +62,19 @@ def cmd_reranker(args) -> int:
     from engine.refind.rerank_pairs import NegativePlan, describe
     from engine.refind.reranker_training import DeviceUnavailable, TrainConfig
 
+    if args.action == "package":  # files only: no data dir is opened
+        from models.reranker_train import package_onnx
+
+        if not args.out or not args.to:
+            print("error: reranker package needs --out (the trained folder) and --to (where the ONNX "
+                  "deployment goes)", file=sys.stderr)
+            return 2
+        try:
+            _print(package_onnx(Path(args.out), Path(args.to)))
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     settings = _settings(args)
     workspace = args.workspace or settings.default_workspace
     with Engine(settings) as engine:
@@ -313,8 +326,10 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_tune)
 
     s = sub.add_parser("reranker", help="train a cross-encoder reranker (from the bundled encoder)")
-    s.add_argument("action", choices=["train", "status"],
-                   help="train: train and register one; status: the configured reranker and whether it is there")
+    s.add_argument("action", choices=["train", "status", "package"],
+                   help="train: train and register one; status: the configured reranker and whether it is there; "
+                        "package: copy a trained folder's int8 ONNX deployment (--out) to --to")
+    s.add_argument("--to", default=None, help="package: the folder to write (replaced)")
     s.add_argument("--brief", action="store_true", help="status: one sentence")
     s.add_argument("--from", dest="base", default="all-minilm-l6-v2",
                    help="encoder to start from (registry name): all-minilm-l6-v2 or all-mpnet-base-v2")

@@ -328,3 +328,28 @@ def export_onnx(out_dir: Path, max_length: int = 192, quantize: bool = True) -> 
 
         quantize_dynamic(str(path), str(path.with_name("model_qint8.onnx")), weight_type=QuantType.QInt8)
     return path
+
+
+# What a CPU deployment of an exported reranker needs: the tokenizer, the config (for the tokenizer's
+# class) and the int8 graph — not the fp32 weights (60 MB for two layers) or the fp32 graph.
+PACKAGE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                 "README.md", "refindery_training.json")
+
+
+def package_onnx(src: Path, dest: Path, onnx_file: str = "onnx/model_qint8.onnx") -> dict:
+    """Copy a trained, exported reranker's ONNX deployment (the files above that exist, and
+    `onnx_file`) into `dest`, replacing what was there; returns the files and their total size."""
+    import shutil
+
+    src, dest = Path(src), Path(dest)
+    if not (src / onnx_file).is_file():
+        raise FileNotFoundError(f"{src / onnx_file} does not exist (train with --onnx first)")
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / Path(onnx_file).parent).mkdir(parents=True)
+    files = [f for f in PACKAGE_FILES if (src / f).is_file()] + [onnx_file]
+    for f in files:
+        shutil.copy2(src / f, staging / f)
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    return {"dir": str(dest), "files": files, "bytes": sum((dest / f).stat().st_size for f in files)}

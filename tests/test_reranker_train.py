@@ -204,6 +204,20 @@ onnx_file = "onnx/model_qint8.onnx"
     int8 = load_reranker(registry, "tiny-int8", "cpu").score(q, passages)
     assert np.corrcoef(int8, torch_scores)[0, 1] > 0.9  # quantised: close, not equal
 
+    # `refindery reranker package`: the int8 deployment alone (what the repository ships) scores the same
+    from server.cli import main
+
+    shipped = tmp_path / "shipped"
+    assert main(["reranker", "package", "--out", str(onnx_copy), "--to", str(shipped)]) == 0
+    assert not (shipped / "model.safetensors").exists() and not (shipped / "onnx" / "model.onnx").exists()
+    assert (shipped / "onnx" / "model_qint8.onnx").is_file() and (shipped / "tokenizer.json").is_file()
+    with open(reg, "a") as f:
+        f.write(f'[rerankers.shipped]\nsource = "path"\npath = "{shipped}"\nmax_seq_length = 64\n'
+                'backend = "onnx"\nonnx_file = "onnx/model_qint8.onnx"\n')
+    packaged = load_reranker(ModelRegistry(reg, tmp_path / "cache"), "shipped", "cpu").score(q, passages)
+    np.testing.assert_allclose(packaged, int8, atol=1e-6)
+    assert main(["reranker", "package", "--out", str(plain), "--to", str(tmp_path / "x")]) == 2  # not exported
+
 
 def test_register_reranker_keeps_comments_and_replaces_its_own_block(tmp_path):
     from models.registry import ModelRegistry, register_reranker
