@@ -86,8 +86,8 @@ def cmd_reranker(args) -> int:
                 print(f"Reranker {st['name']} is trained ({st['path']}); rerank is "
                       f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
             else:
-                print("Rerank is off: no trained reranker here (and one trained on CPU in minutes did not beat "
-                      "hybrid search on held-out collections; README, 'Reranker'). To try one on this corpus: "
+                print("Rerank is off: no trained reranker here (none trained here yet, on this corpus or on SQuAD, "
+                      "beat hybrid search on held-out collections; README, 'Reranker'). To try one on this corpus: "
                       "`make reranker`, then search with \"rerank\": true.")
             return 0
         name = args.name

@@ -51,10 +51,13 @@ def collection_pairs(settings: Settings, coll_dir: Path, base: Path, plan: Negat
 
 
 def _with_reranker(settings: Settings, out_dir: Path, name: str, max_length: int, tmp: Path) -> Settings:
-    """Settings whose registry (a copy of the configured one) names the trained model."""
+    """Settings whose registry (a copy of the configured one) names the trained model: its torch
+    weights, or, for a packaged ONNX deployment (no weights beside it), its int8 graph."""
     reg = tmp / f"models-{name}.toml"
     reg.write_text(settings.registry_path.read_text())
-    register_reranker(reg, name, out_dir, max_length)
+    onnx_only = not any((Path(out_dir) / f).exists() for f in ("model.safetensors", "pytorch_model.bin"))
+    register_reranker(reg, name, out_dir, max_length,
+                      extra={"backend": "onnx", "onnx_file": "onnx/model_qint8.onnx"} if onnx_only else None)
     return settings.model_copy(update={"models": settings.models.model_copy(
         update={"registry": str(reg), "reranker": name})})
 
@@ -178,7 +181,9 @@ def markdown_model(result: dict) -> str:
     lines = [f"Reranker `{Path(result['model']).name}` on the four development collections, none of which it was "
              f"trained on (trained from `{card.get('base_model')}`"
              + (f", its first {cfg['layers']} layers" if cfg.get("layers") else "")
-             + f", on {data.get('pairs')} SQuAD pairs); max length {result['max_length']} tokens; the top "
+             + (f"; {res['steps']} steps of {cfg['batch_size']} sequences: {res['steps'] * cfg['batch_size']} "
+                f"pairs drawn from {res.get('train_pairs')}" if res.get("steps") else "")
+             + f"); max length {result['max_length']} tokens; the top "
              "`rerank_n` fused chunks reranked. nDCG@10; in brackets the difference to the same fusion without "
              "the reranker and the p of a paired t-test on per-query nDCG@10 (* < 0.05). `replace`: ranked by "
              "the reranker alone; `arm`: the reranker as one more arm of the fusion.", "",
@@ -200,9 +205,12 @@ def markdown_model(result: dict) -> str:
                   f"{cfg.get('max_length')}, seed {cfg.get('seed')}) on {res.get('device')} in {res.get('seconds')} s; "
                   f"{res.get('train_pairs')} training pairs over {res.get('train_groups')} questions, validation on "
                   f"{res.get('val_groups')} held-out questions:", "",
-                  "| step | BCE loss | MRR | pairwise accuracy |", "|---|---|---|---|"]
-        lines += [f"| {v['step']} | {v.get('loss')} | {v.get('mrr')} | {v.get('pairwise_accuracy')} |"
+                  "| step | MRR | pairwise accuracy | BCE loss |", "|---|---|---|---|"]
+        lines += [f"| {v['step']} | {v.get('mrr')} | {v.get('pairwise_accuracy')} | {v.get('loss')} |"
                   for v in res["validation"]]
+        if cfg.get("loss") == "listwise":
+            lines += ["", "(Trained listwise, the logits' scale is free: BCE on the raw logit is shown for "
+                      "completeness; MRR and pairwise accuracy are the figures that matter.)"]
     return "\n".join(lines) + "\n"
 
 

@@ -187,14 +187,15 @@ def _find_in_site(rel: str, extra: list[Path] = ()) -> Path | None:
 
 
 def register_reranker(registry_path: Path, name: str, path: Path, max_seq_length: int | None = None,
-                      note: str | None = None) -> bool:
+                      note: str | None = None, extra: dict[str, str] | None = None) -> bool:
     """Add (or replace) `[rerankers.<name>]` in a registry file, pointing at a local folder.
 
     The file is edited as text so its comments survive: an existing block of that name is cut out
     (up to the next table header) and a new block is appended. Returns False when an identical
     entry is already there. The path is written relative to the registry's folder when it lies
-    under it, so a checkout can move.
+    under it, so a checkout can move. `extra`: more string keys of the entry (`backend`, `onnx_file`).
     """
+    extra = extra or {}
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ValueError(f"reranker name {name!r}: use letters, digits, '.', '_' and '-'")
     registry_path = Path(registry_path)
@@ -209,7 +210,8 @@ def register_reranker(registry_path: Path, name: str, path: Path, max_seq_length
         if current and current.get("source") == "path" and "{data_dir}" not in current.get("path", ""):
             p = Path(current.get("path", "")).expanduser()
             p = p if p.is_absolute() else registry_path.parent / p
-            if p.resolve() == path and current.get("max_seq_length") == max_seq_length:
+            if (p.resolve() == path and current.get("max_seq_length") == max_seq_length
+                    and all(current.get(k) == v for k, v in extra.items())):
                 return False
     header = re.compile(rf"^\[rerankers\.(\"?){re.escape(name)}\1\]\s*$")
     out, skipping = [], False
@@ -226,6 +228,7 @@ def register_reranker(registry_path: Path, name: str, path: Path, max_seq_length
     block = ([f"# {note}"] if note else []) + [f"[rerankers.{name}]", 'source = "path"', f"path = {json.dumps(shown)}"]
     if max_seq_length:
         block.append(f"max_seq_length = {int(max_seq_length)}")
+    block += [f"{k} = {json.dumps(str(v))}" for k, v in extra.items()]
     new = "\n".join(out + ([""] if out else []) + block) + "\n"
     tomllib.loads(new)  # never write a registry that does not parse
     tmp = registry_path.with_suffix(registry_path.suffix + ".tmp")
