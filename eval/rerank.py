@@ -177,7 +177,7 @@ def _tmpdir():
 
 def markdown_model(result: dict) -> str:
     card = result.get("training") or {}
-    cfg, res, data = card.get("config", {}), card.get("result", {}), card.get("data", {})
+    cfg, res = card.get("config", {}), card.get("result", {})
     lines = [f"Reranker `{Path(result['model']).name}` on the four development collections, none of which it was "
              f"trained on (trained from `{card.get('base_model')}`"
              + (f", its first {cfg['layers']} layers" if cfg.get("layers") else "")
