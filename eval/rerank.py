@@ -178,11 +178,16 @@ def _tmpdir():
 def markdown_model(result: dict) -> str:
     card = result.get("training") or {}
     cfg, res = card.get("config", {}), card.get("result", {})
-    lines = [f"Reranker `{Path(result['model']).name}` on the four development collections, none of which it was "
-             f"trained on (trained from `{card.get('base_model')}`"
-             + (f", its first {cfg['layers']} layers" if cfg.get("layers") else "")
-             + (f"; {res['steps']} steps of {cfg['batch_size']} sequences: {res['steps'] * cfg['batch_size']} "
-                f"pairs drawn from {res.get('train_pairs')}" if res.get("steps") else "")
+    n = len(result["collections"])
+    if card:
+        trained = (f"trained from `{card.get('base_model')}`"
+                   + (f", its first {cfg['layers']} layers" if cfg.get("layers") else "")
+                   + (f"; {res['steps']} steps of {cfg['batch_size']} sequences: {res['steps'] * cfg['batch_size']} "
+                      f"pairs drawn from {res.get('train_pairs')}" if res.get("steps") else ""))
+    else:
+        trained = "no refindery_training.json beside it: how it was trained is not known here"
+    lines = [f"Reranker `{Path(result['model']).name}` on {n} collection{'s' if n != 1 else ''}, none of which it "
+             f"was trained on ({trained}"
              + f"); max length {result['max_length']} tokens; the top "
              "`rerank_n` fused chunks reranked. nDCG@10; in brackets the difference to the same fusion without "
              "the reranker and the p of a paired t-test on per-query nDCG@10 (* < 0.05). `replace`: ranked by "
