@@ -114,7 +114,11 @@ def cmd_reranker(args) -> int:
         if args.squad:
             from eval.squad import squad_pairs
 
-            got = squad_pairs(args.squad, args.squad_questions, negatives=args.squad_negatives, seed=args.seed)
+            try:
+                got = squad_pairs(args.squad, args.squad_questions, negatives=args.squad_negatives, seed=args.seed)
+            except (FileNotFoundError, ValueError) as exc:
+                print(f"error: --squad: {exc}", file=sys.stderr)
+                return 2
             sources["squad"] = {"file": str(args.squad), **describe(got)}
             pairs += got
         if args.from_log:

@@ -334,8 +334,15 @@ def test_squad_pairs_take_answerless_paragraphs_of_the_same_article_as_negatives
     assert len(squad_pairs(_squad_file(tmp_path, gz), questions=2, negatives=1)) == 4
 
 
-def test_squad_pairs_refuse_a_missing_file(tmp_path):
+def test_squad_pairs_refuse_a_missing_file(tmp_path, capsys):
     from eval.squad import squad_pairs
+    from server.cli import main
 
     with pytest.raises(FileNotFoundError, match="no SQuAD file"):
         squad_pairs(tmp_path / "nope.jsonl.gz")
+    cfg = tmp_path / "user.toml"
+    cfg.write_text(f'data_dir = "{tmp_path / "data"}"\n')
+    code = main(["--config", str(cfg), "reranker", "train", "--squad", str(tmp_path / "nope.jsonl.gz"),
+                 "--mined", "0", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: --squad:" in err and "no SQuAD file" in err and "Traceback" not in err
