@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def evaluate_model(settings: Settings, model_dir: Path, names=COLLECTIONS, ir_di
     base = Path(base or settings.data_dir / "ir")
     m = settings.models.active
     out = {"model": str(model_dir), "embedder": m, "max_length": max_length, "training": card, "collections": {}}
-    with _tmpdir() as tmp:
+    with tempfile.TemporaryDirectory(prefix="refindery-rerank-") as tmp:
         for name in names:
             engine, coll = collection_engine(settings, Path(ir_dir) / name, base)
             engine.close()
@@ -167,12 +168,6 @@ def evaluate_model(settings: Settings, model_dir: Path, names=COLLECTIONS, ir_di
         (results / f"{stem}.json").write_text(json.dumps(out, indent=2) + "\n")
         (results / f"{stem}.md").write_text(markdown_model(out))
     return out
-
-
-def _tmpdir():
-    import tempfile
-
-    return tempfile.TemporaryDirectory(prefix="refindery-rerank-")
 
 
 def markdown_model(result: dict) -> str:
