@@ -63,7 +63,7 @@ def cmd_reranker(args) -> int:
     from engine.refind.reranker_training import DeviceUnavailable, TrainConfig
 
     if args.action == "package":  # files only: no data dir is opened
-        from models.reranker_train import package_onnx
+        from engine.refind.reranker_training import package_onnx
 
         if not args.out or not args.to:
             print("error: reranker package needs --out (the trained folder) and --to (where the ONNX "

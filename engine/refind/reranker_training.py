@@ -7,6 +7,7 @@ from pathlib import Path
 from models.device import DeviceUnavailable  # noqa: F401  (faces catch it from here)
 from models.registry import ModelRegistry, register_reranker
 from models.reranker_train import Pair, TrainConfig, export_onnx, train_cross_encoder, write_card
+from models.reranker_train import package_onnx  # noqa: F401  (`refindery reranker package` calls it from here)
 
 from engine.refind.rerank_pairs import describe
 
