@@ -133,34 +133,25 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
         bare = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://localhost:8000")
         assert bare.post("/mcp", json={}).status_code == 401
 
-        async def run():
+        async def calls(key: str, *tool_calls: tuple[str, dict]) -> list:
+            """One MCP session over /mcp with `key`; the tools' results in order."""
             keyed = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock)), timeout=60,
-                                      headers={"Authorization": f"Bearer {token}"})
+                                      headers={"Authorization": f"Bearer {key}"})
             async with keyed, streamable_http_client("http://localhost:8000/mcp", http_client=keyed) as (r, w, _):
                 async with ClientSession(r, w) as session:
                     await session.initialize()
-                    found = await session.call_tool("refind_search", {"query": "json module notes"})
-                    hidden = await session.call_tool("get_page", {"page_id": ids["https://t.example/b"]})
-                    similar = await session.call_tool("similar_pages", {"page_id": ids["https://t.example/a"]})
-                    elsewhere = await session.call_tool("limma_facts", {"workspace_id": "other", "entity_id": "x",
-                                                                        "relation": "screening"})
-                    region = await session.call_tool("limma_region", {"workspace_id": "other", "row_id": "r",
-                                                                      "slot": "outcome"})
-                    correct = await session.call_tool("limma_correct", {"workspace_id": "other", "row_id": "r",
-                                                                        "reason": "wrong"})
-                    return found, hidden, similar, elsewhere, region, correct
+                    return [await session.call_tool(name, args) for name, args in tool_calls]
 
-        async def read_only():
-            keyed = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock)), timeout=60,
-                                      headers={"Authorization": f"Bearer {reader}"})
-            async with keyed, streamable_http_client("http://localhost:8000/mcp", http_client=keyed) as (r, w, _):
-                async with ClientSession(r, w) as session:
-                    await session.initialize()
-                    return await session.call_tool("limma_correct", {"workspace_id": "team", "row_id": "r",
-                                                                     "reason": "wrong"})
-
-        found, hidden, similar, elsewhere, region, correct = anyio.run(run)
-        written = anyio.run(read_only)
+        found, hidden, similar, elsewhere, region, correct = anyio.run(
+            calls, token,
+            ("refind_search", {"query": "json module notes"}),
+            ("get_page", {"page_id": ids["https://t.example/b"]}),
+            ("similar_pages", {"page_id": ids["https://t.example/a"]}),
+            ("limma_facts", {"workspace_id": "other", "entity_id": "x", "relation": "screening"}),
+            ("limma_region", {"workspace_id": "other", "row_id": "r", "slot": "outcome"}),
+            ("limma_correct", {"workspace_id": "other", "row_id": "r", "reason": "wrong"}))
+        (written,) = anyio.run(calls, reader, ("limma_correct", {"workspace_id": "team", "row_id": "r",
+                                                                 "reason": "wrong"}))
         assert [p["url"] for p in json.loads(found.content[0].text)["pages"]] == ["https://t.example/a"]
         for refused, kind in ((hidden, "page_not_found"), (elsewhere, "workspace_not_found"),
                               (region, "workspace_not_found"), (correct, "workspace_not_found"),
