@@ -1,14 +1,9 @@
-"""The brief path against a FAKE OpenAI-compatible chat completions server: real HTTP, a canned tool
-call. The fake listens on a Unix socket rather than 127.0.0.1 because the suite must pass under
-`unshare -n`, where loopback TCP is unreachable; the compiler speaks the same HTTP either way."""
+"""The brief path against a FAKE OpenAI-compatible chat completions server (tests/fake_llm.py): real
+HTTP over a Unix socket, a canned tool call."""
 from __future__ import annotations
 
-import http.server
-import json
-import socketserver
-import threading
-
 import pytest
+from fake_llm import compiler_settings, serving
 from relations_helpers import loaded, role, screening
 
 BRIEF = "Find VP-level Sales leaders in DACH. They must have passed a compliance screening. Fluent in German."
@@ -31,56 +26,17 @@ CANNED = {"constraints": [
 ], "as_of": "2024-06"}
 
 
-class FakeChatCompletions(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """A fake OpenAI-compatible endpoint: records each request, answers with the canned tool call
-    (or with `status` when set)."""
-    daemon_threads = True
-
-    def __init__(self, path):
-        self.requests, self.status, self.arguments = [], 200, CANNED
-        super().__init__(path, Handler)
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def address_string(self):   # a Unix socket has no client address
-        return "fake"
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        self.server.requests.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
-        tool = body["tools"][0]["function"]["name"]
-        reply = {"model": "fake-compiler-1", "usage": {"prompt_tokens": 900, "completion_tokens": 120},
-                 "choices": [{"message": {"role": "assistant", "tool_calls": [
-                     {"id": "call_1", "type": "function",
-                      "function": {"name": tool, "arguments": json.dumps(self.server.arguments)}}]}}]}
-        data = json.dumps(reply if self.server.status == 200 else {"error": "overloaded"}).encode()
-        self.send_response(self.server.status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fake-llm") / "chat.sock"
-    server = FakeChatCompletions(str(path))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(tmp_path_factory.mktemp("fake-llm") / "chat.sock", CANNED) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory, fake):
     from docs.examples import make_client
 
-    cl = make_client(tmp_path_factory.mktemp("brief"), compiler={
-        "base_url": "http://fake-llm/v1", "model": "fake-compiler-1", "api_key": "sk-test",
-        "uds": fake.server_address})
+    cl = make_client(tmp_path_factory.mktemp("brief"), compiler=compiler_settings(fake))
     yield cl
     cl.corpus.close()
 
