@@ -6,16 +6,19 @@ store, loads a model or imports `indexes`/`models` itself.
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
+from pydantic import ValidationError
 
 from engine.core import access
 from engine.core.access import Grant
 from engine.core.corpus import Corpus, open_corpus, read_page
-from engine.core.errors import EngineError, ModelUnavailable
+from engine.core.errors import EngineError, LoadInvalid, LoadNotFound, ModelUnavailable
+from engine.core.urls import normalize_url
 from engine.core.querylog import LogEntry
 from engine.core.settings import SearchSettings, Settings, load_settings
 from engine.evidence import service as evidence
@@ -23,6 +26,7 @@ from engine.evidence.confidence import Calibration, chunk_cosines
 from engine.ingest.clusters import refit_clusters
 from engine.ingest.entities import EntityUpsert, upsert_entity
 from engine.ingest.pipeline import Ingester, IngestReport, delete_page
+from engine.ingest.records import PageInput, describe_validation_error
 from engine.refind.compare import CompareRequest, CompareResponse, compare
 from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgment_pairs, mined_pairs
 from engine.refind.reranker_training import train_reranker
@@ -30,6 +34,7 @@ from engine.refind.search import SearchRequest, SearchResponse, SearchService
 from engine.refind.similar import similar_pages
 from engine.relations import facts as relation_facts
 from engine.relations.criteria import CriterionReader
+from engine.relations import documents as relation_documents
 from engine.relations.loads import LoadRequest, load, workspace_roots
 from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace
@@ -167,12 +172,55 @@ class Engine:
     def describe_relation_workspace(self, workspace_id: str) -> dict:
         return describe_workspace(self.corpus.relations, workspace_id)
 
-    def load(self, workspace_id: str, req: LoadRequest, confined: bool = True) -> dict:
-        """A relation load. `confined`: read only from the workspace's own source folder once keys
-        exist or source_dirs is set (every face but the local CLI)."""
+    def load(self, workspace_id: str, req: LoadRequest | relation_documents.DocumentLoadRequest,
+             confined: bool = True) -> dict:
+        """A relation load (SQL tables, or a folder of documents). `confined`: read only from the
+        workspace's own source folder once keys exist or source_dirs is set (every face but the local CLI)."""
         roots = workspace_roots(self.settings.relations.source_dirs, self.corpus.data_dir, workspace_id,
                                 self.corpus.keys.closed) if confined else None
+        if isinstance(req, relation_documents.DocumentLoadRequest):
+            return self._load_documents(workspace_id, req, roots)
         return load(self.corpus.relations, workspace_id, req, roots)
+
+    def sync_load(self, workspace_id: str, load_id: str, confined: bool = True) -> dict:
+        """Run a load again from its stored body: for a folder of documents or records (a connected
+        export) only what changed is re-read and superseded; a SQL load is re-read whole."""
+        spec = self.corpus.relations.load_spec(load_id)
+        if spec is None or spec.get("workspace_id") != workspace_id:
+            raise LoadNotFound(f"no load {load_id!r} in workspace {workspace_id!r}", ref=load_id)
+        body = json.loads(spec["spec"]) if isinstance(spec["spec"], str) else spec["spec"]
+        model = relation_documents.DocumentLoadRequest if spec["format"] == "documents" else LoadRequest
+        out = self.load(workspace_id, model.model_validate(body), confined)
+        return {**out, "synced_from": load_id}
+
+    def _load_documents(self, workspace_id: str, req: relation_documents.DocumentLoadRequest,
+                        roots: list[Path] | None) -> dict:
+        """Read and check the whole load, then the changed documents become the workspace's pages
+        (each linked to its entity), then the rows go in one transaction. A crash between the two
+        leaves the relation side as it was; re-running the load finishes it (page upserts are idempotent)."""
+        c = self.corpus
+        prep = relation_documents.prepare(c.relations, workspace_id, req, roots,
+                                          compiler=c.brief_compiler() if req.model_reader else None)
+        records = []
+        for i, (d, page) in enumerate(zip(prep.changed, prep.pages())):
+            try:
+                records.append((i, d.rel, PageInput.model_validate(page)))
+            except ValidationError as exc:
+                raise LoadInvalid(f"document {d.rel!r} cannot be a page: {describe_validation_error(exc)}",
+                                  reason="document_not_a_page") from exc
+        pages: dict[str, str] = {}
+        if records:
+            report = self.ingest(records, workspace=workspace_id, progress=False)
+            for o in report.outcomes:
+                if o.status == "error":
+                    raise LoadInvalid(f"document {records[o.index][1]!r} cannot be a page: {o.error}",
+                                      reason="document_not_a_page")
+                if o.url:
+                    pages[o.url] = o.page_id
+        for url in prep.removed_urls():
+            for page_id in c.store.pages_with_url(workspace_id, normalize_url(url)):
+                delete_page(c, page_id)
+        return relation_documents.write(c.relations, prep, pages)
 
     # Evidence search ------------------------------------------------------------------------------
     @property

@@ -26,6 +26,19 @@ class SlotRead:
     axis: dict[str, tuple[str, int | None]] | None = None   # term slots: normalised surface -> (term, rung)
 
 
+@dataclass(frozen=True)
+class DocumentRow:
+    """One slot's span receipt: where in which document an extracted row's value is written."""
+    row_id: str
+    slot: str
+    document: str
+    char_start: int
+    char_end: int
+    quote: str
+    content_hash: str
+    reader: str
+
+
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -59,9 +72,48 @@ class LoadWriter:
             f"UPDATE {shape.name} SET current = FALSE WHERE workspace_id = ? AND source_key = ? AND current",
             [self.workspace_id, source_key]).fetchall()[0][0]
 
+    def supersede_sources(self, shape: TableShape, source_keys: list[str]) -> int:
+        """Mark the rows these sources (documents) gave before as no longer current; how many were."""
+        self.rstore.ensure_table(shape, self.con)
+        if not source_keys:
+            return 0
+        return self.con.execute(
+            f"UPDATE {shape.name} SET current = FALSE WHERE workspace_id = ? AND current "
+            f"AND source_key IN (SELECT unnest(?))", [self.workspace_id, source_keys]).fetchall()[0][0]
+
+    def insert_spans(self, spans: list[DocumentRow]) -> None:
+        if not spans:
+            return
+        self.con.register("load_spans", pa.table({
+            "row_id": [s.row_id for s in spans], "slot": [s.slot for s in spans],
+            "document": [s.document for s in spans],
+            "char_start": pa.array([s.char_start for s in spans], pa.int32()),
+            "char_end": pa.array([s.char_end for s in spans], pa.int32()),
+            "quote": [s.quote for s in spans], "content_hash": [s.content_hash for s in spans],
+            "reader": [s.reader for s in spans]}))
+        try:
+            self.con.execute("INSERT INTO rel_spans SELECT ?, row_id, slot, document, char_start, char_end, quote, "
+                             "content_hash, reader FROM load_spans", [self.workspace_id])
+        finally:
+            self.con.unregister("load_spans")
+
+    def replace_documents(self, source_key: str, documents: list[dict], removed: list[str]) -> None:
+        """Record the documents read now (superseding their earlier records) and retire the removed."""
+        con, ws = self.con, self.workspace_id
+        gone = [d["document"] for d in documents] + removed
+        if gone:
+            con.execute("UPDATE rel_documents SET current = FALSE WHERE workspace_id = ? AND source_key = ? "
+                        "AND current AND document IN (SELECT unnest(?))", [ws, source_key, gone])
+        if documents:
+            con.executemany("INSERT INTO rel_documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, TRUE)",
+                            [[ws, source_key, d["document"], d["path"], d["entity_id"], d["name"],
+                              d["content_hash"], d["fingerprint"], d["url"], d["page_id"], self.load_id]
+                             for d in documents])
+
     def insert_rows(self, shape: TableShape, subject: str, relation: str, entity_column: str,
                     slots: list[SlotRead], data: pa.Table, source_key: str, db_table: str) -> dict:
-        """Write a source table's rows (`data`: its columns plus `__key`) as the relation's rows,
+        """Write a source table's rows (`data`: its columns plus `__key`, and optionally `__source`,
+        a source key per row, and `__ord`, the row's number in its row id) as the relation's rows,
         registering their entities first; returns what was written (rows, entities, unattributed,
         withheld, retired_by_corrections, unknown_surfaces)."""
         con, table = self.con, shape.name
@@ -96,6 +148,9 @@ class LoadWriter:
         cols = [c for c, _ in shape.columns()]
         entity = f"nullif(trim(s.{quote(entity_column)}), '')"
         ws, load_id = self.workspace_id, self.load_id
+        names = set(data.column_names)
+        source = "coalesce(s.__source, ?)" if "__source" in names else "?"
+        numbered = "load_src" if "__ord" in names else "(SELECT *, row_number() OVER () AS __ord FROM load_src)"
         try:
             # Register the entities first, so each row is written with its entity number and the
             # load's rows lie clustered by entity: a page of matches then reads few row groups.
@@ -104,10 +159,10 @@ class LoadWriter:
                                             f"FROM load_src s", [])
             con.execute(
                 f"INSERT INTO {table} ({', '.join(cols)}) "
-                f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, ?, ?, s.__key, "
+                f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, {source}, ?, s.__key, "
                 f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, "
                 + ", ".join(select)
-                + f" FROM (SELECT *, row_number() OVER () AS __ord FROM load_src) s "
+                + f" FROM {numbered} s "
                 f"LEFT JOIN rel_entities e ON e.workspace_id = ? AND e.entity_id = {entity} {' '.join(joins)} "
                 f"ORDER BY e.ent_no NULLS LAST, s.__ord",
                 [f"{load_id}-{relation}", ws, load_id, source_key, db_table, ws])

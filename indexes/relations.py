@@ -14,6 +14,13 @@ Fixed tables:
                                                    what a criterion's reader found in an entity's own
                                                    documents, keyed by the documents' content
   audit_events(request_id, ts, verb, workspace_id, request, rows, spans, summary)
+  rel_documents(workspace_id, source_key, document, path, entity_id, name, content_hash, fingerprint,
+                url, page_id, load_id, current)
+                                                   the documents a document load read (one current
+                                                   row per document of a folder; superseded on change)
+  rel_spans(workspace_id, row_id, slot, document, char_start, char_end, quote, content_hash, reader)
+                                                   an extracted row's span receipt per slot: where in
+                                                   which document its value is written
 
 One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loaded row:
   row_id, workspace_id, entity_id (NULL: the loader could tie the row to nobody), ent_no, load_id,
@@ -56,6 +63,14 @@ DDL = [
         workspace_id VARCHAR NOT NULL, criterion_key VARCHAR NOT NULL, entity_id VARCHAR NOT NULL,
         doc_key VARCHAR NOT NULL, state VARCHAR NOT NULL, quote VARCHAR, page_id VARCHAR, url VARCHAR,
         chunk_id BIGINT, char_start INTEGER, char_end INTEGER, score DOUBLE, read_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS rel_documents (
+        workspace_id VARCHAR NOT NULL, source_key VARCHAR NOT NULL, document VARCHAR NOT NULL, path VARCHAR NOT NULL,
+        entity_id VARCHAR, name VARCHAR, content_hash VARCHAR NOT NULL, fingerprint VARCHAR NOT NULL, url VARCHAR,
+        page_id VARCHAR, load_id VARCHAR NOT NULL, current BOOLEAN NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS rel_spans (
+        workspace_id VARCHAR NOT NULL, row_id VARCHAR NOT NULL, slot VARCHAR NOT NULL, document VARCHAR NOT NULL,
+        char_start INTEGER NOT NULL, char_end INTEGER NOT NULL, quote VARCHAR NOT NULL, content_hash VARCHAR NOT NULL,
+        reader VARCHAR NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS audit_events (
         request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
         request JSON, rows JSON, spans JSON, summary JSON)""",
@@ -203,9 +218,36 @@ class RelationStore:
                 for r in res]
 
     def load_spec(self, load_id: str) -> dict | None:
-        row = self.cursor().execute("SELECT source, format, spec FROM rel_loads WHERE load_id = ?",
+        row = self.cursor().execute("SELECT source, format, spec, workspace_id FROM rel_loads WHERE load_id = ?",
                                     [load_id]).fetchone()
-        return None if row is None else {"source": row[0], "format": row[1], "spec": row[2]}
+        return None if row is None else {"source": row[0], "format": row[1], "spec": row[2], "workspace_id": row[3]}
+
+    # Documents ------------------------------------------------------------------------------------
+    DOCUMENT = ["document", "path", "entity_id", "name", "content_hash", "fingerprint", "url", "page_id", "load_id"]
+
+    def current_documents(self, workspace_id: str, source_key: str) -> list[dict]:
+        """The documents the current load of a document folder read (columns DOCUMENT)."""
+        rows = self.cursor().execute(
+            f"SELECT {', '.join(self.DOCUMENT)} FROM rel_documents WHERE workspace_id = ? AND source_key = ? "
+            "AND current ORDER BY document", [workspace_id, source_key]).fetchall()
+        return [dict(zip(self.DOCUMENT, r)) for r in rows]
+
+    def spans(self, workspace_id: str, row_ids: list[str]) -> list[dict]:
+        """The span receipts of these extracted rows, each with its document's current record
+        (path, url, page id) from the load that wrote the row."""
+        if not row_ids:
+            return []
+        cols = ["row_id", "slot", "document", "char_start", "char_end", "quote", "content_hash", "reader",
+                "path", "url", "page_id"]
+        rows = self.cursor().execute(
+            """SELECT s.row_id, s.slot, s.document, s.char_start, s.char_end, s.quote, s.content_hash, s.reader,
+                      d.path, d.url, d.page_id
+               FROM rel_spans s LEFT JOIN rel_documents d ON d.workspace_id = s.workspace_id
+                    AND d.document = s.document AND d.content_hash = s.content_hash
+                    AND d.load_id = split_part(s.row_id, '-', 1)
+               WHERE s.workspace_id = ? AND s.row_id IN (SELECT unnest(?))
+               ORDER BY s.row_id, s.char_start""", [workspace_id, row_ids]).fetchall()
+        return [dict(zip(cols, r)) for r in rows]
 
     # Criterion judgments ---------------------------------------------------------------------------
     JUDGMENT = ["entity_id", "doc_key", "state", "quote", "page_id", "url", "chunk_id", "char_start", "char_end",

@@ -117,6 +117,10 @@ class LoadInvalid(EngineError):
     status, type = 422, "load_invalid"
 
 
+class LoadNotFound(EngineError):
+    status, type = 404, "load_not_found"
+
+
 class RelationUnknown(EngineError):
     status, type = 422, "relation_unknown"
 
@@ -127,6 +131,11 @@ class SearchConstraintInvalid(EngineError):
 
 class SearchRequestInvalid(EngineError):
     status, type = 422, "search_request_invalid"
+
+
+class ReaderUnavailable(EngineError):
+    """A document load asked for the model reader and no compile model is configured."""
+    status, type = 503, "model_reader_unavailable"
 
 
 class CompileUnavailable(EngineError):

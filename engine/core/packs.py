@@ -140,6 +140,7 @@ class Pack:
     schema: Schema
     vocabulary: Vocabulary
     path: Path | None = None
+    readers: tuple[dict, ...] = ()      # document readers ([[readers]]), checked by the load that uses them
 
 
 def _ident(value, what: str) -> str:
@@ -210,7 +211,11 @@ def parse_pack(data: dict, path: Path | None = None) -> Pack:
                                     rel.get("description", ""), period, date_slot, name)
     if not relations:
         raise PackError(f"pack {name} declares no relation")
-    return Pack(name, data.get("description", ""), Schema(relations), vocabulary, path)
+    readers = data.get("readers") or []
+    if not isinstance(readers, list) or any(not isinstance(r, dict) or r.get("relation") not in relations
+                                            for r in readers):
+        raise PackError(f"pack {name}: each [[readers]] entry names a `relation` of the pack")
+    return Pack(name, data.get("description", ""), Schema(relations), vocabulary, path, tuple(readers))
 
 
 EXTENSIONS = (".toml", ".yaml", ".yml")

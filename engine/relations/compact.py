@@ -15,13 +15,14 @@ from typing import Any
 from indexes.relations import RelationStore
 
 from engine.relations.constraints import SYMBOL, Bound
-from engine.core.packs import Relation
+from engine.core.packs import Relation, norm
 from engine.relations.receipts import slot_value
 from engine.relations.workspaces import Space
 
 ABOUT_LINES = 3
 ABOUT_WIDTH = 120
 REASONS_SHOWN = 5
+QUOTE_MAX = 160      # a why line's supporting quote, as the spec bounds it
 
 
 def _line(text: str) -> str:
@@ -118,6 +119,11 @@ def why(match: dict, bound: list[Bound], groups_of: dict[int, int]) -> list[dict
         shown = ", ".join(map(str, b.c.value)) if isinstance(b.c.value, list) else b.c.value
         line: dict[str, Any] = {"condition": f"{b.rel.name}.{slot} {SYMBOL[b.c.op]} {shown}", "value": value,
                                 "from": "record"}
+        if row.get("provenance_kind") == "extracted":
+            line["from"] = "text"
+            quote = (receipt or {}).get("quote")
+            if quote and norm(quote) != norm(str(value)):   # the document's words say more than the value
+                line["quote"] = quote if len(quote) <= QUOTE_MAX else quote[:QUOTE_MAX - 1] + "…"
         if receipt is not None and not receipt["byte_verified"]:
             line["check"] = (f"the source now reads {receipt.get('read_now')!r}" if "error" not in receipt
                              else "the source cannot be read now")

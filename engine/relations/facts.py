@@ -12,7 +12,7 @@ from indexes.relations import RelationStore
 
 from engine.core.errors import EngineError, EntityNotFound, RelationUnknown, RowNotFound
 from engine.core.packs import Relation
-from engine.relations.receipts import ReceiptReader, slot_value
+from engine.relations.receipts import ReceiptReader, provenance, slot_value
 from engine.relations.workspaces import Space, open_space
 from engine.core.clock import utcnow
 
@@ -64,7 +64,7 @@ def row_out(rel: Relation, row: dict, corrections: dict[str, str]) -> dict:
     if rel.period:
         out["period"] = {"from": row.get(f"v_{rel.period[0]}"), "to": row.get(f"v_{rel.period[1]}"),
                          "receipts": {k: receipts[k] for k in rel.period if k in receipts}}
-    out.update(provenance_kind="declared", receipt=None,
+    out.update(**provenance(row),
                slot_receipts={k: v for k, v in receipts.items() if k in slots}, load_id=row["load_id"],
                unrecorded_slots=[s for s in rel.value_slots if row.get(f"v_{s}") is None])
     if row.get("retired"):
@@ -85,7 +85,7 @@ def facts(rstore: RelationStore, req: FactsRequest) -> dict:
         raise EntityNotFound(f"no entity {req.entity_id!r} in workspace {space.workspace_id!r}", ref=req.entity_id)
     rows = _rows(rstore, space, rel, "entity_id = ?", [req.entity_id]) \
         if rstore.table_exists(space.shape(rel).name) else []
-    ReceiptReader(rstore).attach(rel, rows)
+    ReceiptReader(rstore, space.workspace_id).attach(rel, rows)
     corrections = rstore.corrections(space.workspace_id)
     coverage = [{"declared_by": by, "load_id": lid, "declared_at": at.isoformat()}
                 for lid, by, at in rstore.coverage_of(space.workspace_id, rel.name, req.entity_id)]
@@ -140,7 +140,7 @@ def region(rstore: RelationStore, req: RegionRequest) -> dict:
     rel, row = _find_row(rstore, space, req.row_id)
     if req.slot not in rel.slots:
         raise RelationUnknown(f"relation {rel.name} declares no slot {req.slot!r}", slots=list(rel.slots))
-    ReceiptReader(rstore).attach(rel, [row])
+    ReceiptReader(rstore, space.workspace_id).attach(rel, [row])
     receipt = row["_receipts"].get(req.slot)
     return {"row_id": req.row_id, "relation": rel.name, "entity_id": row["entity_id"], "slot": req.slot,
             "receipt": receipt, "value_loaded": row.get(f"v_{req.slot}"),

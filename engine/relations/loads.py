@@ -73,7 +73,8 @@ class LoadRequest(BaseModel):
 
 def _maybe_crash(point: str) -> None:
     """Test-only fault injection: SIGKILL this process at a named point inside the load's
-    transaction (REFINDERY_TEST_CRASH_AT=load:<relation>; see tests/test_relations_loads.py)."""
+    transaction (REFINDERY_TEST_CRASH_AT=load:<relation> or documents:<relation>; see
+    tests/test_relations_loads.py and tests/test_relations_documents.py)."""
     import os
     import signal
 
@@ -170,11 +171,12 @@ def _read(src: Source, table: str, cols: list[str], key: str | None, where: str)
     return data
 
 
-def _slot_reads(space: Space, rel: Relation, m: RelationMap) -> list[SlotRead]:
-    """How each slot of the relation is read from the mapped table (a term slot through its axis)."""
+def slot_reads(space: Space, rel: Relation, columns: dict[str, str]) -> list[SlotRead]:
+    """How each slot of the relation is read from its column (slot -> column; a term slot through
+    its axis)."""
     out = []
     for slot in rel.slots.values():
-        col = m.slots.get(slot.name)
+        col = columns.get(slot.name)
         axis = None
         if slot.type == "term" and slot.axis is not None and col:
             ax = space.vocabulary.axis(slot.axis)
@@ -262,7 +264,7 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
             source_key = f"{src.key}#{m.table}"
             shape = space.shape(rel)
             superseded = w.supersede(shape, source_key)
-            written = w.insert_rows(shape, rel.subject, rel.name, m.entity_column, _slot_reads(space, rel, m), data,
+            written = w.insert_rows(shape, rel.subject, rel.name, m.entity_column, slot_reads(space, rel, m.slots), data,
                                     source_key, m.table)
             summary["relations"].append({"relation": rel.name, "table": m.table, **written,
                                          "unmapped_slots": [s for s in rel.slots if s not in m.slots],

@@ -1,10 +1,15 @@
 """Delivering rows: the rows that satisfied a group for each listed match, each slot with its
-structured receipt {db_table, db_column, row_key} re-read from the source cell on delivery and
-marked byte_verified when the cell still reads what was loaded."""
+receipt re-read on delivery. A declared row (a SQL load) has a structured receipt per slot
+{db_table, db_column, row_key}, byte_verified when the cell still reads what was loaded; an
+extracted row (read from a document) has a span receipt per slot {document, char_start, char_end,
+quote, content_hash}, byte_verified when the document still reads the quote at that span, and a
+row receipt spanning them."""
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
+from pathlib import Path
 
 from indexes.relations import RelationStore
 from indexes.sources import Source, SourceError
@@ -26,11 +31,20 @@ def slot_value(rel: Relation, slot: str, row: dict):
     return row.get(f"v_{slot}")
 
 
+def provenance(row: dict) -> dict:
+    """A row's provenance_kind and row receipt: declared (a structured load; receipts per cell) or
+    extracted (read from a document; the span receipt)."""
+    if row.get("db_table") is None and "_span" in row:
+        return {"provenance_kind": "extracted", "receipt": row["_span"]}
+    return {"provenance_kind": "declared", "receipt": None}
+
+
 class ReceiptReader:
     """Re-reads receipts in batches: one source opening and one query per (load, table)."""
 
-    def __init__(self, rstore: RelationStore):
+    def __init__(self, rstore: RelationStore, workspace_id: str):
         self.rstore = rstore
+        self.workspace_id = workspace_id
         self._specs: dict[str, dict | None] = {}
 
     def spec(self, load_id: str) -> dict | None:
@@ -50,11 +64,54 @@ class ReceiptReader:
                 return m
         return None
 
+    def attach_spans(self, rows: list[dict]) -> None:
+        """Give each extracted row its span receipts, re-reading each document once."""
+        spans = self.rstore.spans(self.workspace_id, [r["row_id"] for r in rows])
+        texts: dict[str, tuple[str | None, str | None, str | None]] = {}
+        for path in {s["path"] for s in spans if s["path"]}:
+            try:
+                raw = Path(path).read_bytes()
+                texts[path] = (raw.decode("utf-8"), hashlib.sha256(raw).hexdigest(), None)
+            except (OSError, UnicodeDecodeError) as exc:
+                texts[path] = (None, None, f"document unreadable: {type(exc).__name__}")
+        by_row: dict[str, list[dict]] = defaultdict(list)
+        for s in spans:
+            by_row[s["row_id"]].append(s)
+        for row in rows:
+            receipts = {}
+            for s in by_row.get(row["row_id"], []):
+                text, digest, error = texts.get(s["path"], (None, None, "document unknown"))
+                now = None if text is None else text[s["char_start"]:s["char_end"]]
+                r = {"document": s["document"], "url": s["url"], "page_id": s["page_id"],
+                     "char_start": s["char_start"], "char_end": s["char_end"], "quote": s["quote"],
+                     "content_hash": s["content_hash"], "reader": s["reader"], "load_id": row["load_id"],
+                     "value": row.get(f"v_{s['slot']}"), "byte_verified": now == s["quote"],
+                     "content_changed": digest != s["content_hash"]}
+                if now != s["quote"]:
+                    r["read_now"] = now
+                    if error:
+                        r["error"] = error
+                receipts[s["slot"]] = r
+            row["_receipts"] = receipts
+            if receipts:
+                first = min(receipts.values(), key=lambda r: r["char_start"])
+                row["_span"] = {k: first[k] for k in ("document", "url", "page_id", "content_hash", "reader")} | {
+                    "char_start": first["char_start"], "char_end": max(r["char_end"] for r in receipts.values()),
+                    "byte_verified": all(r["byte_verified"] for r in receipts.values()),
+                    "content_changed": any(r["content_changed"] for r in receipts.values())}
+            else:
+                row["_span"] = None
+
     def attach(self, rel: Relation, rows: list[dict]) -> None:
-        """Give every row its slot_receipts (and period receipts), re-reading the cells now."""
+        """Give every row its slot_receipts (and period receipts), re-reading the cells (or the
+        documents) now."""
+        extracted = [r for r in rows if r["db_table"] is None]
+        if extracted:
+            self.attach_spans(extracted)
         by_source: dict[tuple[str, str], list[dict]] = defaultdict(list)
         for row in rows:
-            by_source[(row["load_id"], row["db_table"])].append(row)
+            if row["db_table"] is not None:
+                by_source[(row["load_id"], row["db_table"])].append(row)
         for (load_id, table), group in by_source.items():
             m = self.mapping(load_id, rel.name, table) or {"slots": {}, "key_column": None}
             columns = list(dict.fromkeys(m["slots"].values()))
@@ -91,7 +148,7 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
         return []
     numbers = [p["ent_no"] for p in page]
     plan = en.plan
-    reader = ReceiptReader(rstore)
+    reader = ReceiptReader(rstore, plan.space.workspace_id)
     delivered: dict[str, list[dict]] = defaultdict(list)
     for rel in plan.relations:
         rel_groups = [g for g in groups if g.relation.name == rel.name]
@@ -109,7 +166,7 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
                 pf, pt = rel.period
                 out["period"] = {"from": row.get(f"v_{pf}"), "to": row.get(f"v_{pt}"),
                                  "receipts": {k: receipts[k] for k in rel.period if k in receipts}}
-            out.update(satisfies_groups=satisfied, provenance_kind="declared", receipt=None,
+            out.update(satisfies_groups=satisfied, **provenance(row),
                        slot_receipts={k: v for k, v in receipts.items() if k in slots},
                        load_id=row["load_id"])
             delivered[row["entity_id"]].append(out)

@@ -212,13 +212,20 @@ class RelationSearch:
 
     def _record(self, request_id: str, req: RelationSearchRequest, body: dict, elapsed_ms: float) -> None:
         rows = [row["row_id"] for m in body["matches"] for row in m["rows"]]
+        # the document spans the delivered extracted rows rest on, as re-read for this answer
+        spans = [{"row_id": row["row_id"], "slot": slot, **{k: r[k] for k in (
+                     "document", "url", "page_id", "char_start", "char_end", "quote", "content_hash",
+                     "byte_verified")}}
+                 for m in body["matches"] for row in m["rows"] if row.get("provenance_kind") == "extracted"
+                 for slot, r in sorted({**row.get("slot_receipts", {}),
+                                        **row.get("period", {}).get("receipts", {})}.items())]
         summary = {k: v for k, v in body["counts"].items() if k != "per_constraint"}
         summary["coverage"] = body["coverage"]
         # the documents the answer could rest on: a key scoped narrower may not see this event
         summary["document_scopes"] = list(self.scopes) if self.scopes is not None else None
         request = req.model_dump(exclude_none=True)
         self.rstore.record_audit(request_id, utcnow(), "search", req.workspace_id, json.dumps(request),
-                                 json.dumps(rows), json.dumps([]), json.dumps(summary))
+                                 json.dumps(rows), json.dumps(spans), json.dumps(summary))
         if self.querylog is not None:
             self.querylog.record(LogEntry(
                 query_id=request_id, endpoint=RELATION_SEARCH_ENDPOINT, workspace=req.workspace_id,

@@ -1,11 +1,15 @@
 """The public relation verbs: workspaces, loads, search, facts, corrections, region, audit."""
 from __future__ import annotations
 
-from fastapi import Depends, Query
+from typing import Annotated, Union
+
+from fastapi import Body, Depends, Query
+from pydantic import Discriminator, Tag
 
 from engine.app import Engine
 from engine.core.access import Forbidden, Grant
 from engine.relations.facts import AuditNotFound, CorrectionRequest, FactsRequest, RegionRequest
+from engine.relations.documents import DocumentLoadRequest
 from engine.relations.loads import LoadRequest
 from engine.relations.search import RelationSearchRequest
 from engine.relations.workspaces import WorkspaceCreate
@@ -35,14 +39,37 @@ def workspaces_get(workspace_id: str, e: Engine = Depends(engine), g: Grant = De
     return e.describe_relation_workspace(workspace_id)
 
 
+def _load_kind(body) -> str:
+    return "documents" if isinstance(body, dict) and "documents" in body else "sql"
+
+
+# A load body names SQL tables (`relations`, `entities`, `coverage`) or a folder of documents
+# (`documents`, `readers`, `model_reader`): the presence of `documents` tells them apart.
+AnyLoad = Annotated[Union[Annotated[LoadRequest, Tag("sql")], Annotated[DocumentLoadRequest, Tag("documents")]],
+                    Discriminator(_load_kind)]
+
+
 @router.post("/v1/public/workspaces/{workspace_id}/loads", status_code=201)
-def loads_create(workspace_id: str, body: LoadRequest, e: Engine = Depends(engine),
+def loads_create(workspace_id: str, body: Annotated[AnyLoad, Body()], e: Engine = Depends(engine),
                  g: Grant = Depends(current_grant)) -> dict:
-    """Load relation rows from SQL tables (DuckDB, SQLite, Parquet, CSV), with the coverage
-    declaration that tells None from Not recorded. One transaction; a re-run supersedes."""
+    """Load relation rows from SQL tables (DuckDB, SQLite, Parquet, CSV) with the coverage
+    declaration that tells None from Not recorded, or from a folder of documents (front matter,
+    labelled lines, tables, and optionally the compile model), each extracted row with its span
+    receipt; the documents become the workspace's pages. One transaction; a re-run supersedes
+    (for documents: exactly the rows of the documents that changed)."""
     g.require_write()
     _in(g, workspace_id)
     return e.load(workspace_id, body)
+
+
+@router.post("/v1/public/workspaces/{workspace_id}/loads/{load_id}/sync", status_code=201)
+def loads_sync(workspace_id: str, load_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Re-sync a load from its source: for documents or JSON records (a connected export) exactly
+    the rows of the records that changed are superseded, corrections surviving; a SQL load is
+    re-read whole. Answers the new load (`synced_from` names this one)."""
+    g.require_write()
+    _in(g, workspace_id)
+    return e.sync_load(workspace_id, load_id)
 
 
 # Where a compact reply's follow-up calls (`more`) are sent over HTTP (MCP replies name them too).

@@ -1,0 +1,671 @@
+"""Document loads: a folder of documents (Markdown or text, with optional YAML front matter), each
+tied to an entity by a declared key path, read into relation rows at ingest.
+
+Two readers recover rows, and every value they keep re-slices to a quote in the document:
+  - rules (declared by the workspace's packs under `[[readers]]`, or by the load): a front-matter
+    key holding a mapping or a list of mappings, labelled lines ("Outcome: passed") grouped in
+    blocks under a heading, and Markdown tables under a heading. A rule's value IS the document's
+    text at its span;
+  - the configured compiler model (`model_reader`), through one forced tool call per document whose
+    schema is the pack's relations; its output goes through the brief compiler's checker
+    discipline: a quote must be whole words of the document at its span (re-located when it occurs
+    exactly once), and the value must be what the quote says (the same words, a vocabulary surface
+    of the same term, the number, or the month it names) — otherwise the row is dropped with the
+    reason.
+
+Every kept row is `extracted` and carries a span receipt per slot (document, char span, quote,
+content hash) that delivery and `region` re-read from the document (`byte_verified`).
+
+A load is prepared whole before anything is written (`prepare`), then written in one transaction
+(`write`). Re-loading the same folder is a sync: only documents whose content (or whose reading:
+readers, paths, model) changed are re-read and their rows superseded; a document gone from the
+folder has its rows superseded; the rest stay exactly as they were (corrections included). The
+documents are also the workspace's pages (the Engine ingests them, so criteria and ideas read them).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from indexes.relation_loads import DocumentRow, LoadWriter
+from indexes.relations import RelationStore
+
+from engine.core.clock import utcnow
+from engine.core.errors import CompileFailed, LoadInvalid, ReaderUnavailable
+from engine.core.packs import Relation, norm
+from engine.relations.compile import locate
+from engine.relations.loads import _maybe_crash, confine, shown, slot_reads
+from engine.relations.workspaces import Space, open_space
+
+SUFFIXES = (".md", ".markdown", ".txt", ".json")
+MAX_DOCUMENTS = 20_000
+MAX_BYTES = 2_000_000
+READER_TOOL = "read_relation_rows"
+
+
+class DocumentsDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key_path: str = Field(min_length=1, max_length=200,
+                          description="The front-matter key (dotted for a nested one) holding the entity id.")
+    name_path: str | None = Field(default=None, max_length=200,
+                                  description="The front-matter key holding the entity's display name.")
+    title_path: str | None = Field(default=None, max_length=200, description="The page title (default: the name).")
+    kind: str | None = Field(default=None, max_length=100,
+                             description="Subject kind of the entities; the relations' one kind when absent.")
+    url_base: str | None = Field(default=None, max_length=2000,
+                                 description="Page URL = url_base + the document's path in the folder "
+                                             "(default file:///<workspace>/<folder>/<path>).")
+
+
+class ReaderRule(BaseModel):
+    """One rule: where in a document a relation's rows are written, and which key, label or column
+    holds each slot."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    relation: str = Field(min_length=1)
+    from_: Literal["front_matter", "fields", "labelled", "table"] = Field(alias="from")
+    path: str | None = Field(default=None, description="front_matter / fields (a JSON record's): the key holding "
+                                                        "a mapping or a list of mappings (absent: the whole of it).")
+    section: str | None = Field(default=None, description="labelled / table: read only under a heading "
+                                                          "containing these words (case-insensitive).")
+    slots: dict[str, str] = Field(min_length=1, description="slot -> key, label or column header")
+
+
+class DocumentLoadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, description="A folder of .md / .markdown / .txt documents, or of .json "
+                                                  "records (a document-store export, re-synced by re-loading).")
+    documents: DocumentsDecl
+    readers: list[ReaderRule] | None = Field(default=None, max_length=100,
+                                             description="Rules; absent: the readers the workspace's packs declare.")
+    model_reader: bool | list[str] = Field(default=False, description=(
+        "Read prose with the configured compiler model too: true for every relation, or the relations to read."))
+    coverage: list[str] = Field(default_factory=list, max_length=100, description=(
+        "Relations every loaded document was read for: an entity with a document and no row of one is none."))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+@dataclass
+class Doc:
+    path: Path                      # where it is read (never shown)
+    rel: str                        # its path inside the folder (what replies name)
+    text: str
+    content_hash: str
+    front: Any = None               # the front matter's yaml node (a MappingNode) or None
+    front_at: int = 0               # offset of the front matter's text in the document
+    body_at: int = 0                # offset of the body (after the front matter)
+    entity_id: str | None = None
+    name: str | None = None
+    title: str | None = None
+    fingerprint: str = ""
+
+    @property
+    def body(self) -> str:
+        return self.text[self.body_at:]
+
+
+FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*(?:\r?\n|\Z)", re.S | re.M)
+
+
+def parse(path: Path, rel: str) -> Doc:
+    raw = path.read_bytes()
+    if len(raw) > MAX_BYTES:
+        raise LoadInvalid(f"document {rel!r} is over {MAX_BYTES} bytes", reason="document_too_large")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LoadInvalid(f"document {rel!r} is not UTF-8 text", reason="document_unreadable") from exc
+    doc = Doc(path, rel, text, hashlib.sha256(raw).hexdigest())
+    if path.suffix.lower() == ".json":
+        # a JSON record (a document-store export): the whole record is read as the front matter is
+        # (JSON is YAML's flow syntax, and YAML's parser keeps every value's span)
+        try:
+            json.loads(text)
+            node = yaml.compose(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise LoadInvalid(f"document {rel!r} is not a JSON record ({str(exc).splitlines()[0]})",
+                              reason="record_invalid") from exc
+        if not isinstance(node, yaml.MappingNode):
+            raise LoadInvalid(f"document {rel!r} is not a JSON object", reason="record_invalid")
+        doc.front, doc.front_at, doc.body_at = node, 0, len(text)
+        return doc
+    m = FRONT.match(text)
+    if m:
+        doc.front_at, doc.body_at = m.start(1), m.end()
+        try:
+            node = yaml.compose(m.group(1))
+        except yaml.YAMLError as exc:
+            raise LoadInvalid(f"document {rel!r}: its front matter is not YAML ({str(exc).splitlines()[0]})",
+                              reason="front_matter_invalid") from exc
+        if node is not None and not isinstance(node, yaml.MappingNode):
+            raise LoadInvalid(f"document {rel!r}: its front matter is not a mapping", reason="front_matter_invalid")
+        doc.front = node
+    return doc
+
+
+def _child(node, key: str):
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            return v
+    return None
+
+
+def get_path(node, dotted: str):
+    for part in dotted.split("."):
+        node = _child(node, part)
+        if node is None:
+            return None
+    return node
+
+
+def scalar_span(doc: Doc, node) -> tuple[str, int, int] | None:
+    """(value, start, end) of a YAML scalar in the document; None for an empty or non-scalar node.
+    A quoted scalar's span is inside its quotes."""
+    if not isinstance(node, yaml.ScalarNode) or node.tag.endswith(":null") or not str(node.value).strip():
+        return None
+    s, e = doc.front_at + node.start_mark.index, doc.front_at + node.end_mark.index
+    if node.style in ("'", '"'):
+        s, e = s + 1, e - 1
+    return node.value, s, e
+
+
+def _text_at(doc: Doc, path: str | None) -> str | None:
+    if path is None or doc.front is None:
+        return None
+    hit = scalar_span(doc, get_path(doc.front, path))
+    return hit[0].strip() if hit else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rule readers: each yields rows as {slot: (value, start, end)}
+
+@dataclass
+class Extracted:
+    relation: str
+    reader: str                                   # rule:<from> | model
+    slots: dict[str, tuple[str, int, int, str]]   # slot -> (value, start, end, quote)
+    source_rel: str = ""
+    ordinal: int = 0
+
+
+HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
+LABELLED = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?(?:\*\*|__)?(?P<label>[^:\n*_|]{1,80}?)"
+                      r"(?::(?:\*\*|__)|(?:\*\*|__)?:)[ \t]*(?P<value>[^\n]*?)[ \t]*$")
+
+
+def _sections(doc: Doc, section: str | None) -> list[tuple[int, int]]:
+    """[start, end) of the body parts a rule reads: the whole body, or each part under a heading
+    containing `section` (up to the next heading of the same or a higher level)."""
+    body_end = len(doc.text)
+    if section is None:
+        return [(doc.body_at, body_end)]
+    heads = [(m.start() + doc.body_at, m.end() + doc.body_at, len(m.group(1)), m.group(2))
+             for m in HEADING.finditer(doc.body)]
+    out = []
+    for i, (s, e, level, title) in enumerate(heads):
+        if norm(section) in norm(title):
+            end = next((h[0] for h in heads[i + 1:] if h[2] <= level), body_end)
+            out.append((e, end))
+    return out
+
+
+def _lines(text: str, start: int, end: int):
+    pos = start
+    for line in text[start:end].split("\n"):
+        yield pos, line
+        pos += len(line) + 1
+
+
+def read_front(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dict]]:
+    if doc.front is None:
+        return [], []
+    node = doc.front if rule.path is None else get_path(doc.front, rule.path)
+    if node is None:
+        return [], []
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    rows, dropped = [], []
+    for item in items:
+        if not isinstance(item, yaml.MappingNode):
+            dropped.append({"reason": "not_a_mapping"})
+            continue
+        slots, bad = {}, None
+        for slot, key in rule.slots.items():
+            child = _child(item, key)
+            if child is None:
+                continue
+            hit = scalar_span(doc, child)
+            if hit is None:
+                if not isinstance(child, yaml.ScalarNode):
+                    bad = f"not_a_value:{slot}"
+                continue
+            value, s, e = hit
+            if doc.text[s:e] != value:   # an escaped or folded scalar: not the document's own words
+                bad = f"value_not_verbatim:{slot}"
+                continue
+            slots[slot] = (value.strip(), s, e, doc.text[s:e])
+        if bad:
+            dropped.append({"reason": bad})
+        elif slots:
+            rows.append(Extracted(rule.relation, f"rule:{rule.from_}", slots))
+    return rows, dropped
+
+
+def read_labelled(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dict]]:
+    labels = {norm(label): slot for slot, label in rule.slots.items()}
+    rows: list[Extracted] = []
+    for start, end in _sections(doc, rule.section):
+        block: dict = {}
+        for pos, line in _lines(doc.text, start, end):
+            m = LABELLED.match(line)
+            slot = labels.get(norm(m.group("label"))) if m else None
+            if slot is None or not m.group("value").strip():
+                if not line.strip() or HEADING.match(line):   # a blank line or a heading ends a block
+                    if block:
+                        rows.append(Extracted(rule.relation, "rule:labelled", block))
+                    block = {}
+                continue
+            if slot in block:                                 # the same label again: a new row
+                rows.append(Extracted(rule.relation, "rule:labelled", block))
+                block = {}
+            value = m.group("value").strip().strip("*_").strip()
+            s = pos + m.start("value") + m.group("value").index(value)
+            block[slot] = (value, s, s + len(value), value)
+        if block:
+            rows.append(Extracted(rule.relation, "rule:labelled", block))
+    return rows, []
+
+
+def _cells(line: str, pos: int) -> list[tuple[str, int, int]]:
+    """The cells of a Markdown table line with their spans (stripped of spaces)."""
+    out, at = [], pos
+    inner = line
+    lead = len(inner) - len(inner.lstrip())
+    inner, at = inner.strip(), pos + lead
+    if inner.startswith("|"):
+        inner, at = inner[1:], at + 1
+    if inner.endswith("|"):
+        inner = inner[:-1]
+    for part in inner.split("|"):
+        value = part.strip()
+        s = at + (part.index(value) if value else 0)
+        out.append((value, s, s + len(value)))
+        at += len(part) + 1
+    return out
+
+
+SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def read_table(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dict]]:
+    headers = {norm(h): slot for slot, h in rule.slots.items()}
+    rows: list[Extracted] = []
+    for start, end in _sections(doc, rule.section):
+        lines = list(_lines(doc.text, start, end))
+        i = 0
+        while i + 1 < len(lines):
+            pos, line = lines[i]
+            if "|" in line and SEPARATOR.match(lines[i + 1][1]):
+                head = [norm(c[0]) for c in _cells(line, pos)]
+                j = i + 2
+                while j < len(lines) and "|" in lines[j][1] and lines[j][1].strip():
+                    cells = _cells(lines[j][1], lines[j][0])
+                    slots = {}
+                    for h, (value, s, e) in zip(head, cells):
+                        if h in headers and value:
+                            slots[headers[h]] = (value, s, e, value)
+                    if slots:
+                        rows.append(Extracted(rule.relation, "rule:table", slots))
+                    j += 1
+                i = j
+            else:
+                i += 1
+    return rows, []
+
+
+READERS = {"front_matter": read_front, "fields": read_front, "labelled": read_labelled, "table": read_table}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model reader: one forced tool call per document, then the checker
+
+MODEL_SYSTEM = (
+    "You read one document and record the relation rows it states by calling the tool read_relation_rows "
+    "exactly once. One row per fact the document states about its subject; for each slot you fill, give the "
+    "value, the document's own words that state it as `quote`, and their [start, end) character offsets in "
+    "the document as `span`. Leave a slot out when the document does not state it; never infer. Months are "
+    "written YYYY-MM (or YYYY)."
+)
+
+
+def reader_tool(space: Space, relations: list[Relation]) -> dict:
+    from engine.relations.compile import slot_description
+
+    variants = []
+    for rel in relations:
+        slot_props = {}
+        for slot in rel.slots.values():
+            value = {"type": "number"} if slot.type == "number" else {"type": "string"}
+            slot_props[slot.name] = {
+                "type": "object", "description": slot_description(rel.name, slot, space.vocabulary),
+                "properties": {"value": value, "quote": {"type": "string"},
+                               "span": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                                        "minItems": 2, "maxItems": 2}},
+                "required": ["value", "quote", "span"], "additionalProperties": False}
+        variants.append({"type": "object",
+                         "properties": {"relation": {"enum": [rel.name], "description": rel.description or rel.name},
+                                        "slots": {"type": "object", "properties": slot_props,
+                                                  "additionalProperties": False}},
+                         "required": ["relation", "slots"], "additionalProperties": False})
+    return {"name": READER_TOOL,
+            "description": "Record the relation rows this document states, each value with its quote and span.",
+            "input_schema": {"type": "object",
+                             "properties": {"rows": {"type": "array", "items": {"anyOf": variants}}},
+                             "required": ["rows"], "additionalProperties": False}}
+
+
+MONTHS = {m: i + 1 for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july", "august",
+                                           "september", "october", "november", "december"])}
+MONTHS.update({k[:3]: v for k, v in list(MONTHS.items())})
+
+
+def months_in(quote: str) -> set[str]:
+    """The months (YYYY-MM) and years (YYYY) a quote names."""
+    out = set()
+    low = quote.lower()
+    for m in re.finditer(r"\b(\d{4})-(\d{1,2})\b", low):
+        out.add(f"{m.group(1)}-{int(m.group(2)):02d}")
+    for m in re.finditer(r"\b([a-z]{3,9})\.?\s+(\d{4})\b", low):
+        if m.group(1) in MONTHS:
+            out.add(f"{m.group(2)}-{MONTHS[m.group(1)]:02d}")
+    for m in re.finditer(r"\b(\d{1,2})/(\d{4})\b", low):
+        if 1 <= int(m.group(1)) <= 12:
+            out.add(f"{m.group(2)}-{int(m.group(1)):02d}")
+    for m in re.finditer(r"\b(\d{4})\b", low):
+        out.add(m.group(1))
+    return out
+
+
+def says(space: Space, rel: Relation, slot: str, value, quote: str) -> bool:
+    """Whether the quote states this value for the slot."""
+    s = rel.slots[slot]
+    v = str(value).strip()
+    if not v:
+        return False
+    if norm(v) == norm(quote):
+        return True
+    if s.type == "number":
+        try:
+            target = float(v)
+        except ValueError:
+            return False
+        return any(float(n.replace(",", "")) == target for n in re.findall(r"\d[\d,]*(?:\.\d+)?", quote))
+    if s.type in ("month", "date"):
+        return v[:7] in months_in(quote) or v in months_in(quote)
+    if s.type == "term" and s.axis is not None:
+        axis = space.vocabulary.axis(s.axis)
+        term = axis.resolve(v)
+        if term is not None and (axis.resolve(quote) == term
+                                 or any(re.search(rf"(?<!\w){re.escape(surface)}(?!\w)", norm(quote))
+                                        for surface, t in axis.surfaces().items() if t == term)):
+            return True
+    return re.search(rf"(?<!\w){re.escape(norm(v))}(?!\w)", norm(quote)) is not None
+
+
+def check_model_rows(space: Space, doc: Doc, allowed: set[str], said: dict) -> tuple[list[Extracted], list[dict]]:
+    rows, dropped = [], []
+    for raw in (said.get("rows") if isinstance(said, dict) else None) or []:
+        if not isinstance(raw, dict):
+            dropped.append({"reason": "malformed"})
+            continue
+        rel = space.schema.relation(raw.get("relation")) if isinstance(raw.get("relation"), str) else None
+        if rel is None or rel.name not in allowed:
+            dropped.append({"relation": raw.get("relation"), "reason": f"relation_unknown:{raw.get('relation')}"})
+            continue
+        slots, reason = {}, None
+        given = raw.get("slots") if isinstance(raw.get("slots"), dict) else {}
+        for slot, spec in given.items():
+            if slot not in rel.slots:
+                reason = f"slot_unknown:{slot}"
+                break
+            if not isinstance(spec, dict) or not isinstance(spec.get("value"), (str, int, float)):
+                reason = f"value_malformed:{slot}"
+                break
+            quote = spec.get("quote") if isinstance(spec.get("quote"), str) else ""
+            span, why = locate(doc.text, quote, spec.get("span"))
+            if span is None:
+                reason = f"{why.replace('_brief', '_document')}:{slot}"
+                break
+            if not says(space, rel, slot, spec["value"], quote):
+                reason = f"value_not_in_quote:{slot}"
+                break
+            v = spec["value"]
+            value = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip()
+            slots[slot] = (value, span[0], span[1], quote)
+        if reason is None and not slots:
+            reason = "row_empty"
+        if reason:
+            dropped.append({"relation": rel.name, "reason": reason})
+        else:
+            rows.append(Extracted(rel.name, "model", slots))
+    return rows, dropped
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepare (read and check everything) and write (one transaction)
+
+@dataclass
+class Prepared:
+    space: Space
+    req: DocumentLoadRequest
+    root: Path
+    source_key: str
+    kind: str
+    docs: list[Doc]
+    changed: list[Doc]                   # read now (new, or content / reading changed)
+    removed: list[dict]                  # documents of the previous load gone from the folder
+    rows: list[Extracted] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    usage: dict = field(default_factory=dict)
+    model: str | None = None
+    load_id: str = ""
+
+    def page_url(self, doc: Doc) -> str:
+        base = self.req.documents.url_base or f"file:///{self.space.workspace_id}/{self.root.name}/"
+        return base + doc.rel
+
+    def pages(self) -> list[dict]:
+        """The changed documents as page records of the workspace, each linked to its entity."""
+        out = []
+        for d in self.changed:
+            title = _text_at(d, self.req.documents.title_path) or d.name or Path(d.rel).stem
+            body = d.body.strip() if d.body_at < len(d.text) else d.text   # a JSON record: its text
+            page = {"url": self.page_url(d), "title": title, "body_text": body or title}
+            if d.entity_id:
+                page["entities"] = [{"canonical": d.entity_id, "id": d.entity_id,
+                                     "aliases": [d.name] if d.name else []}]
+            out.append(page)
+        return out
+
+    def removed_urls(self) -> list[str]:
+        return [r["url"] for r in self.removed if r.get("url")]
+
+
+def _rules(space: Space, req: DocumentLoadRequest) -> list[ReaderRule]:
+    if req.readers is not None:
+        return req.readers
+    rules = []
+    for pack in space.packs:
+        for i, spec in enumerate(pack.readers):
+            try:
+                rules.append(ReaderRule.model_validate(spec))
+            except ValidationError as exc:
+                raise LoadInvalid(f"pack {pack.name}: readers[{i}] is not a reader rule: "
+                                  f"{exc.errors()[0]['msg']}", reason="reader_invalid") from exc
+    return rules
+
+
+def _check_rules(space: Space, rules: list[ReaderRule], model_relations: list[str], coverage: list[str]) -> None:
+    for i, r in enumerate(rules):
+        rel = space.schema.relation(r.relation)
+        if rel is None:
+            raise LoadInvalid(f"readers[{i}]: no pack of the workspace declares relation {r.relation!r}",
+                              reason="relation_unknown", relations=sorted(space.schema.relations))
+        for slot in r.slots:
+            if slot not in rel.slots:
+                raise LoadInvalid(f"readers[{i}]: relation {rel.name} declares no slot {slot!r}",
+                                  reason="slot_unknown", slots=list(rel.slots))
+    for name in [*model_relations, *coverage]:
+        if space.schema.relation(name) is None:
+            raise LoadInvalid(f"no pack of the workspace declares relation {name!r}", reason="relation_unknown",
+                              relations=sorted(space.schema.relations))
+
+
+def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, allowed: list[Path] | None,
+            compiler=None) -> Prepared:
+    """Read and check the whole load; nothing is written. Only the documents that changed since
+    the previous load of this folder are read (and sent to the model)."""
+    space = open_space(rstore, workspace_id)
+    root = confine(req.source, allowed)
+    if not root.is_dir():
+        raise LoadInvalid(f"document source {shown(root)!r} is not a folder", reason="source_unreadable")
+    rules = _rules(space, req)
+    model_relations = (list(space.schema.relations) if req.model_reader is True
+                       else list(req.model_reader) if req.model_reader else [])
+    _check_rules(space, rules, model_relations, req.coverage)
+    if not rules and not model_relations and not req.documents.name_path:
+        raise LoadInvalid("the load names no reader, no model_reader and no name_path: it would read nothing",
+                          reason="load_empty")
+    if model_relations and compiler is None:
+        raise ReaderUnavailable("model_reader needs a compile model: set [compiler] base_url and model "
+                                 "(or REFINDERY_COMPILER_BASE_URL)")
+    kinds = {space.schema.relation(r.relation).subject for r in rules}
+    kinds |= {space.schema.relation(r).subject for r in model_relations}
+    kind = req.documents.kind or (next(iter(kinds)) if len(kinds) == 1 else None)
+    if kind is None:
+        known = space.subject_kinds()
+        kind = known[0] if len(known) == 1 else None
+    if kind is None:
+        raise LoadInvalid("documents: name the subject `kind` of the entities", reason="entities_kind_missing")
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES
+                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    if not files:
+        raise LoadInvalid(f"document source {shown(root)!r} holds no .md, .markdown, .txt or .json document",
+                          reason="source_empty")
+    if len(files) > MAX_DOCUMENTS:
+        raise LoadInvalid(f"a document load reads at most {MAX_DOCUMENTS} documents", reason="too_many_documents")
+    reading = hashlib.sha256(json.dumps({
+        "documents": req.documents.model_dump(), "rules": [r.model_dump(by_alias=True) for r in rules],
+        "model": model_relations and compiler.describe()["model"], "model_relations": model_relations,
+        "packs": [p.name for p in space.packs]}, sort_keys=True).encode()).hexdigest()[:16]
+    docs = []
+    for f in files:
+        d = parse(f, f.relative_to(root).as_posix())
+        d.entity_id = _text_at(d, req.documents.key_path)
+        d.name = _text_at(d, req.documents.name_path)
+        d.fingerprint = f"{d.content_hash}:{reading}"
+        docs.append(d)
+    source_key = f"docs:{root.resolve()}"
+    before = {r["document"]: r for r in rstore.current_documents(workspace_id, source_key)}
+    changed = [d for d in docs if before.get(d.rel, {}).get("fingerprint") != d.fingerprint]
+    present = {d.rel for d in docs}
+    removed = [r for rel, r in before.items() if rel not in present]
+    prep = Prepared(space, req, root, source_key, kind, docs, changed, removed)
+    tool = reader_tool(space, [space.schema.relation(r) for r in model_relations]) if model_relations else None
+    usage: dict = {"calls": 0}
+    for d in changed:
+        found, dropped = [], []
+        for rule in rules:
+            got, lost = READERS[rule.from_](d, rule)
+            found += got
+            dropped += [{**x, "relation": rule.relation, "reader": f"rule:{rule.from_}"} for x in lost]
+        if tool is not None:
+            try:
+                call = compiler.call(MODEL_SYSTEM, d.text, tool)
+            except Exception as exc:  # CompilerFailed: the endpoint refused or did not call the tool
+                raise CompileFailed(f"the model reader failed on document {d.rel!r}: {exc}",
+                                    compiler=compiler.describe()) from exc
+            prep.model = call.model
+            usage["calls"] += 1
+            for k, v in (call.usage or {}).items():
+                if isinstance(v, (int, float)):
+                    usage[k] = usage.get(k, 0) + v
+            got, lost = check_model_rows(space, d, set(model_relations), call.arguments)
+            found += got
+            dropped += [{**x, "reader": "model"} for x in lost]
+        counters: dict = {}
+        for row in found:
+            row.source_rel = d.rel
+            row.ordinal = counters[(row.reader, row.relation)] = counters.get((row.reader, row.relation), 0) + 1
+        prep.rows += found
+        prep.dropped += [{"document": d.rel, **x} for x in dropped]
+    prep.usage = usage
+    return prep
+
+
+def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
+    """Write a prepared load in one transaction. `pages`: url -> page id of the ingested documents."""
+    space, ws = prep.space, prep.space.workspace_id
+    load_id = prep.load_id or f"ld_{secrets.token_hex(5)}"
+    now = utcnow()
+    changed_keys = [f"doc:{d.rel}" for d in prep.changed] + [f"doc:{r['document']}" for r in prep.removed]
+    by_doc = {d.rel: d for d in prep.changed}
+    summary: dict = {"documents": {"read": len(prep.docs), "changed": len(prep.changed),
+                                   "unchanged": len(prep.docs) - len(prep.changed), "removed": len(prep.removed),
+                                   "unattributed": sum(1 for d in prep.docs if not d.entity_id)},
+                     "relations": [], "dropped": prep.dropped[:200], "dropped_total": len(prep.dropped),
+                     "coverage": []}
+    if prep.usage.get("calls"):
+        summary["model_reader"] = {"model": prep.model, **prep.usage}
+    with rstore.transaction() as con:
+        w = LoadWriter(rstore, con, ws, load_id)
+        for rel in space.schema.relations.values():
+            shape = space.shape(rel)
+            superseded = w.supersede_sources(shape, [f"{prep.source_key}#{k}" for k in changed_keys])
+            rows = [r for r in prep.rows if r.relation == rel.name]
+            if not rows and not superseded:
+                continue
+            data = pa.table({
+                "__entity": pa.array([by_doc[r.source_rel].entity_id for r in rows], pa.string()),
+                "__key": pa.array([f"{r.reader}:{r.ordinal}" for r in rows], pa.string()),
+                "__source": pa.array([f"{prep.source_key}#doc:{r.source_rel}" for r in rows], pa.string()),
+                "__ord": pa.array(list(range(1, len(rows) + 1)), pa.int64()),
+                **{f"s_{slot}": pa.array([r.slots[slot][0] if slot in r.slots else None for r in rows], pa.string())
+                   for slot in rel.slots}})
+            written = w.insert_rows(shape, rel.subject, rel.name, "__entity",
+                                    slot_reads(space, rel, {s: f"s_{s}" for s in rel.slots}), data,
+                                    prep.source_key, None)
+            w.insert_spans([DocumentRow(f"{load_id}-{rel.name}-{i}", slot, r.source_rel, s, e, quote,
+                                        by_doc[r.source_rel].content_hash, r.reader)
+                            for i, r in enumerate(rows, 1) for slot, (_, s, e, quote) in r.slots.items()])
+            summary["relations"].append({"relation": rel.name, **written, "superseded": superseded})
+            _maybe_crash(f"documents:{rel.name}")
+        w.replace_documents(prep.source_key, [
+            {"document": d.rel, "path": str(d.path), "entity_id": d.entity_id, "name": d.name,
+             "content_hash": d.content_hash, "fingerprint": d.fingerprint, "url": prep.page_url(d),
+             "page_id": pages.get(prep.page_url(d))} for d in prep.changed], [r["document"] for r in prep.removed])
+        names: dict[str, str | None] = {}
+        for d in prep.docs:   # an entity with several documents: the first (by path) that names it
+            if d.entity_id and names.get(d.entity_id) is None:
+                names[d.entity_id] = d.name
+        added, names_changed = w.name_entities(prep.kind, sorted(names.items()))
+        summary["entities"] = {"kind": prep.kind, "listed": len(names), "added": added,
+                               "named": sum(1 for n in names.values() if n)}
+        for relation in prep.req.coverage:
+            rel = space.schema.relation(relation)
+            w.declare_coverage(rel.name, rel.subject, f"{prep.source_key}#coverage:{rel.name}", sorted(names), now)
+            summary["coverage"].append({"relation": rel.name, "entities": len(names), "declared_by": "documents"})
+        w.finish(now, prep.source_key, "documents", prep.req.model_dump(by_alias=True), summary, bool(names_changed))
+    rstore.changed(ws)
+    return {"load_id": load_id, "workspace_id": ws, "source": shown(prep.root), "format": "documents", **summary}
