@@ -24,6 +24,7 @@ demo: install
 	    echo "Embedded the demo with all-minilm-l6-v2-int8 as well (ONNX int8): the web page's compare view."
 	@$(BIN)/refindery clusters refit --if-missing > /dev/null && echo "Clustered the demo pages: the cluster filter."
 	@$(BIN)/refindery relations demo > /dev/null && echo "Loaded the relation-search roster into workspace 'roster'."
+	@$(BIN)/refindery relations demo-profiles > /dev/null && echo "Loaded 30 invented profiles (documents) into workspace 'profiles'."
 	@$(BIN)/refindery dictionary set demo/dictionary.md > /dev/null && echo "Installed demo/dictionary.md for evidence search."
 	@$(BIN)/refindery reranker status --brief
 	@echo ""
