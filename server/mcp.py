@@ -185,8 +185,9 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
     server.add_tool(tool_function(RegionRequest, limma_region, "/v1/public/region"),
                     name="limma_region", description=(
                         "Re-read a receipt: a row's `slot` as its source reads it now (the cell a database row "
-                        "was loaded from), with `byte_verified` saying whether it still says what was "
-                        "delivered. Use it before relying on a matched row's value."))
+                        "was loaded from, or the document span an extracted row was read from), with "
+                        "`byte_verified` saying whether it still says what was delivered. Use it before "
+                        "relying on a matched row's value."))
 
     def refind_search(req: SearchRequest, g: Grant) -> dict:
         req.workspace = g.scoped(req.workspace, default())
