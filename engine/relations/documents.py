@@ -42,7 +42,7 @@ from indexes.relations import RelationStore
 from engine.core.clock import utcnow
 from engine.core.errors import CompileFailed, LoadInvalid, ReaderUnavailable
 from engine.core.packs import Relation, norm
-from engine.relations.compile import locate
+from engine.relations.compile import locate, slot_description
 from engine.relations.loads import _maybe_crash, confine, shown, slot_reads
 from engine.relations.workspaces import Space, open_space
 
@@ -350,8 +350,6 @@ MODEL_SYSTEM = (
 
 
 def reader_tool(space: Space, relations: list[Relation]) -> dict:
-    from engine.relations.compile import slot_description
-
     variants = []
     for rel in relations:
         slot_props = {}
@@ -479,7 +477,6 @@ class Prepared:
     dropped: list[dict] = field(default_factory=list)
     usage: dict = field(default_factory=dict)
     model: str | None = None
-    load_id: str = ""
 
     def page_url(self, doc: Doc) -> str:
         base = self.req.documents.url_base or f"file:///{self.space.workspace_id}/{self.root.name}/"
@@ -617,7 +614,7 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
 def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
     """Write a prepared load in one transaction. `pages`: url -> page id of the ingested documents."""
     space, ws = prep.space, prep.space.workspace_id
-    load_id = prep.load_id or f"ld_{secrets.token_hex(5)}"
+    load_id = f"ld_{secrets.token_hex(5)}"
     now = utcnow()
     changed_keys = [f"doc:{d.rel}" for d in prep.changed] + [f"doc:{r['document']}" for r in prep.removed]
     by_doc = {d.rel: d for d in prep.changed}
