@@ -57,6 +57,27 @@ class Profile:
     unplaced: set[str] = field(default_factory=set)    # term slots some row holds an unknown surface in
 
 
+def length_sql(rel: Relation, ref: date, ref_name: str) -> tuple[str, str]:
+    """SQL for a relation's computed length: (years as a number, the arithmetic as text), from the
+    first day of period_from to the last day of period_to — or to `ref` (as_of's last day, or
+    today) while the period is open or ends after it. Both NULL (not computable: the row is open
+    on it) when the start is missing or is a bare year, or the end is a bare year: a span a year
+    wide cannot be counted in years."""
+    pf, pt = rel.period
+    ref_sql = f"DATE '{ref.isoformat()}'"
+    end = f"least(coalesce(hi_{pt}, {ref_sql}), {ref_sql})"
+    days = f"(date_diff('day', lo_{pf}, {end}) + 1)"
+    computable = (f"lo_{pf} IS NOT NULL AND date_diff('day', lo_{pf}, hi_{pf}) < 31 "
+                  f"AND (v_{pt} IS NULL OR (hi_{pt} IS NOT NULL AND date_diff('day', lo_{pt}, hi_{pt}) < 31)) "
+                  f"AND {end} >= lo_{pf}")
+    note = (f"CASE WHEN v_{pt} IS NULL THEN ' (open: counted to {ref_name})' "
+            f"WHEN hi_{pt} > {ref_sql} THEN ' (counted to {ref_name})' ELSE '' END")
+    n = f"CASE WHEN {computable} THEN {days} / 365.25 END"
+    v = (f"CASE WHEN {computable} THEN printf('%s to %s: %d days = %.1f years', strftime(lo_{pf}, '%Y-%m-%d'), "
+         f"strftime({end}, '%Y-%m-%d'), {days}, {days} / 365.25) || {note} END")
+    return n, v
+
+
 def time_sql(rel: Relation, as_of: tuple[date, date]) -> tuple[str, list]:
     """SQL giving ACTIVE / INACTIVE / UNPLACEABLE for row r at as_of, and its params."""
     _, end = as_of
@@ -234,7 +255,7 @@ class Enumerator:
         terms = [s for s in slots if rel.slots[s].type == "term"]
         exprs += [f"count(v_{s}) - count(t_{s})" for s in terms]
         exprs += [f"count(t_{s}) - count(r_{s})" for s in terms]
-        table = self.plan.space.shape(rel).name
+        table = self.source(rel)
         key = ("profile", self.plan.space.workspace_id, table, tuple(exprs), self.version)
         row = self.cache.get(key) if self.cache is not None else None
         if row is None:
@@ -253,6 +274,16 @@ class Enumerator:
             if unknown[i] or (b.c.op in ("gte", "lte") and unranked[i]):
                 p.unplaced.add(b.slot.name)
         return p
+
+    def source(self, rel: Relation) -> str:
+        """What one relation's rows are read from: its table, or — when the relation has a computed
+        length slot — the table with that slot's columns computed (length_sql)."""
+        table = self.plan.space.shape(rel).name
+        if rel.length_slot is None:
+            return table
+        n, v = length_sql(rel, self.plan.as_of[1] if self.plan.as_of else self.plan.today,
+                          "as_of" if self.plan.as_of else "today")
+        return f"(SELECT *, {n} AS n_{rel.length_slot}, {v} AS v_{rel.length_slot} FROM {table})"
 
     def nullable(self, b: Bound) -> bool:
         p = self.profiles[b.rel.name]
@@ -296,7 +327,7 @@ class Enumerator:
                 cols.append(f"{dist[0]} AS d{b.index}")
                 params += dist[1]
         cols += [f"r.{c}" for c in extra_cols]
-        table = plan.space.shape(rel).name
+        table = self.source(rel)
         who = "r.ent_no IS NOT NULL" if attributed else "r.entity_id IS NULL"
         sql = (f"SELECT {', '.join(cols)} FROM {table} r WHERE r.workspace_id = ? AND r.current "
                f"AND {who} {extra_where}")

@@ -361,3 +361,39 @@ def test_in_ne_and_contains(client, tmp_path):
     body = search(client, ws, [c("held_role", "company", "contains", "pumps")])
     assert body["entities"]["matched"] == ["s"]
 
+
+
+def test_a_length_is_computed_from_the_rows_dates_with_the_arithmetic_shown(client, tmp_path):
+    """held_role.years (the pack's length_slot): the period's length in years, from period_from's
+    first day to period_to's last (to as_of's last day, or today, while open) — `why.from:
+    "computed"` with the arithmetic; a bare year cannot be counted in years, so it is unanswerable."""
+    ws = loaded(client, tmp_path, ["a", "b", "c", "d"], roles=[
+        role("a", started="2016-03", ended="2018-09"),      # 944 days = 2.58 years
+        role("b", started="2010-01"),                       # open: counted to today
+        role("c", started="2015", ended="2019-06"),         # a bare year: not computable
+        role("d", started="2019-01", ended="2019-06")])     # 181 days
+    body = search(client, ws, [c("held_role", "years", "gte", 2)])
+    assert body["entities"] == {"matched": ["a", "b"], "none": ["d"], "not_recorded": [], "undetermined": ["c"]}
+    assert body["coverage"]["narrowed_by"] == ["slot_unrecorded_rows_unanswerable:held_role"]
+    a = next(m for m in body["matches"] if m["entity_id"] == "a")
+    assert a["rows"][0]["computed"]["years"] == {"value": 2.6,
+                                                 "arithmetic": "2016-03-01 to 2018-09-30: 944 days = 2.6 years"}
+    assert search(client, ws, [c("held_role", "years", "gte", 2.6)])["entities"]["matched"] == ["b"]  # 2.58 < 2.6
+
+    compact = search(client, ws, [c("held_role", "years", "gte", 2)], detail="compact", entity_ids=["b"])
+    why = compact["matches"][0]["why"][0]
+    assert why["from"] == "computed" and why["condition"] == "held_role.years ≥ 2"
+    assert why["arithmetic"].startswith("2010-01-01 to ") and why["arithmetic"].endswith("(open: counted to today)")
+    # at as_of the length so far: a had held the role 13 months by March 2017
+    at = search(client, ws, [c("held_role", "years", "gte", 2)], as_of="2017-03")
+    assert at["entities"]["matched"] == ["b"] and "a" in at["entities"]["none"]
+    b = next(m for m in at["matches"] if m["entity_id"] == "b")
+    assert b["rows"][0]["computed"]["years"]["arithmetic"] == (
+        "2010-01-01 to 2017-03-31: 2647 days = 7.2 years (open: counted to as_of)")
+
+    slots = client.get(f"/v1/public/workspaces/{ws}").json()["relations"][0]["slots"]
+    assert next(s for s in slots if s["slot"] == "years")["computed"]
+    src = write_duckdb(tmp_path / "y.duckdb", {"roles": (["person_id", "y"], [{"person_id": "a", "y": "3"}])})
+    r = client.post(f"/v1/public/workspaces/{ws}/loads", json={"source": str(src), "relations": [
+        {"relation": "held_role", "table": "roles", "entity_column": "person_id", "slots": {"years": "y"}}]})
+    assert r.status_code == 422 and r.json()["detail"]["reason"] == "slot_computed"

@@ -38,6 +38,7 @@ class Slot:
     type: str
     axis: str | None = None          # term slots: the vocabulary axis; None with no_vocabulary
     no_vocabulary: bool = False
+    computed: bool = False           # a length computed from the period's dates (no source column)
 
     def ops(self, vocabulary: "Vocabulary") -> tuple[str, ...]:
         """The ops this slot's type can answer."""
@@ -61,9 +62,21 @@ class Relation:
 
     @property
     def value_slots(self) -> list[str]:
-        """The slots a row reads out as its values (the tenure is read out as the period)."""
+        """The slots a row reads out as its values (the tenure is read out as the period; a
+        computed length is not a value the row states)."""
         skip = set(self.period or ())
-        return [s for s in self.slots if s not in skip]
+        return [s for s, slot in self.slots.items() if s not in skip and not slot.computed]
+
+    @property
+    def stored_slots(self) -> list[str]:
+        """The slots a load or a reader fills (every slot but a computed length)."""
+        return [s for s, slot in self.slots.items() if not slot.computed]
+
+    @property
+    def length_slot(self) -> str | None:
+        """The computed length slot (years from period_from to period_to, or to the reference
+        date while the period is open), when the pack declares one."""
+        return next((s for s, slot in self.slots.items() if slot.computed), None)
 
 
 @dataclass(frozen=True)
@@ -207,6 +220,14 @@ def parse_pack(data: dict, path: Path | None = None) -> Pack:
             raise PackError(f"{rname}: at most one date_slot")
         if date_slot is not None and (date_slot not in slots or slots[date_slot].type not in ("month", "date")):
             raise PackError(f"{rname}.date_slot must name a month/date slot of the relation")
+        length = rel.get("length_slot")
+        if length is not None:
+            length = _ident(length, f"{rname} length_slot")
+            if period is None:
+                raise PackError(f"{rname}.length_slot needs the relation's `period` (its length is computed from it)")
+            if length in slots:
+                raise PackError(f"{rname}.length_slot {length!r} is also a declared slot")
+            slots[length] = Slot(length, "number", computed=True)
         relations[rname] = Relation(rname, _ident(rel.get("subject"), f"{rname} subject"), slots,
                                     rel.get("description", ""), period, date_slot, name)
     if not relations:

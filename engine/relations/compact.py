@@ -111,6 +111,12 @@ def why(match: dict, bound: list[Bound], groups_of: dict[int, int]) -> list[dict
         if row is None:   # a preference this entity does not satisfy
             continue
         slot = b.slot.name
+        if b.slot.computed:   # a length taken from the row's dates: the arithmetic is the warrant
+            done = row.get("computed", {}).get(slot, {})
+            shown = ", ".join(map(str, b.c.value)) if isinstance(b.c.value, list) else b.c.value
+            lines.append({"condition": f"{b.rel.name}.{slot} {SYMBOL[b.c.op]} {shown}", "value": done.get("value"),
+                          "from": "computed", "arithmetic": done.get("arithmetic")})
+            continue
         if b.is_period:
             value = row.get("period", {}).get("from" if slot == b.rel.period[0] else "to")
             receipt = row.get("period", {}).get("receipts", {}).get(slot)

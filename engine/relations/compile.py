@@ -56,6 +56,8 @@ def compile_tool(schema: Schema, vocabulary: Vocabulary) -> dict:
     variants = []
     for rel in schema.relations.values():
         for slot in rel.slots.values():
+            if slot.computed:   # the seed's tool offers the pack's declared slots (13 for expert_network)
+                continue
             variants.append({
                 "type": "object",
                 "properties": {

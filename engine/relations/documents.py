@@ -354,6 +354,8 @@ def reader_tool(space: Space, relations: list[Relation]) -> dict:
     for rel in relations:
         slot_props = {}
         for slot in rel.slots.values():
+            if slot.computed:
+                continue
             value = {"type": "number"} if slot.type == "number" else {"type": "string"}
             slot_props[slot.name] = {
                 "type": "object", "description": slot_description(rel.name, slot, space.vocabulary),
@@ -434,7 +436,7 @@ def check_model_rows(space: Space, doc: Doc, allowed: set[str], said: dict) -> t
         slots, reason = {}, None
         given = raw.get("slots") if isinstance(raw.get("slots"), dict) else {}
         for slot, spec in given.items():
-            if slot not in rel.slots:
+            if slot not in rel.stored_slots:
                 reason = f"slot_unknown:{slot}"
                 break
             if not isinstance(spec, dict) or not isinstance(spec.get("value"), (str, int, float)):
@@ -520,9 +522,10 @@ def _check_rules(space: Space, rules: list[ReaderRule], model_relations: list[st
             raise LoadInvalid(f"readers[{i}]: no pack of the workspace declares relation {r.relation!r}",
                               reason="relation_unknown", relations=sorted(space.schema.relations))
         for slot in r.slots:
-            if slot not in rel.slots:
-                raise LoadInvalid(f"readers[{i}]: relation {rel.name} declares no slot {slot!r}",
-                                  reason="slot_unknown", slots=list(rel.slots))
+            if slot not in rel.stored_slots:
+                raise LoadInvalid(f"readers[{i}]: relation {rel.name} declares no slot {slot!r} a reader fills",
+                                  reason="slot_computed" if slot in rel.slots else "slot_unknown",
+                                  slots=rel.stored_slots)
     for name in [*model_relations, *coverage]:
         if space.schema.relation(name) is None:
             raise LoadInvalid(f"no pack of the workspace declares relation {name!r}", reason="relation_unknown",
@@ -639,9 +642,9 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
                 "__source": pa.array([f"{prep.source_key}#doc:{r.source_rel}" for r in rows], pa.string()),
                 "__ord": pa.array(list(range(1, len(rows) + 1)), pa.int64()),
                 **{f"s_{slot}": pa.array([r.slots[slot][0] if slot in r.slots else None for r in rows], pa.string())
-                   for slot in rel.slots}})
+                   for slot in rel.stored_slots}})
             written = w.insert_rows(shape, rel.subject, rel.name, "__entity",
-                                    slot_reads(space, rel, {s: f"s_{s}" for s in rel.slots}), data,
+                                    slot_reads(space, rel, {s: f"s_{s}" for s in rel.stored_slots}), data,
                                     prep.source_key, None)
             w.insert_spans([DocumentRow(f"{load_id}-{rel.name}-{i}", slot, r.source_rel, s, e, quote,
                                         by_doc[r.source_rel].content_hash, r.reader)

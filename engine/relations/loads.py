@@ -123,9 +123,11 @@ def _check(space: Space, req: LoadRequest, path: Path, roots: list[Path] | None)
             if m.key_column is not None:
                 need(cols, m.key_column, m.table, where)
             for slot, col in m.slots.items():
-                if slot not in rel.slots:
-                    raise LoadInvalid(f"{where}: relation {rel.name} declares no slot {slot!r}",
-                                      reason="slot_unknown", slots=list(rel.slots))
+                if slot not in rel.stored_slots:
+                    raise LoadInvalid(f"{where}: relation {rel.name} declares no slot {slot!r} a load fills"
+                                      + (" (it is computed from the period)" if slot in rel.slots else ""),
+                                      reason="slot_computed" if slot in rel.slots else "slot_unknown",
+                                      slots=rel.stored_slots)
                 need(cols, col, m.table, where)
             plan["relations"].append((m, rel))
         kinds = {rel.subject for _, rel in plan["relations"]}
@@ -176,6 +178,8 @@ def slot_reads(space: Space, rel: Relation, columns: dict[str, str]) -> list[Slo
     its axis)."""
     out = []
     for slot in rel.slots.values():
+        if slot.computed:
+            continue
         col = columns.get(slot.name)
         axis = None
         if slot.type == "term" and slot.axis is not None and col:
@@ -267,7 +271,7 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
             written = w.insert_rows(shape, rel.subject, rel.name, m.entity_column, slot_reads(space, rel, m.slots), data,
                                     source_key, m.table)
             summary["relations"].append({"relation": rel.name, "table": m.table, **written,
-                                         "unmapped_slots": [s for s in rel.slots if s not in m.slots],
+                                         "unmapped_slots": [s for s in rel.stored_slots if s not in m.slots],
                                          "superseded": superseded})
             _maybe_crash(f"load:{rel.name}")
         names_changed = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
+from engine.core.clock import utcnow
 from engine.core.packs import Relation
 from engine.relations.constraints import Bound
 from engine.relations.workspaces import Space
@@ -41,6 +42,7 @@ class Plan:
     as_of: tuple[date, date] | None          # first and last day of the as_of month
     kinds: list[str]
     params: list = field(default_factory=list)
+    today: date = field(default_factory=lambda: utcnow().date())   # where an open period's length ends
 
     @property
     def relations(self) -> list[Relation]:

@@ -166,6 +166,9 @@ def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups
                 pf, pt = rel.period
                 out["period"] = {"from": row.get(f"v_{pf}"), "to": row.get(f"v_{pt}"),
                                  "receipts": {k: receipts[k] for k in rel.period if k in receipts}}
+            length = rel.length_slot
+            if length and row.get(f"v_{length}") is not None:   # computed from the period's dates
+                out["computed"] = {length: {"value": round(row[f"n_{length}"], 1), "arithmetic": row[f"v_{length}"]}}
             out.update(satisfies_groups=satisfied, **provenance(row),
                        slot_receipts={k: v for k, v in receipts.items() if k in slots},
                        load_id=row["load_id"])

@@ -37,7 +37,8 @@ class Space:
     map_version: int
 
     def shape(self, relation: Relation) -> TableShape:
-        return TableShape(relation.pack, relation.name, tuple((s.name, s.type) for s in relation.slots.values()))
+        return TableShape(relation.pack, relation.name,
+                          tuple((s.name, s.type) for s in relation.slots.values() if not s.computed))
 
     def subject_kinds(self) -> list[str]:
         return sorted({r.subject for r in self.schema.relations.values()})
@@ -92,7 +93,10 @@ def describe_workspace(rstore: RelationStore, workspace_id: str) -> dict:
         "packs": row["packs"],
         "entities": rstore.entity_counts(workspace_id),
         "relations": [{"relation": r.name, "subject": r.subject, "pack": r.pack, "description": r.description,
-                       "slots": [{"slot": s.name, "type": s.type, "axis": s.axis} for s in r.slots.values()],
+                       "slots": [{"slot": s.name, "type": s.type, "axis": s.axis,
+                                  **({"computed": "years from period_from to period_to (or to as_of / today "
+                                                  "while open)"} if s.computed else {})}
+                                 for s in r.slots.values()],
                        "period": list(r.period) if r.period else None, "date_slot": r.date_slot}
                       for r in space.schema.relations.values()],
         "loads": rstore.loads(workspace_id),
