@@ -34,6 +34,7 @@ from engine.refind.search import SearchRequest, SearchResponse, SearchService
 from engine.refind.similar import similar_pages
 from engine.relations import facts as relation_facts
 from engine.relations.criteria import CriterionReader
+from engine.relations.criteria_model import ModelCriterionReader
 from engine.relations import documents as relation_documents
 from engine.relations.loads import LoadRequest, load, workspace_roots
 from engine.relations.search import RelationSearch, RelationSearchRequest
@@ -148,8 +149,11 @@ class Engine:
                         routes: dict[str, dict] | None = None) -> dict:
         """`routes`: the face's address (method, path) for each follow-up verb a compact reply names."""
         c = self.corpus
-        return RelationSearch(c.relations, c.querylog, c.brief_compiler(), self.pages,
-                              CriterionReader(c, self.pages, scopes), scopes=scopes).search(req, routes)
+        compiler = c.brief_compiler()
+        # criteria are read by the model where one is configured, else by the embedder's thresholds
+        reader = (ModelCriterionReader(c, self.pages, scopes, compiler) if compiler is not None and req.criteria
+                  else CriterionReader(c, self.pages, scopes))
+        return RelationSearch(c.relations, c.querylog, compiler, self.pages, reader, scopes=scopes).search(req, routes)
 
     def facts(self, req: relation_facts.FactsRequest) -> dict:
         return relation_facts.facts(self.corpus.relations, req)

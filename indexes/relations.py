@@ -13,6 +13,8 @@ Fixed tables:
   criterion_judgments(workspace_id, criterion_key, entity_id, doc_key, state, quote, page_id, ...)
                                                    what a criterion's reader found in an entity's own
                                                    documents, keyed by the documents' content
+  criterion_facets(criterion, model, facets, dropped, created_at)
+                                                   a criterion's decomposition by a model, kept
   audit_events(request_id, ts, verb, workspace_id, request, rows, spans, summary)
   rel_documents(workspace_id, source_key, document, path, entity_id, name, content_hash, fingerprint,
                 url, page_id, load_id, current)
@@ -71,6 +73,9 @@ DDL = [
         workspace_id VARCHAR NOT NULL, row_id VARCHAR NOT NULL, slot VARCHAR NOT NULL, document VARCHAR NOT NULL,
         char_start INTEGER NOT NULL, char_end INTEGER NOT NULL, quote VARCHAR NOT NULL, content_hash VARCHAR NOT NULL,
         reader VARCHAR NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS criterion_facets (
+        criterion VARCHAR NOT NULL, model VARCHAR NOT NULL, facets JSON NOT NULL, dropped JSON NOT NULL,
+        created_at TIMESTAMP NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS audit_events (
         request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
         request JSON, rows JSON, spans JSON, summary JSON)""",
@@ -248,6 +253,16 @@ class RelationStore:
                WHERE s.workspace_id = ? AND s.row_id IN (SELECT unnest(?))
                ORDER BY s.row_id, s.char_start""", [workspace_id, row_ids]).fetchall()
         return [dict(zip(cols, r)) for r in rows]
+
+    def criterion_facets(self, criterion: str, model: str) -> tuple[str, str] | None:
+        """A stored decomposition of this criterion by this model: (facets JSON, dropped JSON)."""
+        row = self.cursor().execute("SELECT facets, dropped FROM criterion_facets WHERE criterion = ? AND model = ? "
+                                    "ORDER BY created_at DESC LIMIT 1", [criterion, model]).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def store_criterion_facets(self, criterion: str, model: str, facets: str, dropped: str, now) -> None:
+        with self.transaction() as con:
+            con.execute("INSERT INTO criterion_facets VALUES (?, ?, ?, ?, ?)", [criterion, model, facets, dropped, now])
 
     # Criterion judgments ---------------------------------------------------------------------------
     JUDGMENT = ["entity_id", "doc_key", "state", "quote", "page_id", "url", "chunk_id", "char_start", "char_end",

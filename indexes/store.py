@@ -443,6 +443,26 @@ class CorpusStore:
                GROUP BY m.rid""", [refs, workspace, workspace, scopes, scopes]).fetchall()
         return dict(rows)
 
+    def entity_pages(self, workspace: str, ref: str, scopes: list[str] | None, max_chars: int) -> list[tuple]:
+        """An entity's own pages (matched as entity_document_keys matches a reference), as
+        (page_id, url, title, body_text) by page id, within `scopes` when given, the bodies cut
+        so that together they hold at most `max_chars` characters."""
+        rows = self.cursor().execute(
+            """SELECT DISTINCT p.page_id, p.url, p.title, p.body_text
+               FROM entities e JOIN page_entities pe ON pe.entity_id = e.entity_id
+                    JOIN pages p ON p.page_id = pe.page_id AND p.workspace_id = ?
+                                    AND (? IS NULL OR list_contains(?, p.scope))
+               WHERE e.workspace_id = ? AND (e.entity_id = ? OR lower(e.canonical) = lower(?)
+                     OR list_contains(list_transform(coalesce(e.aliases, []), lambda a: lower(a)), lower(?)))
+               ORDER BY p.page_id""", [workspace, scopes, scopes, workspace, ref, ref, ref]).fetchall()
+        out, left = [], max_chars
+        for page_id, url, title, body in rows:
+            if left <= 0:
+                break
+            out.append((page_id, url, title, (body or "")[:left]))
+            left -= len(body or "")
+        return out
+
     def chunk_page_columns(self) -> dict[str, np.ndarray]:
         """Every chunk id (sorted) with its page id, as columns (the search's chunk -> page map)."""
         return self.cursor().execute("SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()

@@ -122,6 +122,9 @@ class CompilerSettings(BaseModel):
     uds: str = ""
     timeout_s: float = Field(60.0, gt=0)
     max_tokens: int = Field(2000, ge=64)
+    # USD per million tokens, for `spent.cost_usd` of criteria read by the model (unset: not priced)
+    price_input_usd_per_mtok: float | None = Field(None, ge=0)
+    price_output_usd_per_mtok: float | None = Field(None, ge=0)
 
 
 class CriteriaSettings(BaseModel):
@@ -129,6 +132,12 @@ class CriteriaSettings(BaseModel):
     plausible_min: float = Field(0.50, ge=-1, le=1)
     passages: int = Field(4, ge=1, le=50)
     reads_per_call: int = Field(50, ge=1, le=10_000)
+    # With a model ([compiler]): how long a call waits for its reads before it returns (the reads
+    # still running finish behind it), how many run at once, and how much of a candidate's
+    # documents one read sends.
+    model_wait_s: float = Field(30.0, gt=0, le=600)
+    model_parallel: int = Field(4, ge=1, le=64)
+    model_chars: int = Field(20_000, ge=500, le=500_000)
 
 
 class EvidenceSettings(BaseModel):

@@ -48,7 +48,7 @@ class Judgment:
         if self.quote is not None:
             out.update(quote=self.quote, page_id=self.page_id, url=self.url,
                        location={"chunk_id": self.chunk_id, "char_start": self.char_start, "char_end": self.char_end},
-                       score=round(self.score, 4))
+                       score=None if self.score is None else round(self.score, 4))
         return out
 
 
@@ -133,6 +133,20 @@ class CriterionReader:
         return Judgment(entity_id, state, quote, page.page_id, page.url, snip.chunk_id, start,
                         start + len(quote.rstrip("…")), score)
 
+    def facets_of(self, workspace_id: str, criterion: str) -> tuple[list["Facet"], dict | None]:
+        """The embedder reads a criterion whole: one facet of substance, decomposed by nobody."""
+        return [Facet(criterion)], None
+
+    def read_facets(self, workspace_id: str, criterion: str, facets: list["Facet"], ids: list[str],
+                    budget: int) -> tuple[list[dict], int]:
+        """Per facet a judgment per candidate; at most `budget` new reads. (per-facet, reads now)"""
+        per_facet, total = [], 0
+        for f in facets:
+            judged, n = self.read(workspace_id, f.facet, ids, budget - total)
+            total += n
+            per_facet.append(judged)
+        return per_facet, total
+
     def read(self, workspace_id: str, criterion: str, entity_ids: list[str], budget: int) -> tuple[dict, int]:
         """A judgment per entity (stored ones reused), reading at most `budget` new ones; the rest
         are not_read. Returns (judgments, how many were read now)."""
@@ -201,18 +215,15 @@ def read_criteria(reader: CriterionReader, workspace_id: str, criteria: list[str
     budget = reader.settings.reads_per_call
     blocks = []
     for i, text in enumerate(criteria):
-        facets = [Facet(text)]
-        per_facet = []
-        read_now = 0
-        for f in facets:
-            judged, n = reader.read(workspace_id, f.facet, ids, budget)
-            budget -= n
-            read_now += n
-            per_facet.append(judged)
+        facets, decomposed_by = reader.facets_of(workspace_id, text)
+        dropped_before = len(getattr(reader, "dropped", []))
+        per_facet, read_now = reader.read_facets(workspace_id, text, facets, ids, budget)
+        budget -= read_now
         combined = {e: combine(e, facets, [pf[e] for pf in per_facet]) for e in ids}
         blocks.append({"index": i, "criterion": text, "facets": facets, "candidates": len(ids), "read_now": read_now,
                        "judgments": combined, "facet_judgments": per_facet, "judged_by": reader.judged_by,
-                       "decomposed_by": None})
+                       "decomposed_by": decomposed_by,
+                       "dropped": list(getattr(reader, "dropped", [])[dropped_before:])})
     close = []
     for e in ids:
         open_, established = [], []

@@ -173,6 +173,10 @@ class RelationSearch:
         numbers = {e: n for e, n, _ in candidates}
         names = {e: name for e, _, name in candidates}
         out, close = read_criteria(self.reader, req.workspace_id, req.criteria, ids)
+        if getattr(self.reader, "spent", {}).get("calls"):   # a model read for this call: what it spent
+            self.spent = self.reader.priced()
+        for block in out:
+            block["running"] = getattr(self.reader, "running", 0)
         self.close = [{"entity_id": c["entity_id"], "name": names[c["entity_id"]],
                        **{k: v for k, v in c.items() if k != "entity_id"}} for c in close]
         self.close_numbers = {c["entity_id"]: numbers[c["entity_id"]] for c in self.close}
@@ -332,7 +336,9 @@ class Warrant:
             unread = sum(1 for c in self.criteria for j in c["judgments"].values() if j.state == "not_read")
             if unread:
                 body["reading"] = {"read_this_call": sum(c["read_now"] for c in self.criteria), "remaining": unread,
-                                   "next": "call again with the same request: each call reads the next ones"}
+                                   "running": self.criteria[0].get("running", 0),
+                                   "next": "call again with the same request at once: reads run only while a "
+                                           "call is open (those running now finish behind it; nothing new starts)"}
         return body
 
     def criterion_block(self, c: dict) -> dict:
@@ -350,7 +356,13 @@ class Warrant:
             for j in judged.values():
                 counts[j.state] += 1
             facets.append({**f.as_dict(), "states": counts})
-        return {"index": c["index"], "criterion": c["criterion"], "facets": facets,
+        to_read = states["not_read"]
+        estimate = {"to_read": to_read, "model_calls": to_read if c["decomposed_by"] is not None else 0,
+                    "cost_usd": None}
+        if self.spent and self.spent.get("cost_usd") is not None and self.spent.get("reads"):
+            estimate["cost_usd"] = round(self.spent["cost_usd"] / self.spent["reads"] * to_read, 6)
+        return {"index": c["index"], "criterion": c["criterion"], "facets": facets, "estimate": estimate,
+                "dropped": c.get("dropped", []),
                 "decomposed_by": c["decomposed_by"], "judged_by": c["judged_by"],
                 "candidates": c["candidates"], "read_this_call": c["read_now"], "states": states,
                 "judgments": [c["judgments"][e].as_dict() for e in listed[:self.list_limit]]}
