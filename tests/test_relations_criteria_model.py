@@ -74,7 +74,7 @@ def fake(tmp_path_factory):
 def client(tmp_path_factory, pool, fake):
     from docs.examples import make_client
 
-    settings = compiler_settings(fake) | {"price_input_usd_per_mtok": 1.0, "price_output_usd_per_mtok": 2.0}
+    settings = compiler_settings(fake) | {"price_usd_per_mtok": [1.0, 2.0]}
     cl = make_client(tmp_path_factory.mktemp("criteria-model") / "data", pool=pool, compiler=settings,
                      criteria={"model_wait_s": 3.0})
     yield cl

@@ -166,8 +166,7 @@ class Corpus:
         """The relation-search brief compiler configured in settings ([compiler]), or None."""
         from models.compiler import compiler_from
 
-        return compiler_from(**self.settings.compiler.model_dump(exclude={"price_input_usd_per_mtok",
-                                                                          "price_output_usd_per_mtok"}))
+        return compiler_from(**self.settings.compiler.model_dump(exclude={"price_usd_per_mtok"}))
 
     def reranker_status(self) -> dict:
         """The configured reranker: whether a rerank request can be served, and if not, why and how."""

@@ -122,9 +122,16 @@ class CompilerSettings(BaseModel):
     uds: str = ""
     timeout_s: float = Field(60.0, gt=0)
     max_tokens: int = Field(2000, ge=64)
-    # USD per million tokens, for `spent.cost_usd` of criteria read by the model (unset: not priced)
-    price_input_usd_per_mtok: float | None = Field(None, ge=0)
-    price_output_usd_per_mtok: float | None = Field(None, ge=0)
+    # [input, output] USD per million tokens, for `spent.cost_usd` of criteria read by the model
+    # (empty: not priced)
+    price_usd_per_mtok: list[Annotated[float, Field(ge=0)]] = Field(default_factory=list)
+
+    @field_validator("price_usd_per_mtok")
+    @classmethod
+    def _two_prices(cls, v: list[float]) -> list[float]:
+        if v and len(v) != 2:
+            raise ValueError("price_usd_per_mtok is [input, output] USD per million tokens, or [] (not priced)")
+        return v
 
 
 class CriteriaSettings(BaseModel):

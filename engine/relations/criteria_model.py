@@ -254,16 +254,15 @@ class ModelCriterionReader(CriterionReader):
 
     def priced(self) -> dict:
         """`spent` as the reply carries it: {calls, reads, cost_usd, cost_basis}."""
-        c = self.corpus.settings.compiler
-        pin, pout = c.price_input_usd_per_mtok, c.price_output_usd_per_mtok
+        prices = self.corpus.settings.compiler.price_usd_per_mtok
         s = self.spent
-        if pin is None or pout is None:
-            cost, basis = None, ("not priced: set [compiler] price_input_usd_per_mtok and "
-                                 "price_output_usd_per_mtok")
+        if not prices:
+            cost, basis = None, "not priced: set [compiler] price_usd_per_mtok = [input, output]"
         else:
+            pin, pout = prices
             cost = round((s["prompt_tokens"] * pin + s["completion_tokens"] * pout) / 1e6, 6)
             basis = (f"{s['prompt_tokens']} input + {s['completion_tokens']} output tokens of the calls finished "
-                     f"in this call, at {pin} / {pout} USD per million ([compiler] prices)")
+                     f"in this call, at {pin} / {pout} USD per million ([compiler] price_usd_per_mtok)")
         return {"calls": s["calls"], "reads": s["reads"], "cost_usd": cost, "cost_basis": basis}
 
 
