@@ -8,6 +8,7 @@ tantivy/FAISS (the profiles are a document load)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -54,9 +55,12 @@ def judged(content: str) -> dict:
     if "Dov ran" in content:        # claims a quote its documents do not hold: no evidence
         return {"facets": [{"index": 0, "state": s, "quote": "Dov marketed baby formula for decades"},
                            {"index": 1, "state": snv, "quote": "a bakery chain"}, {"index": 2, "state": no}]}
-    time.sleep(6)                   # Eve's read outlives the call
+    RELEASE.wait(60)                # Eve's read outlives the call: it answers when the test says so
     return {"facets": [{"index": 0, "state": snv, "quote": "Eve launched a follow-on milk brand in Italy."},
                        {"index": 1, "state": s, "quote": "in Italy"}, {"index": 2, "state": no}]}
+
+
+RELEASE = threading.Event()
 
 
 def answer(body: dict) -> dict:
@@ -76,7 +80,7 @@ def client(tmp_path_factory, pool, fake):
 
     settings = compiler_settings(fake) | {"price_usd_per_mtok": [1.0, 2.0]}
     cl = make_client(tmp_path_factory.mktemp("criteria-model") / "data", pool=pool, compiler=settings,
-                     criteria={"model_wait_s": 3.0})
+                     criteria={"model_wait_s": 5.0})
     yield cl
     cl.corpus.close()
 
@@ -132,7 +136,9 @@ def test_a_criterion_is_decomposed_judged_per_facet_and_read_behind_the_call(cli
     assert body["spent"]["calls"] == 6 and body["spent"]["reads"] == 5
     assert body["spent"]["cost_usd"] == pytest.approx((5 * 900 * 1.0 + 5 * 120 * 2.0) / 1e6)
 
-    deadline = time.time() + 30          # the read finishes behind the call; nothing new starts
+    assert _INFLIGHT                     # still running after the call returned
+    RELEASE.set()                        # the model answers; the read finishes behind the call
+    deadline = time.time() + 30
     while _INFLIGHT and time.time() < deadline:
         time.sleep(0.2)
     assert not _INFLIGHT
