@@ -275,11 +275,17 @@ class Enumerator:
                 p.unplaced.add(b.slot.name)
         return p
 
+    def computes(self, rel: Relation) -> bool:
+        """Whether this search reads the relation's computed length (a constraint names it): only
+        then are its rows read through the computing projection."""
+        return rel.length_slot is not None and any(
+            b.rel.name == rel.name and b.slot.name == rel.length_slot for b in self.plan.singles)
+
     def source(self, rel: Relation) -> str:
         """What one relation's rows are read from: its table, or — when the relation has a computed
         length slot — the table with that slot's columns computed (length_sql)."""
         table = self.plan.space.shape(rel).name
-        if rel.length_slot is None:
+        if not self.computes(rel):
             return table
         n, v = length_sql(rel, self.plan.as_of[1] if self.plan.as_of else self.plan.today,
                           "as_of" if self.plan.as_of else "today")
@@ -642,6 +648,8 @@ class Enumerator:
         m<group index> saying which groups each satisfies; by entity, then row."""
         extra = ["load_id", "db_table", "row_key"]
         for s in rel.slots.values():
+            if s.computed and not self.computes(rel):
+                continue
             extra.append(f"v_{s.name}")
             if s.type == "term":
                 extra.append(f"t_{s.name}")
