@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from engine.core import access
-from engine.core.access import Grant
+from engine.core.access import Forbidden, Grant
 from engine.core.corpus import Corpus, open_corpus, read_page
 from engine.core.errors import EngineError, LoadInvalid, LoadNotFound, ModelUnavailable
 from engine.core.urls import normalize_url
@@ -155,14 +155,14 @@ class Engine:
                   else CriterionReader(c, self.pages, scopes))
         return RelationSearch(c.relations, c.querylog, compiler, self.pages, reader, scopes=scopes).search(req, routes)
 
-    def facts(self, req: relation_facts.FactsRequest) -> dict:
-        return relation_facts.facts(self.corpus.relations, req)
+    def facts(self, req: relation_facts.FactsRequest, scopes: tuple[str, ...] | None = None) -> dict:
+        return relation_facts.facts(self.corpus.relations, req, scopes)
 
-    def correct(self, req: relation_facts.CorrectionRequest) -> dict:
-        return relation_facts.correct(self.corpus.relations, req)
+    def correct(self, req: relation_facts.CorrectionRequest, scopes: tuple[str, ...] | None = None) -> dict:
+        return relation_facts.correct(self.corpus.relations, req, scopes)
 
-    def region(self, req: relation_facts.RegionRequest) -> dict:
-        return relation_facts.region(self.corpus.relations, req)
+    def region(self, req: relation_facts.RegionRequest, scopes: tuple[str, ...] | None = None) -> dict:
+        return relation_facts.region(self.corpus.relations, req, scopes)
 
     def audit_events(self, request_id: str) -> dict:
         return relation_facts.audit_events(self.corpus.relations, request_id)
@@ -173,20 +173,26 @@ class Engine:
     def has_relation_workspace(self, workspace_id: str) -> bool:
         return self.corpus.relations.workspace(workspace_id) is not None
 
-    def describe_relation_workspace(self, workspace_id: str) -> dict:
-        return describe_workspace(self.corpus.relations, workspace_id)
+    def describe_relation_workspace(self, workspace_id: str, scopes: tuple[str, ...] | None = None) -> dict:
+        return describe_workspace(self.corpus.relations, workspace_id, scopes)
 
     def load(self, workspace_id: str, req: LoadRequest | relation_documents.DocumentLoadRequest,
-             confined: bool = True) -> dict:
+             confined: bool = True, scopes: tuple[str, ...] | None = None) -> dict:
         """A relation load (SQL tables, or a folder of documents). `confined`: read only from the
-        workspace's own source folder once keys exist or source_dirs is set (every face but the local CLI)."""
+        workspace's own source folder once keys exist or source_dirs is set (every face but the local CLI).
+        `scopes`: the loading key's document scopes (None: every scope); such a key loads only
+        documents of its scopes, and no SQL export (its rows would be every key's)."""
         roots = workspace_roots(self.settings.relations.source_dirs, self.corpus.data_dir, workspace_id,
                                 self.corpus.keys.closed) if confined else None
         if isinstance(req, relation_documents.DocumentLoadRequest):
-            return self._load_documents(workspace_id, req, roots)
+            return self._load_documents(workspace_id, req, roots, scopes)
+        if scopes is not None:
+            raise Forbidden("a key with document scopes may load only documents of its scopes: the rows of a "
+                            "SQL export are read by every key of the workspace")
         return load(self.corpus.relations, workspace_id, req, roots)
 
-    def sync_load(self, workspace_id: str, load_id: str, confined: bool = True) -> dict:
+    def sync_load(self, workspace_id: str, load_id: str, confined: bool = True,
+                  scopes: tuple[str, ...] | None = None) -> dict:
         """Run a load again from its stored body: for a folder of documents or records (a connected
         export) only what changed is re-read and superseded; a SQL load is re-read whole."""
         spec = self.corpus.relations.load_spec(load_id)
@@ -194,17 +200,17 @@ class Engine:
             raise LoadNotFound(f"no load {load_id!r} in workspace {workspace_id!r}", ref=load_id)
         body = json.loads(spec["spec"]) if isinstance(spec["spec"], str) else spec["spec"]
         model = relation_documents.DocumentLoadRequest if spec["format"] == "documents" else LoadRequest
-        out = self.load(workspace_id, model.model_validate(body), confined)
+        out = self.load(workspace_id, model.model_validate(body), confined, scopes)
         return {**out, "synced_from": load_id}
 
     def _load_documents(self, workspace_id: str, req: relation_documents.DocumentLoadRequest,
-                        roots: list[Path] | None) -> dict:
+                        roots: list[Path] | None, scopes: tuple[str, ...] | None = None) -> dict:
         """Read and check the whole load, then the changed documents become the workspace's pages
         (each linked to its entity), then the rows go in one transaction. A crash between the two
         leaves the relation side as it was; re-running the load finishes it (page upserts are idempotent)."""
         c = self.corpus
         prep = relation_documents.prepare(c.relations, workspace_id, req, roots,
-                                          compiler=c.brief_compiler() if req.model_reader else None)
+                                          compiler=c.brief_compiler() if req.model_reader else None, scopes=scopes)
         records = []
         for i, (d, page) in enumerate(zip(prep.changed, prep.pages())):
             try:

@@ -256,11 +256,12 @@ class Enumerator:
         exprs += [f"count(v_{s}) - count(t_{s})" for s in terms]
         exprs += [f"count(t_{s}) - count(r_{s})" for s in terms]
         table = self.source(rel)
-        key = ("profile", self.plan.space.workspace_id, table, tuple(exprs), self.version)
+        sight = self.plan.space.sight
+        key = ("profile", self.plan.space.workspace_id, table, tuple(exprs), sight.scopes, self.version)
         row = self.cache.get(key) if self.cache is not None else None
         if row is None:
-            row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE workspace_id = ? AND current",
-                                   [self.plan.space.workspace_id]).fetchone()
+            row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE workspace_id = ? AND current "
+                                   f"AND {sight.row()}", [self.plan.space.workspace_id]).fetchone()
             if self.cache is not None:
                 self.cache[key] = row
         p = Profile(rows=row[0], retired=row[1] > 0, withheld=row[2] > 0, unattributed=row[3] > 0)
@@ -336,7 +337,7 @@ class Enumerator:
         table = self.source(rel)
         who = "r.ent_no IS NOT NULL" if attributed else "r.entity_id IS NULL"
         sql = (f"SELECT {', '.join(cols)} FROM {table} r WHERE r.workspace_id = ? AND r.current "
-               f"AND {who} {extra_where}")
+               f"AND {who} AND {plan.space.sight.row('r')} {extra_where}")
         params.append(plan.space.workspace_id)
         return sql, params
 
@@ -463,7 +464,7 @@ class Enumerator:
                         cols.append((d, f"CASE WHEN {name}_m THEN d{b.index} END", "CAST(NULL AS DOUBLE)", f"min({d})"))
         from_rows = f"SELECT ent_no, {', '.join(f'{sql} AS {n}' for n, sql, _, _ in cols)} FROM ({rows})"
         from_cov = (f"SELECT ent_no, {', '.join(f'{cov} AS {n}' for n, _, cov, _ in cols)} FROM rel_coverage "
-                    f"WHERE workspace_id = ? AND relation = ? AND current")
+                    f"WHERE workspace_id = ? AND relation = ? AND current AND {self.plan.space.sight.row()}")
         params += [self.plan.space.workspace_id, rel.name]
         return (f"SELECT ent_no, {', '.join(f'{agg} AS {n}' for n, _, _, agg in cols)} "
                 f"FROM ({from_rows} UNION ALL {from_cov}) GROUP BY ent_no"), params
@@ -492,8 +493,9 @@ class Enumerator:
         plan = self.plan
         ws = plan.space.workspace_id
         params: list = [ws, plan.kinds]
-        ctes = ["u AS (SELECT ent_no, entity_id, name FROM rel_entities WHERE workspace_id = ? "
-                "AND list_contains(?, kind))"]
+        sight = plan.space.sight
+        ctes = [f"u AS (SELECT ent_no, entity_id, {sight.name()} AS name FROM rel_entities WHERE workspace_id = ? "
+                f"AND list_contains(?, kind) AND {sight.entity()})"]
         select = ["u.ent_no", "u.entity_id", "u.name"]
         joins = []
         for rel in plan.relations:
@@ -617,7 +619,8 @@ class Enumerator:
             return []
         return self.con.execute(
             "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-            f"AND relation = ? AND current AND ent_no IN ({', '.join(str(int(n)) for n in numbers)}) "
+            f"AND relation = ? AND current AND {self.plan.space.sight.row()} "
+            f"AND ent_no IN ({', '.join(str(int(n)) for n in numbers)}) "
             "ORDER BY declared_at, load_id", [self.plan.space.workspace_id, relation]).fetchall()
 
     def page(self, limit: int, offset: int, restrict: list[str] | None = None) -> list[tuple]:

@@ -105,15 +105,18 @@ class LoadWriter:
             con.execute("UPDATE rel_documents SET current = FALSE WHERE workspace_id = ? AND source_key = ? "
                         "AND current AND document IN (SELECT unnest(?))", [ws, source_key, gone])
         if documents:
-            con.executemany("INSERT INTO rel_documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, TRUE)",
+            con.executemany("INSERT INTO rel_documents (workspace_id, source_key, document, path, entity_id, name, "
+                            "content_hash, fingerprint, url, page_id, load_id, current, scope) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, TRUE, ?)",
                             [[ws, source_key, d["document"], d["path"], d["entity_id"], d["name"],
-                              d["content_hash"], d["fingerprint"], d["url"], d["page_id"], self.load_id]
-                             for d in documents])
+                              d["content_hash"], d["fingerprint"], d["url"], d["page_id"], self.load_id,
+                              d.get("scope")] for d in documents])
 
     def insert_rows(self, shape: TableShape, subject: str, relation: str, entity_column: str,
                     slots: list[SlotRead], data: pa.Table, source_key: str, db_table: str) -> dict:
         """Write a source table's rows (`data`: its columns plus `__key`, and optionally `__source`,
-        a source key per row, and `__ord`, the row's number in its row id) as the relation's rows,
+        a source key per row, `__ord`, the row's number in its row id, and `__scope`, the document
+        scope of the document the row was read from) as the relation's rows,
         registering their entities first; returns what was written (rows, entities, unattributed,
         withheld, retired_by_corrections, unknown_surfaces)."""
         con, table = self.con, shape.name
@@ -150,17 +153,18 @@ class LoadWriter:
         ws, load_id = self.workspace_id, self.load_id
         names = set(data.column_names)
         source = "coalesce(s.__source, ?)" if "__source" in names else "?"
+        scope = "s.__scope" if "__scope" in names else "CAST(NULL AS VARCHAR)"
         numbered = "load_src" if "__ord" in names else "(SELECT *, row_number() OVER () AS __ord FROM load_src)"
         try:
             # Register the entities first, so each row is written with its entity number and the
             # load's rows lie clustered by entity: a page of matches then reads few row groups.
             RelationStore.register_entities(con, ws, subject, load_id,
-                                            f"SELECT DISTINCT {entity} AS entity_id, CAST(NULL AS VARCHAR) AS name "
-                                            f"FROM load_src s", [])
+                                            f"SELECT DISTINCT {entity} AS entity_id, CAST(NULL AS VARCHAR) AS name, "
+                                            f"{scope} AS scope FROM load_src s", [])
             con.execute(
                 f"INSERT INTO {table} ({', '.join(cols)}) "
                 f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, {source}, ?, s.__key, "
-                f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, "
+                f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, {scope}, "
                 + ", ".join(select)
                 + f" FROM {numbered} s "
                 f"LEFT JOIN rel_entities e ON e.workspace_id = ? AND e.entity_id = {entity} {' '.join(joins)} "
@@ -190,47 +194,70 @@ class LoadWriter:
         return {"rows": stats[0], "entities": stats[3], "unattributed": stats[1], "withheld": stats[2],
                 "retired_by_corrections": stats[4], "unknown_surfaces": unplaced}
 
-    def name_entities(self, kind: str, rows: list[tuple[str, str | None]]) -> tuple[int, int]:
-        """Register these (entity id, display name or None) and rename the known ones; returns
-        (how many were new, how many names changed)."""
+    def name_entities(self, kind: str, rows: list[tuple]) -> tuple[int, dict[str | None, int]]:
+        """Register these (entity id, display name or None[, document scope of the name]) and
+        rename the known ones; returns (how many were new, how many names changed per scope — the
+        scope of the document that carries the name, None for a name every key reads). A name
+        that moves between scopes changes in both."""
         con, ws = self.con, self.workspace_id
         con.register("load_entities", pa.table({"entity_id": pa.array([r[0] for r in rows], pa.string()),
-                                                "name": pa.array([r[1] for r in rows], pa.string())}))
+                                                "name": pa.array([r[1] for r in rows], pa.string()),
+                                                "scope": pa.array([r[2] if len(r) > 2 else None for r in rows],
+                                                                  pa.string())}))
+        changed: dict[str | None, int] = {}
         try:
-            changed = con.execute(
-                "SELECT count(*) FROM load_entities l JOIN rel_entities e ON e.entity_id = l.entity_id "
-                "AND e.workspace_id = ? WHERE l.name IS NOT NULL AND e.name IS DISTINCT FROM l.name",
-                [ws]).fetchall()[0][0]
-            con.execute("UPDATE rel_entities SET name = l.name FROM load_entities l "
+            moved = con.execute(
+                "SELECT l.scope, e.name_scope, e.name IS NOT NULL FROM load_entities l JOIN rel_entities e "
+                "ON e.entity_id = l.entity_id AND e.workspace_id = ? WHERE l.name IS NOT NULL "
+                "AND (e.name IS DISTINCT FROM l.name OR e.name_scope IS DISTINCT FROM l.scope)", [ws]).fetchall()
+            for new_scope, old_scope, had in moved:
+                changed[new_scope] = changed.get(new_scope, 0) + 1
+                if had and old_scope != new_scope:
+                    changed[old_scope] = changed.get(old_scope, 0) + 1
+            con.execute("UPDATE rel_entities SET name = l.name, name_scope = l.scope FROM load_entities l "
                         "WHERE rel_entities.workspace_id = ? "
                         "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL", [ws])
             added = RelationStore.register_entities(con, ws, kind, self.load_id,
-                                                    "SELECT entity_id, name FROM load_entities", [])
+                                                    "SELECT entity_id, name, scope FROM load_entities", [])
             if added:
-                changed += con.execute("SELECT count(*) FROM load_entities WHERE name IS NOT NULL").fetchall()[0][0]
+                for (scope,) in con.execute("SELECT name_scope FROM rel_entities WHERE workspace_id = ? "
+                                            "AND load_id = ? AND name IS NOT NULL", [ws, self.load_id]).fetchall():
+                    changed[scope] = changed.get(scope, 0) + 1
         finally:
             con.unregister("load_entities")
         return added, changed
 
-    def declare_coverage(self, relation: str, subject: str, source_key: str, ids: list[str], now: datetime) -> None:
-        """This load looked at these entities for the relation (superseding what the same source declared)."""
+    def declare_coverage(self, relation: str, subject: str, source_key: str, ids: list, now: datetime) -> None:
+        """This load looked at these entities for the relation (superseding what the same source
+        declared); `ids`: entity ids, or (entity id, document scope) pairs when documents of a
+        scope say so (a declaration only the scope's keys read)."""
         con, ws = self.con, self.workspace_id
         con.execute("UPDATE rel_coverage SET current = FALSE WHERE workspace_id = ? AND relation = ? "
                     "AND source_key = ? AND current", [ws, relation, source_key])
-        con.register("load_cov", pa.table({"entity_id": pa.array(ids, pa.string())}))
+        pairs = [i if isinstance(i, tuple) else (i, None) for i in ids]
+        con.register("load_cov", pa.table({"entity_id": pa.array([p[0] for p in pairs], pa.string()),
+                                           "scope": pa.array([p[1] for p in pairs], pa.string())}))
         try:
             RelationStore.register_entities(con, ws, subject, self.load_id,
-                                            "SELECT entity_id, CAST(NULL AS VARCHAR) AS name FROM load_cov", [])
-            con.execute("INSERT INTO rel_coverage SELECT ?, ?, entity_id, ?, ?, 'source', ?, TRUE, NULL FROM load_cov",
+                                            "SELECT entity_id, CAST(NULL AS VARCHAR) AS name, scope FROM load_cov", [])
+            con.execute("INSERT INTO rel_coverage (workspace_id, relation, entity_id, load_id, source_key, declared_by, "
+                        "declared_at, current, ent_no, scope) "
+                        "SELECT ?, ?, entity_id, ?, ?, 'source', ?, TRUE, NULL, scope FROM load_cov",
                         [ws, relation, self.load_id, source_key, now])
         finally:
             con.unregister("load_cov")
         RelationStore.number_rows(con, "rel_coverage", ws, self.load_id)
 
-    def finish(self, now: datetime, source: str, fmt: str, spec: dict, summary: dict, names_changed: bool) -> None:
-        """Record the load (and move the workspace's map version when a display name changed)."""
-        if names_changed:
+    def finish(self, now: datetime, source: str, fmt: str, spec: dict, summary: dict,
+               names_changed: dict[str | None, int]) -> None:
+        """Record the load, and move the workspace's map version as each caller sees it: once for
+        every key when a name every key reads changed, once per document scope whose documents'
+        names changed (only that scope's keys see it move)."""
+        if names_changed.get(None):
             self.con.execute("UPDATE rel_workspaces SET map_version = map_version + 1 WHERE workspace_id = ?",
                              [self.workspace_id])
+        for scope in sorted(s for s, n in names_changed.items() if s is not None and n):
+            self.con.execute("INSERT INTO rel_map_versions VALUES (?, ?, 1) ON CONFLICT DO UPDATE "
+                             "SET version = rel_map_versions.version + 1", [self.workspace_id, scope])
         self.con.execute("INSERT INTO rel_loads VALUES (?, ?, ?, ?, ?, ?, ?)",
                          [self.load_id, self.workspace_id, now, source, fmt, json.dumps(spec), json.dumps(summary)])

@@ -2,13 +2,24 @@
 
 Fixed tables:
   rel_workspaces(workspace_id, name, packs, created_at, map_version)
-  rel_entities(workspace_id, entity_id, kind, name, load_id, ent_no)
+                                                   map_version counts the changes of names every key
+                                                   reads; rel_map_versions counts, per document
+                                                   scope, the changes of names only that scope's
+                                                   documents carry (a key's map version is the sum
+                                                   of the ones it may read)
+  rel_map_versions(workspace_id, scope, version)
+  rel_entities(workspace_id, entity_id, kind, name, load_id, ent_no, scopes, name_scope)
                                                    the subjects a load named; ent_no is a dense
                                                    per-workspace number that enumeration groups and
-                                                   joins on (integers hash faster than ids)
+                                                   joins on (integers hash faster than ids); scopes:
+                                                   NULL when a source every key reads named it, else
+                                                   the document scopes whose documents did;
+                                                   name_scope: the scope of the document the name
+                                                   was read from (NULL: every key reads it)
   rel_loads(load_id, workspace_id, created_at, source, format, spec, summary)
-  rel_coverage(workspace_id, relation, entity_id, load_id, source_key, declared_by, declared_at, current, ent_no)
-                                                   who a load says it looked at, per relation
+  rel_coverage(workspace_id, relation, entity_id, load_id, source_key, declared_by, declared_at, current, ent_no,
+               scope)                              who a load says it looked at, per relation (scope:
+                                                   of the documents that say so; NULL: every key)
   rel_corrections(correction_id, workspace_id, relation, row_id, source_key, row_key, vhash, reason, created_at)
   criterion_judgments(workspace_id, criterion_key, entity_id, doc_key, state, quote, page_id, ...)
                                                    what a criterion's reader found in an entity's own
@@ -17,7 +28,7 @@ Fixed tables:
                                                    a criterion's decomposition by a model, kept
   audit_events(request_id, ts, verb, workspace_id, request, rows, spans, summary)
   rel_documents(workspace_id, source_key, document, path, entity_id, name, content_hash, fingerprint,
-                url, page_id, load_id, current)
+                url, page_id, load_id, current, scope)
                                                    the documents a document load read (one current
                                                    row per document of a folder; superseded on change)
   rel_spans(workspace_id, row_id, slot, document, char_start, char_end, quote, content_hash, reader)
@@ -28,7 +39,8 @@ One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loade
   row_id, workspace_id, entity_id (NULL: the loader could tie the row to nobody), ent_no, load_id,
   source_key, db_table, row_key, vhash (hash of the row's cells), current (false once a later load
   of the same source supersedes it), retired (the correction that retired it), withheld (why the
-  loader could not read it), and per slot: v_<slot> (the cell as text) plus its typed reading —
+  loader could not read it), scope (the document scope of the document it was read from; NULL:
+  every key of the workspace reads it), and per slot: v_<slot> (the cell as text) plus its typed reading —
   term: t_<slot> (the vocabulary term) and r_<slot> (its rung on an ordered axis); number: n_<slot>;
   month / date: lo_<slot> and hi_<slot> (the first and last day of the span the value names).
 """
@@ -79,7 +91,59 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS audit_events (
         request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
         request JSON, rows JSON, spans JSON, summary JSON)""",
+    """CREATE TABLE IF NOT EXISTS rel_map_versions (
+        workspace_id VARCHAR NOT NULL, scope VARCHAR NOT NULL, version INTEGER NOT NULL,
+        PRIMARY KEY (workspace_id, scope))""",
+    # document scopes (a data dir from before them gains the columns, every row readable by all)
+    "ALTER TABLE rel_entities ADD COLUMN IF NOT EXISTS scopes VARCHAR[]",
+    "ALTER TABLE rel_entities ADD COLUMN IF NOT EXISTS name_scope VARCHAR",
+    "ALTER TABLE rel_coverage ADD COLUMN IF NOT EXISTS scope VARCHAR",
+    "ALTER TABLE rel_documents ADD COLUMN IF NOT EXISTS scope VARCHAR",
 ]
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class Sight:
+    """What a caller may see of a workspace's relations: its key's document scopes (None: every
+    document). Rows read from a document carry the document's scope; an entity is seen when a
+    source the caller reads named it; a display name when the document it was read from is one
+    the caller reads. SQL fragments (scopes inlined as quoted literals) for each."""
+    scopes: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, scopes) -> "Sight":
+        return cls(tuple(sorted(set(scopes))) if scopes else None)
+
+    @property
+    def everything(self) -> bool:
+        return self.scopes is None
+
+    def _list(self) -> str:
+        return "[" + ", ".join(_literal(s) for s in self.scopes) + "]::VARCHAR[]"
+
+    def row(self, alias: str = "") -> str:
+        """SQL: the row (or coverage declaration) `alias` is readable."""
+        a = f"{alias}." if alias else ""
+        return "TRUE" if self.everything else f"({a}scope IS NULL OR list_contains({self._list()}, {a}scope))"
+
+    def entity(self, alias: str = "") -> str:
+        """SQL: the entity `alias` (a rel_entities row) is known to the caller."""
+        a = f"{alias}." if alias else ""
+        return "TRUE" if self.everything else f"({a}scopes IS NULL OR list_has_any({a}scopes, {self._list()}))"
+
+    def name(self, alias: str = "") -> str:
+        """SQL: the entity's display name as the caller may read it (NULL when it is not)."""
+        a = f"{alias}." if alias else ""
+        if self.everything:
+            return f"{a}name"
+        return f"CASE WHEN {a}name_scope IS NULL OR list_contains({self._list()}, {a}name_scope) THEN {a}name END"
+
+
+EVERYTHING = Sight()
 
 
 @dataclass(frozen=True)
@@ -97,7 +161,7 @@ class TableShape:
         cols = [("row_id", "VARCHAR"), ("workspace_id", "VARCHAR"), ("entity_id", "VARCHAR"), ("ent_no", "INTEGER"),
                 ("load_id", "VARCHAR"), ("source_key", "VARCHAR"), ("db_table", "VARCHAR"),
                 ("row_key", "VARCHAR"), ("vhash", "VARCHAR"), ("current", "BOOLEAN"),
-                ("retired", "VARCHAR"), ("withheld", "VARCHAR")]
+                ("retired", "VARCHAR"), ("withheld", "VARCHAR"), ("scope", "VARCHAR")]
         for slot, kind in self.slots:
             cols.append((f"v_{slot}", "VARCHAR"))
             if kind == "term":
@@ -120,6 +184,12 @@ class RelationStore:
         with store.transaction() as con:
             for stmt in DDL:
                 con.execute(stmt)
+            # relation tables from before document scopes gain the column (NULL: every key reads the row)
+            for (table,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'rel\\_%\\_\\_%' ESCAPE '\\' "
+                    "AND table_name NOT IN (SELECT table_name FROM information_schema.columns WHERE column_name = 'scope')"
+                    ).fetchall():
+                con.execute(f'ALTER TABLE "{table}" ADD COLUMN scope VARCHAR')
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         return self.store.cursor()
@@ -151,17 +221,30 @@ class RelationStore:
     @staticmethod
     def register_entities(con: duckdb.DuckDBPyConnection, workspace_id: str, kind: str, load_id: str,
                           source_sql: str, params: list) -> int:
-        """Register the entity ids `source_sql` yields (columns entity_id, name) that the workspace
-        does not hold yet, numbering them on from its highest ent_no. Returns how many were new."""
-        return con.execute(
-            f"""INSERT INTO rel_entities (workspace_id, entity_id, kind, name, load_id, ent_no)
-                SELECT ?, s.entity_id, ?, s.name, ?, base.n + CAST(row_number() OVER (ORDER BY s.entity_id) AS INTEGER)
-                FROM (SELECT entity_id, max(name) AS name FROM ({source_sql}) WHERE entity_id IS NOT NULL
-                      GROUP BY entity_id) s,
-                     (SELECT CAST(coalesce(max(ent_no), 0) AS INTEGER) AS n FROM rel_entities
-                      WHERE workspace_id = ?) base
-                WHERE s.entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)""",
-            [workspace_id, kind, load_id, *params, workspace_id, workspace_id]).fetchall()[0][0]
+        """Register the entity ids `source_sql` yields (columns entity_id, name, scope: the document
+        scope of what named it, NULL for a source every key reads) that the workspace does not hold
+        yet, numbering them on from its highest ent_no, and widen the scopes of the known ones to
+        what named them now. Returns how many were new."""
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _named AS SELECT entity_id, max(name) AS name, "
+                    f"arg_max_null(scope, name) FILTER (WHERE name IS NOT NULL) AS name_scope, bool_or(scope IS NULL) AS open, "
+                    f"list_distinct(list(scope)) AS scopes FROM ({source_sql}) WHERE entity_id IS NOT NULL "
+                    f"GROUP BY entity_id", params)
+        try:
+            con.execute("UPDATE rel_entities SET scopes = CASE WHEN n.open THEN NULL "
+                        "ELSE list_distinct(list_concat(rel_entities.scopes, n.scopes)) END "
+                        "FROM _named n WHERE rel_entities.workspace_id = ? AND rel_entities.entity_id = n.entity_id "
+                        "AND rel_entities.scopes IS NOT NULL", [workspace_id])
+            return con.execute(
+                """INSERT INTO rel_entities (workspace_id, entity_id, kind, name, load_id, ent_no, scopes, name_scope)
+                   SELECT ?, s.entity_id, ?, s.name, ?, base.n + CAST(row_number() OVER (ORDER BY s.entity_id) AS INTEGER),
+                          CASE WHEN s.open THEN NULL ELSE s.scopes END, CASE WHEN s.name IS NOT NULL THEN s.name_scope END
+                   FROM _named s,
+                        (SELECT CAST(coalesce(max(ent_no), 0) AS INTEGER) AS n FROM rel_entities
+                         WHERE workspace_id = ?) base
+                   WHERE s.entity_id NOT IN (SELECT entity_id FROM rel_entities WHERE workspace_id = ?)""",
+                [workspace_id, kind, load_id, workspace_id, workspace_id]).fetchall()[0][0]
+        finally:
+            con.execute("DROP TABLE IF EXISTS _named")
 
     @staticmethod
     def number_rows(con: duckdb.DuckDBPyConnection, table: str, workspace_id: str, load_id: str) -> None:
@@ -184,11 +267,20 @@ class RelationStore:
         relation profiles cached until the workspace's next write."""
         return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id))
 
-    def universe(self, workspace_id: str, kinds: list[str]) -> int:
-        """How many entities of these kinds the workspace holds."""
+    def universe(self, workspace_id: str, kinds: list[str], sight: Sight = EVERYTHING) -> int:
+        """How many entities of these kinds the workspace holds (that the caller knows of)."""
         return self.cursor().execute(
-            "SELECT count(*) FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind)",
+            f"SELECT count(*) FROM rel_entities WHERE workspace_id = ? AND list_contains(?, kind) AND {sight.entity()}",
             [workspace_id, kinds]).fetchone()[0]
+
+    def map_version(self, workspace_id: str, base: int, sight: Sight = EVERYTHING) -> int:
+        """The workspace map's version as the caller may see it: `base` (rel_workspaces.map_version,
+        moved by names every key reads) plus the changes of names carried by documents of the
+        scopes the caller reads."""
+        where = "TRUE" if sight.everything else f"list_contains({sight._list()}, scope)"
+        return base + int(self.cursor().execute(
+            f"SELECT coalesce(sum(version), 0) FROM rel_map_versions WHERE workspace_id = ? AND {where}",
+            [workspace_id]).fetchone()[0])
 
     def table_exists(self, name: str) -> bool:
         return self.cursor().execute(
@@ -209,10 +301,10 @@ class RelationStore:
             con.execute("INSERT INTO rel_workspaces VALUES (?, ?, ?, ?, 1)", [workspace_id, name, packs, now])
             con.execute("INSERT INTO workspaces VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [workspace_id, name, now])
 
-    def entity_counts(self, workspace_id: str) -> dict[str, int]:
+    def entity_counts(self, workspace_id: str, sight: Sight = EVERYTHING) -> dict[str, int]:
         return dict(self.cursor().execute(
-            "SELECT kind, count(*) FROM rel_entities WHERE workspace_id = ? GROUP BY kind ORDER BY kind",
-            [workspace_id]).fetchall())
+            f"SELECT kind, count(*) FROM rel_entities WHERE workspace_id = ? AND {sight.entity()} "
+            "GROUP BY kind ORDER BY kind", [workspace_id]).fetchall())
 
     def loads(self, workspace_id: str) -> list[dict]:
         res = self.cursor().execute(
@@ -228,7 +320,8 @@ class RelationStore:
         return None if row is None else {"source": row[0], "format": row[1], "spec": row[2], "workspace_id": row[3]}
 
     # Documents ------------------------------------------------------------------------------------
-    DOCUMENT = ["document", "path", "entity_id", "name", "content_hash", "fingerprint", "url", "page_id", "load_id"]
+    DOCUMENT = ["document", "path", "entity_id", "name", "content_hash", "fingerprint", "url", "page_id", "load_id",
+                "scope"]
 
     def current_documents(self, workspace_id: str, source_key: str) -> list[dict]:
         """The documents the current load of a document folder read (columns DOCUMENT)."""
@@ -283,18 +376,20 @@ class RelationStore:
                             [[workspace_id, criterion_key, *r, now] for r in rows])
 
     # Rows, entities, corrections, coverage ------------------------------------------------------------
-    def current_rows(self, table: str, workspace_id: str, where: str = "TRUE", params: list | None = None
-                     ) -> list[dict]:
-        """A relation table's current rows of a workspace that meet `where` (SQL over its columns), by row id."""
+    def current_rows(self, table: str, workspace_id: str, where: str = "TRUE", params: list | None = None,
+                     sight: Sight = EVERYTHING) -> list[dict]:
+        """A relation table's current rows of a workspace that meet `where` (SQL over its columns)
+        and that the caller may read, by row id."""
         res = self.cursor().execute(f"SELECT * FROM {table} WHERE workspace_id = ? AND current AND {where} "
-                                    f"ORDER BY row_id", [workspace_id, *(params or [])])
+                                    f"AND {sight.row()} ORDER BY row_id", [workspace_id, *(params or [])])
         names = [d[0] for d in res.description]
         return [dict(zip(names, r)) for r in res.fetchall()]
 
-    def entity_name(self, workspace_id: str, entity_id: str) -> tuple[str | None] | None:
-        """(display name,) of a registered entity (the name may be None); None for an unknown one."""
-        return self.cursor().execute("SELECT name FROM rel_entities WHERE workspace_id = ? AND entity_id = ?",
-                                     [workspace_id, entity_id]).fetchone()
+    def entity_name(self, workspace_id: str, entity_id: str, sight: Sight = EVERYTHING) -> tuple[str | None] | None:
+        """(display name,) of a registered entity the caller knows of (the name None when there is
+        none it may read); None for an unknown one."""
+        return self.cursor().execute(f"SELECT {sight.name()} FROM rel_entities WHERE workspace_id = ? "
+                                     f"AND entity_id = ? AND {sight.entity()}", [workspace_id, entity_id]).fetchone()
 
     def corrections(self, workspace_id: str) -> dict[str, str]:
         """correction id -> reason."""
@@ -316,11 +411,12 @@ class RelationStore:
             con.execute(f"UPDATE {table} SET retired = ? WHERE workspace_id = ? AND row_id = ?",
                         [correction_id, workspace_id, row["row_id"]])
 
-    def coverage_of(self, workspace_id: str, relation: str, entity_id: str) -> list[tuple]:
-        """(load id, declared by, declared at) of the current coverage declarations naming the entity."""
+    def coverage_of(self, workspace_id: str, relation: str, entity_id: str, sight: Sight = EVERYTHING) -> list[tuple]:
+        """(load id, declared by, declared at) of the current coverage declarations naming the
+        entity that the caller may read."""
         return self.cursor().execute(
             "SELECT load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-            "AND relation = ? AND entity_id = ? AND current ORDER BY declared_at, load_id",
+            f"AND relation = ? AND entity_id = ? AND current AND {sight.row()} ORDER BY declared_at, load_id",
             [workspace_id, relation, entity_id]).fetchall()
 
     # Audit ---------------------------------------------------------------------------------------

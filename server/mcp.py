@@ -148,16 +148,16 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
 
     def limma_facts(req: FactsRequest, g: Grant) -> dict:
         g.workspace(req.workspace_id, req.workspace_id)
-        return engine().facts(req)
+        return engine().facts(req, scopes=g.document_scopes)
 
     def limma_correct(req: CorrectionRequest, g: Grant) -> dict:
         g.require_write()  # the route's order: a read-only key is refused before the workspace is looked at
         g.workspace(req.workspace_id, req.workspace_id)
-        return engine().correct(req)
+        return engine().correct(req, scopes=g.document_scopes)
 
     def limma_region(req: RegionRequest, g: Grant) -> dict:
         g.workspace(req.workspace_id, req.workspace_id)
-        return engine().region(req)
+        return engine().region(req, scopes=g.document_scopes)
 
     def get_page(ref: PageRef, g: Grant) -> dict:
         engine().readable_page(g, ref.page_id)

@@ -417,3 +417,140 @@ def test_a_kill_mid_document_load_leaves_the_store_consistent_and_re_runnable(tm
         assert con.execute("SELECT count(*) FROM rel_documents WHERE current").fetchone()[0] == 30
     finally:
         con.close()
+
+
+def test_document_scopes_hide_other_scopes_rows_entities_and_names_and_map_version_moves_per_scope(pool, tmp_path):
+    """Documents of a scope are read only by keys of that scope: their rows, the entities only
+    they name, and the names they carry do not exist for other keys (search, facts, region,
+    corrections, the workspace's counts), and the map version a key sees moves only for names in
+    documents it may read."""
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    cl = make_client(tmp_path / "data", pool=pool)
+    try:
+        workspace(cl, "scoped")
+        keys = cl.corpus.keys
+        admin, hr, public = (create_key(keys, ["*"])["token"], create_key(keys, ["scoped"], scopes=["hr"])["token"],
+                             create_key(keys, ["scoped"], scopes=["public"])["token"])
+
+        def h(token):
+            return {"Authorization": f"Bearer {token}"}
+
+        def scoped(text, scope):
+            return text.replace("---\n", f"---\nscope: {scope}\n", 1)
+
+        dana_open = ("---\nid: dana_moss\nroles:\n  - title: VP Sales\n    seniority: VP\n    function: Sales\n"
+                     "    geography: Austria\n    company: Tarn Systems\n    from: 2019-05\n---\nDana sells.\n")
+        dana_hr = "---\nscope: hr\nid: dana_moss\nname: Dana Moss\n---\nDana's HR file: on leave.\n"
+        folder = write(tmp_path / "data" / "sources" / "scoped" / "profiles", {
+            "amara.md": scoped(AMARA, "public"), "bo.md": scoped(BO, "hr"), "cai.md": scoped(CAI, "public"),
+            "dana-a.md": dana_open, "dana-b.md": dana_hr})
+        body = {"source": "profiles", "documents": {"key_path": "id", "name_path": "name", "scope_path": "scope"},
+                "coverage": ["screening"]}
+        # a scoped key loads only documents of its scopes, and no SQL export
+        refused = cl.post("/v1/public/workspaces/scoped/loads", json=body, headers=h(public))
+        assert refused.status_code == 403 and refused.json()["detail"]["type"] == "forbidden"
+        sql = cl.post("/v1/public/workspaces/scoped/loads", headers=h(hr), json={
+            "source": "x.csv", "relations": [{"relation": "screening", "table": "x", "entity_column": "id",
+                                              "slots": {"outcome": "outcome"}}]})
+        assert sql.status_code == 403 and sql.json()["detail"]["type"] == "forbidden", sql.text
+        assert cl.get("/v1/public/workspaces/scoped", headers=h(admin)).json()["loads"] == []
+
+        first = cl.post("/v1/public/workspaces/scoped/loads", json=body, headers=h(admin))
+        assert first.status_code == 201, first.text
+        assert first.json()["documents"]["scopes"] == {"hr": 2, "public": 2}
+
+        def search(token, constraints):
+            r = cl.post("/v1/public/search", json={"workspace_id": "scoped", "constraints": constraints},
+                        headers=h(token))
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        sales = [{"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]
+        every, pub, hrs = (search(k, sales) for k in (admin, public, hr))
+        assert every["counts"]["universe"] == 4 and pub["counts"]["universe"] == 3 and hrs["counts"]["universe"] == 2
+        names = {k: {m["entity_id"]: m["name"] for m in r["matches"]} for k, r in (("admin", every), ("public", pub),
+                                                                                   ("hr", hrs))}
+        assert names["admin"] == {"amara_okafor": "Amara Okafor", "cai_brandt": "Cai Brandt", "dana_moss": "Dana Moss"}
+        # Dana is known to every key (an unscoped document names her) but her name is in an HR file
+        assert names["public"] == {"amara_okafor": "Amara Okafor", "cai_brandt": "Cai Brandt", "dana_moss": None}
+        assert names["hr"] == {"dana_moss": "Dana Moss"}
+        assert "bo_lindqvist" in every["entities"]["none"]
+        assert not any("bo_lindqvist" in ids for ids in pub["entities"].values())
+        assert pub["coverage"]["narrowed_by"][0] == "acl"
+
+        failed = [{"relation": "screening", "slot": "outcome", "op": "eq", "value": "failed"}]
+        assert search(hr, failed)["entities"]["matched"] == ["bo_lindqvist"]
+        assert search(public, failed)["entities"]["matched"] == []
+        # Amara's screening is in a public document: HR does not read it
+        passed = [{"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed"}]
+        assert search(public, passed)["entities"]["matched"] == ["amara_okafor"]
+        assert search(hr, passed)["entities"]["matched"] == []
+
+        facts = {"workspace_id": "scoped", "entity_id": "bo_lindqvist", "relation": "screening"}
+        hidden = cl.post("/v1/public/facts", json=facts, headers=h(public))
+        assert hidden.status_code == 404 and hidden.json()["detail"]["type"] == "entity_not_found"
+        seen = cl.post("/v1/public/facts", json=facts, headers=h(hr)).json()
+        assert seen["name"] == "Bo Lindqvist" and len(seen["rows"]) == 1
+        row_id = seen["rows"][0]["row_id"]
+        for path, extra in (("/v1/public/region", {"slot": "outcome"}), ("/v1/public/corrections", {"reason": "x"})):
+            r = cl.post(path, json={"workspace_id": "scoped", "row_id": row_id, **extra}, headers=h(public))
+            assert r.status_code == 404 and r.json()["detail"]["type"] == "row_not_found", r.text
+        assert cl.post("/v1/public/region", json={"workspace_id": "scoped", "row_id": row_id, "slot": "outcome"},
+                       headers=h(hr)).json()["byte_verified"] is True
+        # the pages are scoped as their documents are
+        found = cl.post("/v1/search", json={"query": "Bo runs marketing for a consumer brand", "workspace": "scoped"},
+                        headers=h(public)).json()
+        assert not any(p["url"].endswith("/bo.md") for p in found["pages"])
+
+        def versions():
+            return [cl.get("/v1/public/workspaces/scoped", headers=h(k)).json()["map_version"]
+                    for k in (admin, hr, public)]
+
+        v0 = versions()
+        counts = [cl.get("/v1/public/workspaces/scoped", headers=h(k)).json()["entities"] for k in (admin, hr, public)]
+        assert [sum(c.values()) for c in counts] == [4, 2, 3]
+        (folder / "bo.md").write_text(scoped(BO, "hr").replace("name: Bo Lindqvist", "name: Bo Lindquist"))
+        cl.post("/v1/public/workspaces/scoped/loads", json=body, headers=h(admin)).raise_for_status()
+        v1 = versions()
+        assert v1 == [v0[0] + 1, v0[1] + 1, v0[2]]          # an HR name: the public key's map did not move
+        (folder / "amara.md").write_text(scoped(AMARA, "public").replace("name: Amara Okafor", "name: Amara Okafor-Ruiz"))
+        cl.post("/v1/public/workspaces/scoped/loads", json=body, headers=h(admin)).raise_for_status()
+        assert versions() == [v1[0] + 1, v1[1], v1[2] + 1]
+        # an HR key may re-load the HR documents of a folder that holds only them
+        hr_only = write(tmp_path / "data" / "sources" / "scoped" / "hr-files", {"bo.md": scoped(BO, "hr")})
+        r = cl.post("/v1/public/workspaces/scoped/loads", headers=h(hr),
+                    json={**body, "source": hr_only.name})
+        assert r.status_code == 201, r.text
+    finally:
+        cl.corpus.close()
+
+
+def test_a_data_dir_from_before_document_scopes_opens_and_every_key_reads_its_rows(pool, tmp_path):
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    cl = make_client(tmp_path / "data", pool=pool)
+    try:
+        workspace(cl, "old")
+        assert load(cl, "old", write(tmp_path / "p", {"amara.md": AMARA})).status_code == 201
+        with cl.corpus.relations.transaction() as con:   # the shape of a data dir from before scopes
+            con.execute("DROP TABLE rel_map_versions")
+            for table in [r[0] for r in con.execute("SELECT table_name FROM information_schema.columns "
+                                                    "WHERE column_name = 'scope'").fetchall()
+                          if r[0].startswith("rel_")]:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN scope")
+            con.execute("ALTER TABLE rel_entities DROP COLUMN scopes")
+            con.execute("ALTER TABLE rel_entities DROP COLUMN name_scope")
+    finally:
+        cl.corpus.close()
+    cl = make_client(tmp_path / "data", pool=pool)
+    try:
+        token = create_key(cl.corpus.keys, ["old"], scopes=["team"])["token"]
+        r = cl.post("/v1/public/search", json={"workspace_id": "old", "constraints": SALES_PASSED},
+                    headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        assert r.json()["entities"]["matched"] == ["amara_okafor"] and r.json()["matches"][0]["name"] == "Amara Okafor"
+    finally:
+        cl.corpus.close()

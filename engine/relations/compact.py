@@ -71,7 +71,8 @@ def about_lines(rstore: RelationStore, space: Space, numbers: dict[str, int]) ->
         table = space.shape(rel).name
         if not rstore.table_exists(table):
             continue
-        for row in rstore.current_rows(table, space.workspace_id, f"retired IS NULL AND ent_no IN ({ids})"):
+        for row in rstore.current_rows(table, space.workspace_id, f"retired IS NULL AND ent_no IN ({ids})",
+                                       sight=space.sight):
             if rel.period:
                 pf, pt = rel.period
                 key = (_recency(row.get(f"lo_{pf}")), row["row_id"])

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from indexes.relation_loads import DocumentRow, LoadWriter
 from indexes.relations import RelationStore
 
+from engine.core.access import Forbidden
 from engine.core.clock import utcnow
 from engine.core.errors import CompileFailed, LoadInvalid, ReaderUnavailable
 from engine.core.packs import Relation, norm
@@ -64,6 +65,10 @@ class DocumentsDecl(BaseModel):
     url_base: str | None = Field(default=None, max_length=2000,
                                  description="Page URL = url_base + the document's path in the folder "
                                              "(default file:///<workspace>/<folder>/<path>).")
+    scope: str | None = Field(default=None, min_length=1, max_length=200, description=(
+        "The document scope of every document of the load (absent: every key of the workspace reads them)."))
+    scope_path: str | None = Field(default=None, min_length=1, max_length=200, description=(
+        "The front-matter key (or record field) holding a document's scope; a document without it has `scope`."))
 
 
 class ReaderRule(BaseModel):
@@ -107,6 +112,7 @@ class Doc:
     entity_id: str | None = None
     name: str | None = None
     title: str | None = None
+    scope: str | None = None        # its document scope (None: every key of the workspace reads it)
     fingerprint: str = ""
 
     @property
@@ -490,7 +496,7 @@ class Prepared:
         for d in self.changed:
             title = _text_at(d, self.req.documents.title_path) or d.name or Path(d.rel).stem
             body = d.body.strip() if d.body_at < len(d.text) else d.text   # a JSON record: its text
-            page = {"url": self.page_url(d), "title": title, "body_text": body or title}
+            page = {"url": self.page_url(d), "title": title, "body_text": body or title, "scope": d.scope}
             if d.entity_id:
                 page["entities"] = [{"canonical": d.entity_id, "id": d.entity_id,
                                      "aliases": [d.name] if d.name else []}]
@@ -533,9 +539,10 @@ def _check_rules(space: Space, rules: list[ReaderRule], model_relations: list[st
 
 
 def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, allowed: list[Path] | None,
-            compiler=None) -> Prepared:
+            compiler=None, scopes: tuple[str, ...] | None = None) -> Prepared:
     """Read and check the whole load; nothing is written. Only the documents that changed since
-    the previous load of this folder are read (and sent to the model)."""
+    the previous load of this folder are read (and sent to the model). `scopes`: the document
+    scopes of the loading key (None: every scope): a key may load only documents it could read."""
     space = open_space(rstore, workspace_id)
     root = confine(req.source, allowed)
     if not root.is_dir():
@@ -574,6 +581,13 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
         d = parse(f, f.relative_to(root).as_posix())
         d.entity_id = _text_at(d, req.documents.key_path)
         d.name = _text_at(d, req.documents.name_path)
+        d.scope = _text_at(d, req.documents.scope_path) or req.documents.scope
+        if d.scope is not None and len(d.scope) > 200:
+            raise LoadInvalid(f"document {d.rel!r}: its scope is over 200 characters", reason="scope_invalid")
+        if scopes is not None and d.scope not in scopes:
+            raise Forbidden(f"document {d.rel!r} is " + (f"of scope {d.scope!r}" if d.scope else "of no scope")
+                            + ": this key may load only documents of its scopes (" + ", ".join(scopes) + ")",
+                            document=d.rel)
         d.fingerprint = f"{d.content_hash}:{reading}"
         docs.append(d)
     source_key = f"docs:{root.resolve()}"
@@ -641,6 +655,7 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
                 "__key": pa.array([f"{r.reader}:{r.ordinal}" for r in rows], pa.string()),
                 "__source": pa.array([f"{prep.source_key}#doc:{r.source_rel}" for r in rows], pa.string()),
                 "__ord": pa.array(list(range(1, len(rows) + 1)), pa.int64()),
+                "__scope": pa.array([by_doc[r.source_rel].scope for r in rows], pa.string()),
                 **{f"s_{slot}": pa.array([r.slots[slot][0] if slot in r.slots else None for r in rows], pa.string())
                    for slot in rel.stored_slots}})
             written = w.insert_rows(shape, rel.subject, rel.name, "__entity",
@@ -654,18 +669,26 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
         w.replace_documents(prep.source_key, [
             {"document": d.rel, "path": str(d.path), "entity_id": d.entity_id, "name": d.name,
              "content_hash": d.content_hash, "fingerprint": d.fingerprint, "url": prep.page_url(d),
-             "page_id": pages.get(prep.page_url(d))} for d in prep.changed], [r["document"] for r in prep.removed])
-        names: dict[str, str | None] = {}
-        for d in prep.docs:   # an entity with several documents: the first (by path) that names it
-            if d.entity_id and names.get(d.entity_id) is None:
-                names[d.entity_id] = d.name
-        added, names_changed = w.name_entities(prep.kind, sorted(names.items()))
+             "page_id": pages.get(prep.page_url(d)), "scope": d.scope} for d in prep.changed],
+            [r["document"] for r in prep.removed])
+        # an entity with several documents: named by the first (by path) that names it, in that
+        # document's scope; known to (and covered for) each scope one of its documents is of
+        names: dict[str, tuple[str, str | None, str | None]] = {}
+        for d in prep.docs:
+            if d.entity_id and (d.entity_id not in names or (names[d.entity_id][1] is None and d.name)):
+                names[d.entity_id] = (d.entity_id, d.name, d.scope)
+        seen = sorted({(d.entity_id, d.scope) for d in prep.docs if d.entity_id}, key=lambda p: (p[0], p[1] or ""))
+        added, names_changed = w.name_entities(prep.kind, [names[k] for k in sorted(names)]
+                                               + [(e, None, s) for e, s in seen])
         summary["entities"] = {"kind": prep.kind, "listed": len(names), "added": added,
-                               "named": sum(1 for n in names.values() if n)}
+                               "named": sum(1 for n in names.values() if n[1])}
+        scoped = sorted({d.scope for d in prep.docs if d.scope})
+        if scoped:
+            summary["documents"]["scopes"] = {s: sum(1 for d in prep.docs if d.scope == s) for s in scoped}
         for relation in prep.req.coverage:
             rel = space.schema.relation(relation)
-            w.declare_coverage(rel.name, rel.subject, f"{prep.source_key}#coverage:{rel.name}", sorted(names), now)
+            w.declare_coverage(rel.name, rel.subject, f"{prep.source_key}#coverage:{rel.name}", seen, now)
             summary["coverage"].append({"relation": rel.name, "entities": len(names), "declared_by": "documents"})
-        w.finish(now, prep.source_key, "documents", prep.req.model_dump(by_alias=True), summary, bool(names_changed))
+        w.finish(now, prep.source_key, "documents", prep.req.model_dump(by_alias=True), summary, names_changed)
     rstore.changed(ws)
     return {"load_id": load_id, "workspace_id": ws, "source": shown(prep.root), "format": "documents", **summary}

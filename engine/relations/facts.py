@@ -44,7 +44,7 @@ class AuditNotFound(EngineError):
 
 
 def _rows(rstore: RelationStore, space: Space, rel: Relation, where: str, params: list) -> list[dict]:
-    return rstore.current_rows(space.shape(rel).name, space.workspace_id, where, params)
+    return rstore.current_rows(space.shape(rel).name, space.workspace_id, where, params, sight=space.sight)
 
 
 def _find_row(rstore: RelationStore, space: Space, row_id: str) -> tuple[Relation, dict]:
@@ -74,13 +74,15 @@ def row_out(rel: Relation, row: dict, corrections: dict[str, str]) -> dict:
     return out
 
 
-def facts(rstore: RelationStore, req: FactsRequest) -> dict:
-    space = open_space(rstore, req.workspace_id)
+def facts(rstore: RelationStore, req: FactsRequest, scopes: tuple[str, ...] | None = None) -> dict:
+    """`scopes`: the caller's document scopes (None: every document): rows read from documents of
+    other scopes, and entities and names only such documents carry, do not exist for it."""
+    space = open_space(rstore, req.workspace_id, scopes)
     rel = space.schema.relation(req.relation)
     if rel is None:
         raise RelationUnknown(f"no pack of the workspace declares relation {req.relation!r}",
                               relations=sorted(space.schema.relations))
-    known = rstore.entity_name(space.workspace_id, req.entity_id)
+    known = rstore.entity_name(space.workspace_id, req.entity_id, space.sight)
     if known is None:
         raise EntityNotFound(f"no entity {req.entity_id!r} in workspace {space.workspace_id!r}", ref=req.entity_id)
     rows = _rows(rstore, space, rel, "entity_id = ?", [req.entity_id]) \
@@ -88,7 +90,7 @@ def facts(rstore: RelationStore, req: FactsRequest) -> dict:
     ReceiptReader(rstore, space.workspace_id).attach(rel, rows)
     corrections = rstore.corrections(space.workspace_id)
     coverage = [{"declared_by": by, "load_id": lid, "declared_at": at.isoformat()}
-                for lid, by, at in rstore.coverage_of(space.workspace_id, rel.name, req.entity_id)]
+                for lid, by, at in rstore.coverage_of(space.workspace_id, rel.name, req.entity_id, space.sight)]
     live = [r for r in rows if not r.get("retired")]
     if live:
         kind = "recorded"
@@ -121,8 +123,9 @@ def facts(rstore: RelationStore, req: FactsRequest) -> dict:
     }
 
 
-def correct(rstore: RelationStore, req: CorrectionRequest) -> dict:
-    space = open_space(rstore, req.workspace_id)
+def correct(rstore: RelationStore, req: CorrectionRequest, scopes: tuple[str, ...] | None = None) -> dict:
+    """Retire a row the caller may read (`scopes` as for facts: another scope's row is not found)."""
+    space = open_space(rstore, req.workspace_id, scopes)
     rel, row = _find_row(rstore, space, req.row_id)
     if row.get("retired"):
         return {"correction_id": row["retired"], "row_id": req.row_id, "relation": rel.name,
@@ -135,8 +138,9 @@ def correct(rstore: RelationStore, req: CorrectionRequest) -> dict:
             "retired": True, "reason": req.reason, "already": False}
 
 
-def region(rstore: RelationStore, req: RegionRequest) -> dict:
-    space = open_space(rstore, req.workspace_id)
+def region(rstore: RelationStore, req: RegionRequest, scopes: tuple[str, ...] | None = None) -> dict:
+    """Re-read a receipt of a row the caller may read (`scopes` as for facts)."""
+    space = open_space(rstore, req.workspace_id, scopes)
     rel, row = _find_row(rstore, space, req.row_id)
     if req.slot not in rel.slots:
         raise RelationUnknown(f"relation {rel.name} declares no slot {req.slot!r}", slots=list(rel.slots))

@@ -274,7 +274,7 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
                                          "unmapped_slots": [s for s in rel.stored_slots if s not in m.slots],
                                          "superseded": superseded})
             _maybe_crash(f"load:{rel.name}")
-        names_changed = 0
+        names_changed: dict = {}
         if ent is not None:
             e, kind, data = ent
             ids = data.column(e.id_column).to_pylist()
@@ -286,7 +286,7 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
         for c, rel, ids in cov:
             w.declare_coverage(rel.name, rel.subject, f"{src.key}#coverage:{rel.name}", ids, now)
             summary["coverage"].append({"relation": rel.name, "entities": len(ids), "declared_by": "source"})
-        w.finish(now, src.key, src.format, req.model_dump(), summary, bool(names_changed))
+        w.finish(now, src.key, src.format, req.model_dump(), summary, names_changed)
     rstore.changed(workspace_id)
     return {"load_id": load_id, "workspace_id": workspace_id, "source": shown(src.key), "format": src.format,
             **summary}

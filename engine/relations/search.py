@@ -103,7 +103,7 @@ class RelationSearch:
         """`routes`: the face's addresses of the follow-up verbs a compact reply names (compact.py)."""
         t0 = time.perf_counter()
         request_id = f"rq_{secrets.token_hex(8)}"
-        space = open_space(self.rstore, req.workspace_id)
+        space = open_space(self.rstore, req.workspace_id, self.scopes)
         if req.idea is not None:
             if req.brief is not None or req.constraints is not None:
                 raise SearchRequestInvalid("send `idea` on its own: an idea is answered over the parts of "
@@ -193,7 +193,7 @@ class RelationSearch:
         """A brief of which no constraint compiled: nothing ran, and the reply says so instead of
         answering a question nobody asked (no entity is placed in any set)."""
         kinds = space.subject_kinds()
-        universe = self.rstore.universe(space.workspace_id, kinds)
+        universe = self.rstore.universe(space.workspace_id, kinds, space.sight)
         compiled = brief.as_dict()
         narrowed = ["acl"] if self.scopes else []
         narrowed += [r for r, present in (("constraints_dropped", compiled["dropped"]),

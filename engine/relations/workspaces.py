@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.relations import RelationStore, TableShape
+from indexes.relations import EVERYTHING, RelationStore, Sight, TableShape
 
 from engine.core.errors import PackInvalid, PackUnknown, WorkspaceExists, WorkspaceNotFound
 from engine.core.packs import Pack, PackError, PackNotFound, Relation, Schema, Vocabulary, combine, load_pack
@@ -34,7 +34,8 @@ class Space:
     packs: list[Pack]
     schema: Schema
     vocabulary: Vocabulary
-    map_version: int
+    map_version: int                  # as the caller may see it (its document scopes)
+    sight: Sight = EVERYTHING         # what the caller may see of the rows, entities and names
 
     def shape(self, relation: Relation) -> TableShape:
         return TableShape(relation.pack, relation.name,
@@ -72,7 +73,8 @@ def create_workspace(rstore: RelationStore, body: WorkspaceCreate) -> dict:
     return describe_workspace(rstore, ws)
 
 
-def open_space(rstore: RelationStore, workspace_id: str) -> Space:
+def open_space(rstore: RelationStore, workspace_id: str, scopes: tuple[str, ...] | None = None) -> Space:
+    """The workspace as a caller with these document scopes (None: every document) sees it."""
     row = rstore.workspace(workspace_id)
     if row is None:
         raise WorkspaceNotFound(f"no workspace with id {workspace_id!r}", ref=workspace_id)
@@ -81,17 +83,19 @@ def open_space(rstore: RelationStore, workspace_id: str) -> Space:
         schema, vocabulary = combine(packs)
     except PackError as exc:
         raise PackInvalid(str(exc)) from exc
-    return Space(workspace_id, packs, schema, vocabulary, row["map_version"])
+    sight = Sight.of(scopes)
+    return Space(workspace_id, packs, schema, vocabulary, rstore.map_version(workspace_id, row["map_version"], sight),
+                 sight)
 
 
-def describe_workspace(rstore: RelationStore, workspace_id: str) -> dict:
-    space = open_space(rstore, workspace_id)
+def describe_workspace(rstore: RelationStore, workspace_id: str, scopes: tuple[str, ...] | None = None) -> dict:
+    space = open_space(rstore, workspace_id, scopes)
     row = rstore.workspace(workspace_id)
     return {
         "workspace_id": workspace_id,
         "name": row["name"],
         "packs": row["packs"],
-        "entities": rstore.entity_counts(workspace_id),
+        "entities": rstore.entity_counts(workspace_id, space.sight),
         "relations": [{"relation": r.name, "subject": r.subject, "pack": r.pack, "description": r.description,
                        "slots": [{"slot": s.name, "type": s.type, "axis": s.axis,
                                   **({"computed": "years from period_from to period_to (or to as_of / today "
@@ -100,5 +104,5 @@ def describe_workspace(rstore: RelationStore, workspace_id: str) -> dict:
                        "period": list(r.period) if r.period else None, "date_slot": r.date_slot}
                       for r in space.schema.relations.values()],
         "loads": rstore.loads(workspace_id),
-        "map_version": row["map_version"],
+        "map_version": space.map_version,
     }

@@ -36,7 +36,7 @@ def workspaces_create(body: WorkspaceCreate, e: Engine = Depends(engine), g: Gra
 @router.get("/v1/public/workspaces/{workspace_id}")
 def workspaces_get(workspace_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     _in(g, workspace_id)
-    return e.describe_relation_workspace(workspace_id)
+    return e.describe_relation_workspace(workspace_id, g.document_scopes)
 
 
 def _load_kind(body) -> str:
@@ -59,7 +59,7 @@ def loads_create(workspace_id: str, body: Annotated[AnyLoad, Body()], e: Engine 
     (for documents: exactly the rows of the documents that changed)."""
     g.require_write()
     _in(g, workspace_id)
-    return e.load(workspace_id, body)
+    return e.load(workspace_id, body, scopes=g.document_scopes)
 
 
 @router.post("/v1/public/workspaces/{workspace_id}/loads/{load_id}/sync", status_code=201)
@@ -69,7 +69,7 @@ def loads_sync(workspace_id: str, load_id: str, e: Engine = Depends(engine), g: 
     re-read whole. Answers the new load (`synced_from` names this one)."""
     g.require_write()
     _in(g, workspace_id)
-    return e.sync_load(workspace_id, load_id)
+    return e.sync_load(workspace_id, load_id, scopes=g.document_scopes)
 
 
 # Where a compact reply's follow-up calls (`more`) are sent over HTTP (MCP replies name them too).
@@ -90,7 +90,7 @@ def public_search(body: RelationSearchRequest, e: Engine = Depends(engine), g: G
 def public_facts(body: FactsRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """An entity's rows of a relation, with the absence verdict (None / Not recorded)."""
     _in(g, body.workspace_id)
-    return e.facts(body)
+    return e.facts(body, g.document_scopes)
 
 
 @router.post("/v1/public/corrections")
@@ -99,14 +99,14 @@ def public_corrections(body: CorrectionRequest, e: Engine = Depends(engine), g: 
     entity it belonged to is undetermined rather than none."""
     g.require_write()
     _in(g, body.workspace_id)
-    return e.correct(body)
+    return e.correct(body, g.document_scopes)
 
 
 @router.post("/v1/public/region")
 def public_region(body: RegionRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Re-read a receipt: the cell a row's slot was loaded from, as the source reads it now."""
     _in(g, body.workspace_id)
-    return e.region(body)
+    return e.region(body, g.document_scopes)
 
 
 def _within_scopes(g: Grant, event: dict) -> bool:
