@@ -169,8 +169,17 @@ class DenseIndex:
                 ids = np.setdiff1d(ids, self._dead()[0], assume_unique=True)
             return ids
 
-    def search(self, query: np.ndarray, top_n: int, allowed_ids: np.ndarray | None = None) -> list[tuple[int, float]]:
-        """[(chunk_id, inner product)] best first; `allowed_ids` restricts the search inside FAISS."""
+    def refresh_pages(self, page_ids: list[str]) -> None:
+        """Nothing to do: FAISS holds no filter fields (the filters reach it as `allowed_ids`)."""
+
+    def total(self) -> int:
+        """Entries in the index, dead ones included."""
+        return int(self.index.ntotal)
+
+    def search(self, query: np.ndarray, top_n: int, allowed_ids: np.ndarray | None = None,
+               flt=None) -> list[tuple[int, float]]:
+        """[(chunk_id, inner product)] best first; `allowed_ids` restricts the search inside FAISS
+        (`flt`, the filters as the sparse arm reads them, is for backends that hold filter fields)."""
         if self.index.ntotal == 0 or top_n <= 0:
             return []
         q = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)

@@ -328,11 +328,16 @@ class CorpusStore:
         cols = [d[0] for d in res.description]
         return [dict(zip(cols, r)) for r in res.fetchall()]
 
-    def index_docs(self, page_ids: list[str] | None = None, batch: int = 5000) -> Iterator[list[IndexDoc]]:
-        """Chunks with their page's filter fields, for (re)building indexes; all pages if None."""
+    def index_docs(self, page_ids: list[str] | None = None, batch: int = 5000,
+                   chunk_ids: list[int] | None = None) -> Iterator[list[IndexDoc]]:
+        """Chunks with their page's filter fields, for (re)building indexes; all pages if None
+        (or these chunks, with `chunk_ids`)."""
         cur = self._con.cursor()
         where = "" if page_ids is None else "WHERE c.page_id IN (SELECT unnest(?::VARCHAR[]))"
         params = [] if page_ids is None else [list(page_ids)]
+        if chunk_ids is not None:
+            where = "WHERE c.chunk_id IN (SELECT unnest(?::BIGINT[]))"
+            params = [[int(c) for c in chunk_ids]]
         res = cur.execute(
             f"""SELECT c.chunk_id, c.page_id, p.workspace_id, c.text, coalesce(p.title, ''),
                        array_to_string(coalesce(c.section_path, []), ' > '), p.domain,

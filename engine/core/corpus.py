@@ -16,6 +16,8 @@ import numpy as np
 
 from indexes.dense import DenseIndex
 from indexes.keys import KeyStore
+from indexes.milvus import (MilvusDenseIndex, MilvusSparseIndex, client as milvus_client, collection_name,
+                            default_prefix)
 from indexes.sparse import SparseIndex
 from indexes.relations import RelationStore
 from indexes.store import CorpusStore
@@ -31,6 +33,7 @@ log = logging.getLogger("refindery.corpus")
 
 STORE_FILE = "refindery.duckdb"
 SPARSE_DIR = "sparse"
+MILVUS_DIR = "milvus"        # generation markers of the Milvus collections (index.backend = "milvus")
 DENSE_DIR = "dense"
 
 
@@ -52,7 +55,15 @@ class Corpus:
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
                                          settings.search.query_cache_size)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
-        self.sparse = SparseIndex(self.data_dir / SPARSE_DIR, settings.index.sparse_writer_heap)
+        self.milvus = None
+        if settings.index.backend == "milvus":
+            mv = settings.milvus
+            self.milvus = milvus_client(mv.uri, mv.token, mv.timeout_s)
+            self.milvus_prefix = mv.collection_prefix or default_prefix(self.data_dir)
+            name = collection_name(self.milvus_prefix, "sparse")
+            self.sparse = MilvusSparseIndex(self.milvus, name, self.data_dir / MILVUS_DIR / f"{name}.json")
+        else:
+            self.sparse = SparseIndex(self.data_dir / SPARSE_DIR, settings.index.sparse_writer_heap)
         self._dense: dict[str, DenseIndex] = {}
         self.write_lock = threading.RLock()
         self.repairs: list[RepairReport] = []
@@ -78,14 +89,30 @@ class Corpus:
             dim = spec.dim or self.embedder(model).dim
             ix = self.settings.index
             path = self.data_dir / DENSE_DIR / f"{model}.faiss"
-            self._dense[model] = DenseIndex(path, dim, self.dense_kind(model, path),
-                                            ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
+            if self.milvus is not None:
+                self._dense[model] = self._milvus_dense(model, dim)
+            else:
+                self._dense[model] = DenseIndex(path, dim, self.dense_kind(model, path),
+                                                ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
             if model not in self.embedder_names:
                 # A model searched (or compared) without being kept up to date on ingest: bring its
                 # index to the store's vectors now, not to whatever an earlier process left.
                 with self.write_lock:
                     self.sync([model])
         return self._dense[model]
+
+    def _milvus_dense(self, model: str, dim: int) -> MilvusDenseIndex:
+        mv, store = self.settings.milvus, self.store
+        name = collection_name(self.milvus_prefix, "dense", model)
+
+        def fields(chunk_ids: list[int]) -> dict:
+            return {d.chunk_id: d for batch in store.index_docs(chunk_ids=chunk_ids) for d in batch}
+
+        def vectors(page_ids: list[str]):
+            return store.embeddings_for(model, store.chunk_ids_of_pages(page_ids).tolist())
+
+        return MilvusDenseIndex(self.milvus, name, self.data_dir / MILVUS_DIR / f"{name}.json", dim, mv.index_type,
+                                mv.index_params, mv.search_params, fields, vectors)
 
     def dense_kind(self, model: str, path: Path, n: int | None = None, current: str | None = None) -> str:
         """The index kind for `model`: the setting, or under "auto" HNSW from `hnsw_above` vectors up
@@ -108,6 +135,8 @@ class Corpus:
         compact an HNSW graph whose tombstones passed the limit. Both rebuild from the store; the
         replacement is built beside the live index and swapped in when complete, so searches
         meanwhile read the old one."""
+        if self.milvus is not None:
+            return   # Milvus builds and compacts its own index
         with self.write_lock:
             dense = self.dense(model)
             live = int(dense.index.ntotal) - len(dense.deleted)
@@ -300,6 +329,7 @@ class Corpus:
             docs = [d for batch in self.store.index_docs(pages) for d in batch]
             generation = self.quarantine(self.sparse.replace_pages(pages, docs, generation)) or generation
             for d in self._dense.values():
+                d.refresh_pages(pages)
                 d.dirty = d.dirty or d.generation != generation
 
     def consistency(self) -> dict:
@@ -313,7 +343,7 @@ class Corpus:
             n = counts["embeddings"].get(m, 0)
             out["dense"][m] = {"count": d.count(), "embeddings": n, "generation": d.generation,
                                "unsaved_changes": d.dirty, "kind": d.kind,
-                               "dead_entries": int(d.index.ntotal) - d.count()}
+                               "dead_entries": d.total() - d.count()}
             ok = ok and d.count() == n and (d.generation == out["store_generation"] or d.dirty)
         out["consistent"] = ok
         return out

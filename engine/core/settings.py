@@ -46,6 +46,22 @@ class IndexSettings(BaseModel):
     hnsw_ef_construction: int = Field(200, ge=8)
     hnsw_ef_search: int = Field(128, ge=8)
     sparse_writer_heap: int = Field(128_000_000, ge=15_000_000)
+    # "embedded": tantivy + FAISS in this process; "milvus": both arms in a Milvus server ([milvus])
+    backend: Literal["embedded", "milvus"] = "embedded"
+
+
+class MilvusSettings(BaseModel):
+    """[milvus]: where the arms live when index.backend = "milvus" (a cluster, or a local Milvus)."""
+    uri: str = Field("http://127.0.0.1:19530", min_length=1)
+    token: str = ""                      # "user:password" or an API key; empty: none
+    # Collections are <prefix>_sparse and <prefix>_dense_<model>; empty: "rf_" + a hash of the data
+    # dir, so two data dirs on one server never share collections.
+    collection_prefix: str = Field("", pattern=r"^[A-Za-z0-9_]*$", max_length=120)
+    # The dense index: HNSW for a cluster; a local Milvus builds only FLAT, IVF_FLAT and AUTOINDEX.
+    index_type: str = "AUTOINDEX"
+    index_params: dict[str, Any] = Field(default_factory=dict)
+    search_params: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = Field(30.0, gt=0)
 
 
 REQUEST = {"request": True}   # a [search] setting a request may override (SearchRequest derives from these)
@@ -205,6 +221,7 @@ class Settings(BaseSettings):
     criteria: CriteriaSettings = Field(default_factory=CriteriaSettings)
     evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
     relations: RelationsSettings = Field(default_factory=RelationsSettings)
+    milvus: MilvusSettings = Field(default_factory=MilvusSettings)
 
     @field_validator("data_dir")
     @classmethod

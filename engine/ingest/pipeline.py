@@ -313,6 +313,11 @@ class Ingester:
             dense.remove(gone)
             if fresh:
                 dense.add(np.array([f[0] for f in fresh], dtype=np.int64), np.vstack([f[1] for f in fresh]))
+            # a backend holding filter fields beside the vectors re-reads them for the pages whose
+            # kept vectors' fields moved (touched, or re-written with some chunks unchanged)
+            dense.refresh_pages([p for p in [t.page_id for t in touches] + [w.page.page_id for w in writes
+                                                                             if w.page.page_id in existing]
+                                 if p not in rejected])
         corpus.quarantine(rejected)
         for model in corpus.embedder_names:
             corpus.maintain_dense(model)

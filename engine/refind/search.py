@@ -324,7 +324,7 @@ class SearchService:
         except ModelNotFound as exc:
             raise ModelUnavailable(str(exc), model=exc.name, install=exc.install) from exc
         t2 = time.perf_counter()
-        hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids)
+        hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids, r.sparse)
         return hits, (t2 - t) * 1000, (time.perf_counter() - t2) * 1000
 
     def arms(self, query: str, model: str, p: Params, r: Restriction,
