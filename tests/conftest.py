@@ -8,12 +8,62 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo" / "pages.jsonl.gz"
+
+
+def loopback_up() -> None:
+    """A fresh network namespace (`unshare -n pytest`, the offline check) starts with its loopback
+    down, so nothing reaches 127.0.0.1; bring that namespace's own `lo` up. Elsewhere lo is up already
+    and this does nothing; it never touches any other interface."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        try:
+            socket.create_connection(srv.getsockname(), timeout=2).close()
+            return
+        except OSError:
+            pass
+    ip = shutil.which("ip") or "/usr/sbin/ip"
+    if subprocess.run([ip, "link", "set", "lo", "up"], capture_output=True).returncode != 0:
+        pytest.fail("127.0.0.1 is unreachable (loopback down) and `ip link set lo up` failed")
+
+
+@pytest.fixture(scope="session")
+def milvus_uri(tmp_path_factory):
+    """A real Milvus server for the session: milvus-lite's engine serving gRPC on a free port of
+    127.0.0.1 (the client path a Milvus cluster uses), its data in a temp dir, stopped at the end."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)     # milvus-lite imports pkg_resources
+        from milvus_lite.server import Server
+
+    loopback_up()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Server(str(tmp_path_factory.mktemp("milvus") / "milvus.db"), address=f"127.0.0.1:{port}")
+    if not server.init() or not server.start():
+        pytest.fail("milvus-lite's server did not start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def backend_settings(backend: str, request) -> dict:
+    """Settings overrides that put a corpus's arms on `backend` ("embedded" or "milvus")."""
+    if backend == "embedded":
+        return {}
+    return {"index": {"backend": "milvus"}, "milvus": {"uri": request.getfixturevalue("milvus_uri"), "timeout_s": 20}}
 
 
 @pytest.fixture(autouse=True)

@@ -1,18 +1,48 @@
-"""The search pipeline end to end: real app, real indexes, real model."""
+"""The search pipeline end to end: real app, real indexes, real model — every test run over both
+index backends: "embedded" (tantivy + FAISS in the process) and "milvus" (both arms in a real
+Milvus server: milvus-lite's engine on loopback, started by the session's `milvus_uri`)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 import pytest
-from conftest import ingest, page
+from conftest import backend_settings, ingest, page
 from fastapi.testclient import TestClient
 
+from engine.refind.search import SearchRequest, SearchService
 from server.app import create_app
 
 
+@pytest.fixture(scope="module", params=["embedded", "milvus"])
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def client(shared_corpus):
-    with TestClient(create_app(shared_corpus.settings, shared_corpus)) as c:
+def corpus(backend, request, shared_corpus, pool, demo_subset, tmp_path_factory):
+    """The session's ingested demo corpus on the embedded backend; the same pages on Milvus."""
+    if backend == "embedded":
+        yield shared_corpus
+        return
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
+
+    c = open_corpus(load_settings(data_dir=str(tmp_path_factory.mktemp("milvus-search") / "data"),
+                                  **backend_settings(backend, request)), pool)
+    ingest(c, demo_subset)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def make(make_corpus, backend, request):
+    """make_corpus on this module's backend."""
+    return lambda **kw: make_corpus(**backend_settings(backend, request), **kw)
+
+
+@pytest.fixture(scope="module")
+def client(corpus):
+    with TestClient(create_app(corpus.settings, corpus)) as c:
         yield c
 
 
@@ -93,12 +123,12 @@ def test_single_arm_searches(client):
         assert all(c["dense"] is None and c["sparse"] for c in p["explain"]["chunks"])
 
 
-def test_filters_are_pushed_down_not_applied_after(client, shared_corpus):
+def test_filters_are_pushed_down_not_applied_after(client, corpus):
     q = "python module for parsing command line arguments"
     narrow = dict(dense_top_n=5, sparse_top_n=5)
     unfiltered = search(client, query=q, k=10, explain=True, **narrow)
     assert all(p["domain"] != "sqlite.org" for p in unfiltered["pages"])  # a post-filter would starve
-    n_sqlite = shared_corpus.store.cursor().execute(
+    n_sqlite = corpus.store.cursor().execute(
         "SELECT count(*) FROM pages WHERE domain = 'sqlite.org'").fetchone()[0]
     assert n_sqlite >= 3
     filtered = search(client, query=q, k=3, filters={"domain": "www.sqlite.org"}, **narrow)
@@ -112,8 +142,8 @@ def naive(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp).replace(tzinfo=None)
 
 
-def test_date_and_entity_filters(client, shared_corpus):
-    seen = sorted(r[0] for r in shared_corpus.store.cursor().execute("SELECT last_seen FROM pages").fetchall())
+def test_date_and_entity_filters(client, corpus):
+    seen = sorted(r[0] for r in corpus.store.cursor().execute("SELECT last_seen FROM pages").fetchall())
     cut = seen[len(seen) // 2]
     res = search(client, query="functions", k=20, filters={"after": cut.isoformat()})
     assert res["pages"] and all(naive(p["last_seen"]) >= cut for p in res["pages"])
@@ -128,8 +158,8 @@ def test_date_and_entity_filters(client, shared_corpus):
     assert r.status_code == 422
 
 
-def test_url_and_domain_pinning(client, shared_corpus):
-    url, pid = shared_corpus.store.cursor().execute(
+def test_url_and_domain_pinning(client, corpus):
+    url, pid = corpus.store.cursor().execute(
         "SELECT url, page_id FROM pages WHERE domain = 'docs.python.org' ORDER BY page_id LIMIT 1").fetchone()
     messy = url.replace("https://", "http://www.").replace("docs.python.org", "DOCS.python.org") + "#top"
     res = search(client, query=messy, k=3)
@@ -145,8 +175,8 @@ def test_url_and_domain_pinning(client, shared_corpus):
     assert seen == sorted(seen, reverse=True)
 
 
-def test_url_prefixes_and_registrable_domains_pin(make_corpus):
-    corpus = make_corpus()
+def test_url_prefixes_and_registrable_domains_pin(make):
+    corpus = make()
     ingest(corpus, [
         page("https://docs.python.org/3/library/json.html", "The json module encodes objects.",
              seen_at="2026-05-01T00:00:00Z"),
@@ -180,15 +210,15 @@ def test_url_prefixes_and_registrable_domains_pin(make_corpus):
         assert pinned("alice.github.io") == [("alice.github.io/notes", "domain")]
 
 
-def test_similar_pages_and_suggestions(client, shared_corpus):
-    pid = shared_corpus.store.cursor().execute("SELECT min(page_id) FROM pages").fetchone()[0]
+def test_similar_pages_and_suggestions(client, corpus):
+    pid = corpus.store.cursor().execute("SELECT min(page_id) FROM pages").fetchone()[0]
     sim = client.get(f"/v1/pages/{pid}/similar", params={"k": 5}).json()
     assert len(sim["pages"]) == 5 and pid not in [p["page_id"] for p in sim["pages"]]
     scores = [p["score"] for p in sim["pages"]]
     assert scores == sorted(scores, reverse=True) and scores[0] <= 1.0001
     ent = client.get(f"/v1/pages/{pid}/similar", params={"mediation": "entity", "k": 50}).json()["pages"]
-    mine = shared_corpus.store.page(pid)["entities"][0]["canonical"]
-    assert ent and all(shared_corpus.store.page(p["page_id"])["entities"][0]["canonical"] == mine for p in ent)
+    mine = corpus.store.page(pid)["entities"][0]["canonical"]
+    assert ent and all(corpus.store.page(p["page_id"])["entities"][0]["canonical"] == mine for p in ent)
     assert client.get("/v1/pages/pg_nope/similar").json()["detail"]["type"] == "page_not_found"
     assert client.get(f"/v1/pages/{pid}/similar", params={"mediation": "magic"}).status_code == 422
     res = search(client, query="sqlite virtual tables", suggestions=True, k=2)
@@ -196,8 +226,8 @@ def test_similar_pages_and_suggestions(client, shared_corpus):
     assert len(res["suggestions"]["pages"]) == 5
 
 
-def test_clusters_refit_tombstones_old_ids(make_corpus):
-    corpus = make_corpus()
+def test_clusters_refit_tombstones_old_ids(make):
+    corpus = make()
     ingest(corpus, [page(f"https://birds.example/{i}", f"Seabird note {i}: gulls and terns at the coast.")
                     for i in range(4)] +
            [page(f"https://stars.example/{i}", f"Astronomy note {i}: galaxies, nebulae and telescopes.")
@@ -223,8 +253,8 @@ def test_clusters_refit_tombstones_old_ids(make_corpus):
     assert corpus.consistency()["consistent"]
 
 
-def test_filter_over_the_pushdown_cap_is_422(make_corpus):
-    corpus = make_corpus(search={"filter_pushdown_cap": 2})
+def test_filter_over_the_pushdown_cap_is_422(make):
+    corpus = make(search={"filter_pushdown_cap": 2})
     ingest(corpus, [page(f"https://cap.example/{i}", f"Cap test page {i}.") for i in range(3)])
     with TestClient(create_app(corpus.settings, corpus)) as c:
         r = c.post("/v1/search", json={"query": "cap", "filters": {"domain": "cap.example"}})
@@ -232,8 +262,8 @@ def test_filter_over_the_pushdown_cap_is_422(make_corpus):
         assert r.json()["detail"]["type"] == "filter_too_broad" and r.json()["detail"]["matched_pages"] == 3
 
 
-def test_entities_edited_after_ingest_filter_both_arms(make_corpus):
-    corpus = make_corpus()
+def test_entities_edited_after_ingest_filter_both_arms(make):
+    corpus = make()
     rep = ingest(corpus, [page("https://e.example/a", "The lighthouse keeper logs every ship."),
                           page("https://e.example/b", "The harbour master counts the boats.")])
     a = rep.outcomes[0].page_id
@@ -248,8 +278,8 @@ def test_entities_edited_after_ingest_filter_both_arms(make_corpus):
     assert corpus.consistency()["consistent"]
 
 
-def test_recency_decay_orders_equal_pages_by_last_seen(make_corpus):
-    corpus = make_corpus()
+def test_recency_decay_orders_equal_pages_by_last_seen(make):
+    corpus = make()
     now = datetime.utcnow()
     ingest(corpus, [page("https://r.example/old", "Identical text about tide pools.",
                          seen_at=(now - timedelta(days=90)).isoformat()),
@@ -267,8 +297,8 @@ def test_recency_decay_orders_equal_pages_by_last_seen(make_corpus):
     assert full[1]["score"] < old_plain / 100                          # a full decay takes nearly all
 
 
-def test_default_recency_never_lets_age_outvote_a_clearly_better_match(make_corpus):
-    corpus = make_corpus()
+def test_default_recency_never_lets_age_outvote_a_clearly_better_match(make):
+    corpus = make()
     now = datetime.utcnow()
     ingest(corpus, [page("https://r.example/apiary", "Beekeeping: hives, queens, honey harvest and swarm control "
                          "for the beekeeper.", seen_at=(now - timedelta(days=400)).isoformat()),
@@ -281,12 +311,53 @@ def test_default_recency_never_lets_age_outvote_a_clearly_better_match(make_corp
     assert full[0]["url"] == "https://r.example/garden"                 # what a full decay did
 
 
-def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(shared_corpus):
+def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(corpus):
     """The dense arm skips its restriction only when the asked workspace is the one with pages;
     otherwise FAISS would answer from another workspace."""
-    from engine.refind.search import SearchRequest, SearchService
-
-    service = SearchService(shared_corpus)
+    service = SearchService(corpus)
     assert service.search(SearchRequest(query="json encoder"), log=False).total > 0
     res = service.search(SearchRequest(query="json encoder", workspace="nothing-here"), log=False)
     assert (res.total, res.pages) == (0, [])
+
+
+def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_index_missed(make, pool):
+    from engine.core.corpus import open_corpus
+    from engine.ingest.pipeline import delete_page
+
+    corpus = make()
+    rep = ingest(corpus, [page("https://d.example/keep", "Kittiwakes nest on narrow cliff ledges."),
+                          page("https://d.example/drop", "Kittiwakes and fulmars share the cliff ledges.")])
+    keep, drop = rep.outcomes[0].page_id, rep.outcomes[1].page_id
+    assert delete_page(corpus, drop)
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        for weights in ({"sparse_weight": 0}, {"dense_weight": 0}):
+            assert [p["page_id"] for p in search(c, query="kittiwakes fulmars cliff", **weights)["pages"]] == [keep]
+    assert corpus.consistency()["consistent"]
+    # the BM25 arm misses a write (as a crash between the store's commit and the index's would
+    # leave it: the page absent, the marker a generation behind); the next start replays it
+    late = ingest(corpus, [page("https://d.example/late", "Guillemots crowd the same ledges.")]).outcomes[0].page_id
+    corpus.sparse.replace_pages([late], [], corpus.store.generation() - 1)
+    assert SearchService(corpus).search(SearchRequest(query="guillemots", dense_weight=0), log=False).pages == []
+    settings = corpus.settings
+    corpus.close()
+    reopened = open_corpus(settings, pool)
+    try:
+        assert [r.index for r in reopened.repairs] == ["sparse"]
+        assert reopened.consistency()["consistent"]
+        hits = SearchService(reopened).search(SearchRequest(query="guillemots", dense_weight=0), log=False).pages
+        assert [p.url for p in hits] == ["https://d.example/late"]
+    finally:
+        reopened.close()
+
+
+def test_a_scoped_search_reads_only_its_scopes_in_both_arms(make):
+    corpus = make()
+    ingest(corpus, [page(f"https://s.example/{s}/{i}", f"Notes {i} on storm petrels at sea by team {s}.", scope=s)
+                    for s in ("a", "b") for i in range(3)] + [page("https://s.example/open", "Open notes on petrels.")])
+    service = SearchService(corpus)
+    for weights in ({"sparse_weight": 0}, {"dense_weight": 0}, {}):
+        req = SearchRequest(query="storm petrels notes", k=10, **weights)
+        mine = service.search(req, scopes=("a",), log=False).pages
+        assert len(mine) == 3 and all("/a/" in p.url for p in mine)
+        assert len(service.search(req, log=False).pages) == 7
+        assert service.search(req, scopes=("c",), log=False).pages == []

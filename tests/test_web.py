@@ -11,13 +11,13 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import loopback_up
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("REFINDERY_TEST_ARTIFACTS") or ROOT / "artifacts" / "web")
@@ -48,23 +48,6 @@ def demo_by_domain(per_domain: int) -> list[dict]:
             urls.append(r["url"])
     wanted = {u for urls in keep.values() for u in urls}
     return [r for r in records if r["url"] in wanted]
-
-
-def loopback_up() -> None:
-    """A fresh network namespace (`unshare -n pytest`, the offline check) starts with its loopback
-    down, so nothing reaches 127.0.0.1; bring that namespace's own `lo` up. Elsewhere lo is up already
-    and this does nothing; it never touches any other interface."""
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen()
-        try:
-            socket.create_connection(srv.getsockname(), timeout=2).close()
-            return
-        except OSError:
-            pass
-    ip = shutil.which("ip") or "/usr/sbin/ip"
-    if subprocess.run([ip, "link", "set", "lo", "up"], capture_output=True).returncode != 0:
-        pytest.fail("127.0.0.1 is unreachable (loopback down) and `ip link set lo up` failed")
 
 
 @pytest.fixture(scope="module")
