@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TSTAMP := $(VENV)/.installed-extras
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DEMO   := demo/pages.jsonl.gz
@@ -17,6 +18,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# make test also installs the optional backends it tests against (a real Milvus server from milvus-lite).
+$(TSTAMP): $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus]'
+	touch $(TSTAMP)
 
 demo: install
 	$(BIN)/refindery ingest $(DEMO)
@@ -51,7 +57,7 @@ browser:
 	    fi; }
 
 # lint-imports first: an import against the layers or the wings (pyproject.toml) fails with a readable message.
-test: install browser
+test: $(TSTAMP) browser
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
