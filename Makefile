@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# make test also installs the optional backends it tests against (a real Milvus server from milvus-lite).
+# make test also installs the optional parts it tests: a real Milvus server (milvus-lite) and Ray.
 $(TSTAMP): $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray]'
 	touch $(TSTAMP)
 
 demo: install

@@ -128,8 +128,27 @@ class Engine:
 
     # Pages, entities, clusters --------------------------------------------------------------------
     def ingest(self, records: Iterable, workspace: str | None = None, progress: bool | None = None,
-               flush: bool = True, total: int | None = None) -> IngestReport:
-        return Ingester(self.corpus, workspace, progress=progress).ingest(records, total=total, flush=flush)
+               flush: bool = True, total: int | None = None, ray: str | None = None) -> IngestReport:
+        """`ray`: embed on Ray Data (an address, or "" for the setting's, else a local Ray); None:
+        the setting `ingest.ray` decides. Only the embedding moves; the store and indexes are
+        written here batch by batch either way."""
+        ing = self.settings.ingest
+        if ray is None and ing.ray:
+            ray = ing.ray_address
+        if ray is None:
+            return Ingester(self.corpus, workspace, progress=progress).ingest(records, total=total, flush=flush)
+        from models.ray_embed import EmbedderSource, RayEmbedding
+
+        s = self.settings
+        source = EmbedderSource(str(s.registry_path), str(s.models_cache_dir), str(s.data_dir), s.models.device,
+                                s.models.batch_size)
+        remote = RayEmbedding(ray or ing.ray_address or None, source, ing.ray_actors, ing.ray_batch_size,
+                              ing.ray_cpus_per_actor, ing.ray_local_cpus)
+        try:
+            return Ingester(self.corpus, workspace, progress=progress, encode=remote.encode,
+                            batch_chunks=ing.ray_batch_chunks).ingest(records, total=total, flush=flush)
+        finally:
+            remote.close()
 
     def delete_page(self, page_id: str) -> bool:
         return delete_page(self.corpus, page_id)

@@ -26,7 +26,8 @@ def cmd_ingest(args) -> int:
 
     with Engine(_settings(args)) as e:
         try:
-            report = e.ingest(read_source(args.path, args.base_url), args.workspace, progress=not args.no_progress)
+            report = e.ingest(read_source(args.path, args.base_url), args.workspace, progress=not args.no_progress,
+                              ray=args.ray)
         except FileNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace", default=None)
     s.add_argument("--base-url", default=None, help="for a folder: URL prefix for its files (default file://)")
     s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="embed on Ray Data (a cluster's address; none: [ingest] ray_address, else a local Ray)")
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser("serve", help="serve the HTTP API")

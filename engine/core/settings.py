@@ -35,6 +35,17 @@ class ChunkingSettings(BaseModel):
 class IngestSettings(BaseModel):
     batch_chunks: int = Field(512, ge=1)
     progress: bool = True
+    # Batch embedding on Ray (`refindery ingest --ray [ADDRESS]`; pip install 'refindery[ray]'):
+    # on by default with `ray = true`; an empty address starts a local Ray for the ingest.
+    ray: bool = False
+    ray_address: str = ""
+    ray_actors: int = Field(2, ge=1, le=1024)
+    ray_batch_size: int = Field(64, ge=1, le=65_536)
+    ray_cpus_per_actor: float = Field(1.0, gt=0, le=64)
+    ray_local_cpus: int = Field(2, ge=1, le=1024)
+    # chunks per ingest batch under Ray (each batch is one Ray Data job: larger batches keep the
+    # actors' model loads a small share)
+    ray_batch_chunks: int = Field(4096, ge=1)
 
 
 class IndexSettings(BaseModel):

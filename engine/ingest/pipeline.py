@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 from pydantic import ValidationError
@@ -142,9 +142,14 @@ def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace:
 
 
 class Ingester:
-    def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None):
+    def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None,
+                 encode: Callable[[str, list[str]], np.ndarray] | None = None, batch_chunks: int | None = None):
+        """`encode(model, texts)`: how chunk texts are embedded (default: the model in this process;
+        models/ray_embed.py embeds on Ray); `batch_chunks`: chunks per batch (default the setting)."""
         self.corpus = corpus
         self.settings = corpus.settings
+        self.encode = encode or (lambda model, texts: corpus.embedder(model).encode_documents(texts))
+        self.batch_chunks = batch_chunks or self.settings.ingest.batch_chunks
         self.workspace = workspace or self.settings.default_workspace
         show = self.settings.ingest.progress if progress is None else progress
         self.progress = show and sys.stderr.isatty()
@@ -181,7 +186,7 @@ class Ingester:
 
     # Grouping ----------------------------------------------------------------------------------
     def _groups(self, records, report: IngestReport) -> Iterator[list[_Prepared]]:
-        budget_tokens = self.settings.ingest.batch_chunks * self.max_tokens
+        budget_tokens = self.batch_chunks * self.max_tokens
         group: list[_Prepared] = []
         est = 0
         for index, source, raw in records:
@@ -248,7 +253,7 @@ class Ingester:
             ids = list(new_texts)
             texts = [new_texts[i] for i in ids]
             for model in corpus.embedder_names:
-                vecs = corpus.embedder(model).encode_documents(texts) if texts else np.zeros((0, 1), np.float32)
+                vecs = self.encode(model, texts) if texts else np.zeros((0, 1), np.float32)
                 by_id = {cid: vecs[i] for i, cid in enumerate(ids)}
                 for w in writes:
                     w.vectors[model] = {c.chunk_id: by_id[c.chunk_id] for c in w.chunks if c.chunk_id in by_id}
