@@ -220,9 +220,10 @@ def index_ids(corpus) -> dict:
 
 
 @pytest.fixture
-def ab_corpus(tmp_path, pool):
+def ab_corpus(tmp_path, pool, request):
     """Two embedders: MiniLM and MiniLM with query/passage prefixes (different vectors, same weights,
-    loaded once); a third is declared but has embedded nothing."""
+    loaded once); a third is declared but has embedded nothing. Parametrized indirectly with a
+    backend ("embedded", the default, or "milvus")."""
     from engine.core.corpus import open_corpus
     from engine.core.settings import CONFIG_DIR, load_settings
 
@@ -248,7 +249,8 @@ normalize = true
 """)
     s = load_settings(data_dir=str(tmp_path / "data"),
                       models={"registry": str(reg), "also_embed": ["minilm-prefixed"], "device": "cpu"},
-                      log={"flush_interval_s": 0.05})
+                      log={"flush_interval_s": 0.05},
+                      **backend_settings(getattr(request, "param", "embedded"), request))
     corpus = open_corpus(s)
     topics = ["gulls", "owls", "comets", "bread", "kites", "tides", "glaciers", "volcanoes", "coral", "moss"]
     ingest(corpus, [page(f"https://ab.example/{t}", f"A note about {t}: what they are and where to find {t}.")

@@ -44,6 +44,7 @@ def test_rbo_jaccard_tau_edge_cases():
     assert kendall_tau_b(list("ab"), list("xa")) == (None, 1)
 
 
+@pytest.mark.parametrize("ab_corpus", ["embedded", "milvus"], indirect=True)
 def test_compare_two_embedders_shares_the_sparse_arm(ab_corpus):
     with TestClient(create_app(ab_corpus.settings, ab_corpus)) as c:
         r = c.post("/v1/compare", json={"query": "where to find owls at night", "models": ["all-minilm-l6-v2", "minilm-prefixed"],
