@@ -168,20 +168,26 @@ class _Collection:
         return int(res[0]["count(*)"])
 
     def ids(self) -> np.ndarray:
-        if not self.c.has_collection(self.name):
+        """Every chunk id in the collection, sorted (consistency checks and repair, not a hot path).
+        Read in buckets of the primary key's remainder (one query each stays under Milvus's
+        16,384-row window; pymilvus 2.5's query iterator fails on collections with an array field)."""
+        n = self.count()
+        if n == 0:
             return np.zeros(0, dtype=np.int64)
+        buckets = max(1, -(-n // 8_000))
         out: list[int] = []
-        it = self.c.query_iterator(self.name, batch_size=16_384, filter="chunk_id >= 0", output_fields=["chunk_id"],
-                                   consistency_level="Strong")
-        try:
-            while True:
-                rows = it.next()
-                if not rows:
-                    break
-                out += [int(r["chunk_id"]) for r in rows]
-        finally:
-            it.close()
-        return np.unique(np.asarray(out, dtype=np.int64))
+        for k in range(buckets):
+            expr = (f"chunk_id % {buckets} == 0" if k == 0
+                    else f"chunk_id % {buckets} == {k} or chunk_id % {buckets} == {-k}")
+            rows = self.c.query(self.name, filter=expr, output_fields=["chunk_id"], limit=16_384,
+                                consistency_level="Strong")
+            if len(rows) >= 16_384:
+                raise RuntimeError(f"{self.name}: a bucket of chunk ids over Milvus's query window")
+            out += [int(r["chunk_id"]) for r in rows]
+        ids = np.unique(np.asarray(out, dtype=np.int64))
+        if len(ids) != n:
+            raise RuntimeError(f"{self.name}: read {len(ids)} chunk ids of {n}")
+        return ids
 
     def delete_pages(self, page_ids: list[str]) -> None:
         for i in range(0, len(page_ids), BATCH):
@@ -240,6 +246,10 @@ class MilvusSparseIndex(_Collection):
                 self._insert(batch)
             self.mark(generation)
         return {}
+
+    def ids(self) -> list[int]:
+        """Every chunk id, sorted (a list, as SparseIndex.ids gives)."""
+        return super().ids().tolist()
 
     def search(self, text: str, top_n: int, flt: SparseFilter | None = None, k3: float = K3
                ) -> list[tuple[int, float]]:

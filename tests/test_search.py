@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from conftest import backend_settings, ingest, page
+from conftest import backend_settings, index_ids, ingest, page
 from fastapi.testclient import TestClient
 
 from engine.refind.search import SearchRequest, SearchService
@@ -344,6 +344,9 @@ def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_i
     try:
         assert [r.index for r in reopened.repairs] == ["sparse"]
         assert reopened.consistency()["consistent"]
+        ids = index_ids(reopened)
+        model = settings.models.active
+        assert ids["store"] == ids["sparse"] == ids[f"dense:{model}"] == ids[f"vectors:{model}"] and len(ids["store"]) == 2
         hits = SearchService(reopened).search(SearchRequest(query="guillemots", dense_weight=0), log=False).pages
         assert [p.url for p in hits] == ["https://d.example/late"]
     finally:
