@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import string
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,9 +41,13 @@ from .store import IndexDoc
 
 MAX_TEXT_BYTES = 60_000          # Milvus VARCHAR holds 65,535 bytes
 BATCH = 1000
+# As tantivy's en_refind (indexes/sparse.py): English stop words and one-character tokens dropped,
+# long tokens dropped, the Snowball English stemmer.
 ANALYZER = {"tokenizer": "standard",
-            "filter": ["lowercase", {"type": "stop", "stop_words": ["_english_"]},
+            "filter": ["lowercase",
+                       {"type": "stop", "stop_words": ["_english_", *string.ascii_lowercase, *string.digits]},
                        {"type": "length", "max": 40}, {"type": "stemmer", "language": "english"}]}
+FORMAT = 2          # the sparse collection's analyser: a marker of another format asks for a rebuild
 FIELDS = ["page_id", "workspace", "domain", "scope", "entities", "last_seen", "cluster_id"]
 
 
@@ -205,6 +210,14 @@ class MilvusSparseIndex(_Collection):
         super().__init__(milvus, name, marker)
         self._ensure()
 
+    @property
+    def generation(self) -> int:
+        m = read_marker(self.marker_path) or {}
+        return super().generation if m.get("format") == FORMAT else -1   # another analyser: rebuild
+
+    def mark(self, generation: int, **extra) -> None:
+        super().mark(generation, format=FORMAT, **extra)
+
     def _ensure(self) -> None:
         from pymilvus import DataType, Function, FunctionType
 
@@ -253,9 +266,10 @@ class MilvusSparseIndex(_Collection):
 
     def search(self, text: str, top_n: int, flt: SparseFilter | None = None, k3: float = K3
                ) -> list[tuple[int, float]]:
-        """[(chunk_id, bm25)] best first; ties broken by chunk id. (Milvus weighs a word the query
-        repeats as its BM25 function does: `k3` is the embedded arm's and has no effect here.)"""
-        words = plain_query(text)
+        """[(chunk_id, bm25)] best first; ties broken by chunk id. A word the query repeats is sent
+        once: Milvus's BM25 would weigh it by its count, where the embedded arm saturates it (k3);
+        once is the nearer of the two (bench/backends.md), and `k3` has no effect here."""
+        words = " ".join(dict.fromkeys(plain_query(text).split()))
         if not words.strip() or top_n <= 0:
             return []
         expr = expression(flt)
