@@ -64,7 +64,7 @@ test: $(TSTAMP) browser
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).
 bench: install
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench,milvus,ray]'
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/embedders.py
 	$(BIN)/python bench/dense.py
@@ -74,6 +74,7 @@ bench: install
 	$(BIN)/python bench/relations.py
 	$(BIN)/python bench/evidence.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined

@@ -69,6 +69,11 @@ def ndcg(coll, ranked: dict) -> float:
 
 
 def run_queries(engine: Engine, queries: dict[str, str], workspace: str | None, **params):
+    # The embedder (one per process) keeps a query cache: off and empty, so each backend's run
+    # embeds every query itself rather than reading the vectors an earlier run left
+    emb = engine.corpus.embedder()
+    emb._cache_size = 0
+    emb._cache.clear()
     ranked, stages = {}, {}
     for text in list(queries.values())[:3]:   # warm-up
         engine.search(SearchRequest(query=text[:2000], k=10, workspace=workspace, pin=False, **params), log=False)

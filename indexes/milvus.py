@@ -266,10 +266,11 @@ class MilvusSparseIndex(_Collection):
 
     def search(self, text: str, top_n: int, flt: SparseFilter | None = None, k3: float = K3
                ) -> list[tuple[int, float]]:
-        """[(chunk_id, bm25)] best first; ties broken by chunk id. A word the query repeats is sent
-        once: Milvus's BM25 would weigh it by its count, where the embedded arm saturates it (k3);
-        once is the nearer of the two (bench/backends.md), and `k3` has no effect here."""
-        words = " ".join(dict.fromkeys(plain_query(text).split()))
+        """[(chunk_id, bm25)] best first; ties broken by chunk id. Milvus's BM25 function weighs a
+        word the query repeats by its count, where the embedded arm saturates it (k3): `k3` has no
+        effect here. (Sending a repeated word once, or round(k3-saturated) times, moved nDCG@10 on
+        one collection closer and on the other away: bench/backends.md.)"""
+        words = plain_query(text)
         if not words.strip() or top_n <= 0:
             return []
         expr = expression(flt)
