@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import string
 import threading
@@ -55,13 +56,43 @@ class MilvusUnavailable(RuntimeError):
     """pymilvus is not installed, or the server does not answer."""
 
 
+def _answered(call, what: str):
+    """Run a Milvus call; a server that does not answer (or refuses) becomes MilvusUnavailable."""
+    try:
+        return call()
+    except Exception as exc:  # pymilvus's MilvusException and gRPC errors alike
+        raise MilvusUnavailable(f"Milvus did not answer {what}: {str(exc)[:300]}") from exc
+
+
+class _Timed:
+    """A MilvusClient whose every server call carries `timeout`: pymilvus retries a failed call
+    until the call's own timeout, and without one it retries for minutes."""
+    RPC = {"search", "query", "insert", "upsert", "delete", "has_collection", "create_collection",
+           "drop_collection", "list_collections", "flush"}
+
+    def __init__(self, inner, timeout: float):
+        # an int: pymilvus's retry loop honours only an integer timeout (a float falls back to
+        # 75 retries with back-off, minutes)
+        self._inner, self._timeout = inner, max(1, math.ceil(timeout))
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if name not in self.RPC:
+            return attr
+
+        def call(*args, **kwargs):
+            kwargs.setdefault("timeout", self._timeout)
+            return attr(*args, **kwargs)
+        return call
+
+
 def client(uri: str, token: str = "", timeout: float = 30.0):
     try:
         from pymilvus import MilvusClient
     except ImportError as exc:  # an optional extra
         raise MilvusUnavailable("index.backend = \"milvus\" needs pymilvus: pip install 'refindery[milvus]'") from exc
     try:
-        return MilvusClient(uri=uri, token=token or "", timeout=timeout)
+        return _Timed(MilvusClient(uri=uri, token=token or "", timeout=timeout), timeout)
     except Exception as exc:  # MilvusException: the server does not answer
         raise MilvusUnavailable(f"no Milvus server answers at {uri}: {exc}") from exc
 
@@ -158,7 +189,12 @@ class _Collection:
     @property
     def generation(self) -> int:
         m = read_marker(self.marker_path)
-        if not m or "generation" not in m or m.get("collection") != self.name or not self.c.has_collection(self.name):
+        if not m or "generation" not in m or m.get("collection") != self.name:
+            return -1
+        try:
+            if not self.c.has_collection(self.name):   # dropped behind our back: rebuild
+                return -1
+        except Exception:   # not answering: nothing can be said to be applied
             return -1
         return int(m["generation"])
 
@@ -275,8 +311,9 @@ class MilvusSparseIndex(_Collection):
             return []
         expr = expression(flt)
         kw = {"filter": expr} if expr else {}
-        hits = self.c.search(self.name, data=[words], anns_field="sparse", limit=min(top_n, 16_384),
-                             output_fields=[], consistency_level="Strong", **kw)[0]
+        hits = _answered(lambda: self.c.search(self.name, data=[words], anns_field="sparse",
+                                               limit=min(top_n, 16_384), output_fields=[],
+                                               consistency_level="Strong", **kw)[0], "a BM25 search")
         out = [(int(h["id"]), float(h["distance"])) for h in hits]
         out.sort(key=lambda t: (-t[1], t[0]))
         return out
@@ -387,9 +424,9 @@ class MilvusDenseIndex(_Collection):
             expr = f"chunk_id in {_list(int(i) for i in allowed_ids)}"
         kw = {"filter": expr} if expr else {}
         q = np.asarray(query, dtype=np.float32).reshape(-1).tolist()
-        hits = self.c.search(self.name, data=[q], anns_field="vector", limit=min(top_n, 16_384),
-                             search_params={"metric_type": "IP", "params": self.search_params},
-                             consistency_level="Strong", **kw)[0]
+        hits = _answered(lambda: self.c.search(self.name, data=[q], anns_field="vector", limit=min(top_n, 16_384),
+                                               search_params={"metric_type": "IP", "params": self.search_params},
+                                               consistency_level="Strong", **kw)[0], "a vector search")
         best: dict[int, float] = {}
         for h in hits:
             best.setdefault(int(h["id"]), float(h["distance"]))

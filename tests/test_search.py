@@ -364,3 +364,34 @@ def test_a_scoped_search_reads_only_its_scopes_in_both_arms(make):
         assert len(mine) == 3 and all("/a/" in p.url for p in mine)
         assert len(service.search(req, log=False).pages) == 7
         assert service.search(req, scopes=("c",), log=False).pages == []
+
+
+def test_a_milvus_that_stops_answering_is_a_503_not_a_500(pool, tmp_path):
+    import socket
+    import warnings
+
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        from milvus_lite.server import Server
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Server(str(tmp_path / "milvus.db"), address=f"127.0.0.1:{port}")
+    assert server.init() and server.start()
+    corpus = open_corpus(load_settings(data_dir=str(tmp_path / "data"), index={"backend": "milvus"},
+                                       milvus={"uri": f"http://127.0.0.1:{port}", "timeout_s": 1}), pool)
+    try:
+        ingest(corpus, [page("https://m.example/a", "Shearwaters skim the waves.")])
+        with TestClient(create_app(corpus.settings, corpus)) as c:
+            assert search(c, query="shearwaters")["pages"]
+            server.stop()
+            for weights in ({"dense_weight": 0}, {"sparse_weight": 0}):
+                r = c.post("/v1/search", json={"query": "shearwaters", **weights})
+                assert r.status_code == 503, r.text
+                assert r.json()["detail"]["type"] == "index_unavailable"
+    finally:
+        server.stop()
+        corpus.close()

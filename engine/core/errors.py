@@ -87,6 +87,11 @@ class ModelUnavailable(EngineError):
     status, type = 503, "model_unavailable"
 
 
+class IndexUnavailable(EngineError):
+    """An index backend outside the process (Milvus) did not answer."""
+    status, type = 503, "index_unavailable"
+
+
 class ModelUnknown(EngineError):
     """The request names a model the registry does not hold (a client's mistake, not a missing install)."""
     status, type = 422, "model_unknown"

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer, field_validator
 
+from indexes.milvus import MilvusUnavailable
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
 from models.reranker import RerankerUnavailable, load_reranker
@@ -28,7 +29,8 @@ from indexes.sparse import DATE_MAX, DATE_MIN
 from engine.core.corpus import Corpus
 from engine.core.settings import SearchSettings, request_fields
 from engine.core.values import Int64
-from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, ModelUnavailable, RerankerNotConfigured
+from engine.core.errors import (EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable,
+                               RerankerNotConfigured)
 from engine.core.querylog import LogEntry
 from engine.refind.fusion import Fused, contributions, extra_arm, fuse
 from engine.refind.highlight import highlight_spans, query_terms
@@ -314,7 +316,10 @@ class SearchService:
     # The arms ---------------------------------------------------------------------------------
     def run_sparse(self, query: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float]:
         t = time.perf_counter()
-        hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse, p.bm25_k3)
+        try:
+            hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse, p.bm25_k3)
+        except MilvusUnavailable as exc:
+            raise IndexUnavailable(str(exc), index="sparse") from exc
         return hits, (time.perf_counter() - t) * 1000
 
     def run_dense(self, query: str, model: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float, float]:
@@ -324,7 +329,10 @@ class SearchService:
         except ModelNotFound as exc:
             raise ModelUnavailable(str(exc), model=exc.name, install=exc.install) from exc
         t2 = time.perf_counter()
-        hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids, r.sparse)
+        try:
+            hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids, r.sparse)
+        except MilvusUnavailable as exc:
+            raise IndexUnavailable(str(exc), index=f"dense:{model}") from exc
         return hits, (t2 - t) * 1000, (time.perf_counter() - t2) * 1000
 
     def arms(self, query: str, model: str, p: Params, r: Restriction,
