@@ -318,13 +318,18 @@ class MilvusSparseIndex(_Collection):
         out.sort(key=lambda t: (-t[1], t[0]))
         return out
 
-    def doc_freqs(self, stems: Iterable[str]) -> dict[str, int]:
-        """How many chunks hold each stemmed term (Milvus's text match over the analysed field)."""
+    DF_CAP = 1000
+
+    def doc_freqs(self, words: Iterable[str]) -> dict[str, int]:
+        """How many chunks hold each word's stem, counted up to DF_CAP (the evidence searcher only
+        asks which of a query's words is the rarest): the hits of a BM25 search for the word, which
+        Milvus analyses as it analysed the text. (milvus-lite 2.5 refuses TEXT_MATCH, the exact
+        count, as an invalid parameter.)"""
         out = {}
-        for s in stems:
-            res = self.c.query(self.name, filter=f"TEXT_MATCH(text, {_lit(s)})", output_fields=["count(*)"],
-                               consistency_level="Strong")
-            out[s] = int(res[0]["count(*)"])
+        for w in words:
+            hits = _answered(lambda: self.c.search(self.name, data=[w], anns_field="sparse", limit=self.DF_CAP,
+                                                   output_fields=[], consistency_level="Strong")[0], "a term count")
+            out[w] = len(hits)
         return out
 
 

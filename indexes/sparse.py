@@ -270,10 +270,10 @@ class SparseIndex:
         out.sort(key=lambda t: (-t[1], t[0]))
         return out
 
-    def doc_freqs(self, stems: Iterable[str]) -> dict[str, int]:
-        """How many chunks hold each stemmed term (a term's specificity: the fewer, the more specific)."""
+    def doc_freqs(self, words: Iterable[str]) -> dict[str, int]:
+        """How many chunks hold each word's stem (a word's specificity: the fewer, the more specific)."""
         searcher = self.index.searcher()
-        return {s: int(searcher.doc_freq(TEXT, s)) for s in stems}
+        return {w: int(searcher.doc_freq(TEXT, (stems(w) or [w])[0])) for w in words}
 
 
 # One-character tokens (a letter or a digit alone) carry little and match nearly everything; the

@@ -395,3 +395,16 @@ def test_a_milvus_that_stops_answering_is_a_503_not_a_500(pool, tmp_path):
     finally:
         server.stop()
         corpus.close()
+
+
+def test_word_counts_are_the_stored_chunks_holding_the_word(corpus):
+    """doc_freqs (the evidence searcher's word specificity) counts the chunks whose indexed terms
+    hold the word's stem, on either backend."""
+    from indexes.sparse import index_terms, stems
+
+    docs = [d for batch in corpus.store.index_docs() for d in batch]
+    words = ["python", "tables", "transactions", "zzzqx"]
+    want = {w: sum(1 for d in docs if stems(w)[0] in index_terms("\n".join(x for x in (d.title, d.section, d.text)
+                                                                           if x))) for w in words}
+    assert want["python"] > 0 and want["zzzqx"] == 0
+    assert corpus.sparse.doc_freqs(words) == want

@@ -214,8 +214,8 @@ class EvidenceSearch:
         protected = {s for m in matches for s in stems(m.entry.term)}
         droppable = [w for w in dict.fromkeys(words) if (stems(w) or [w])[0] not in protected]
         if len(words) >= 3 and droppable:
-            df = self.corpus.sparse.doc_freqs([(stems(w) or [w])[0] for w in droppable])
-            rare = min(droppable, key=lambda w: (df[(stems(w) or [w])[0]], -len(w), w))
+            df = self.corpus.sparse.doc_freqs(droppable)
+            rare = min(droppable, key=lambda w: (df[w], -len(w), w))
             q = re.sub(rf"\b{re.escape(rare)}\b", "", q1, count=1, flags=re.I)
             q = " ".join(q.split())
             if q.lower() not in seen and content_words(q):
