@@ -36,10 +36,9 @@ def loopback_up() -> None:
         pytest.fail("127.0.0.1 is unreachable (loopback down) and `ip link set lo up` failed")
 
 
-@pytest.fixture(scope="session")
-def milvus_uri(tmp_path_factory):
-    """A real Milvus server for the session: milvus-lite's engine serving gRPC on a free port of
-    127.0.0.1 (the client path a Milvus cluster uses), its data in a temp dir, stopped at the end."""
+def milvus_lite(folder: Path):
+    """A real Milvus server: milvus-lite's engine serving gRPC on a free port of 127.0.0.1 (the
+    client path a Milvus cluster uses), its data in `folder`. Returns (server, uri); stop() ends it."""
     import warnings
 
     with warnings.catch_warnings():
@@ -50,11 +49,18 @@ def milvus_uri(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = Server(str(tmp_path_factory.mktemp("milvus") / "milvus.db"), address=f"127.0.0.1:{port}")
+    server = Server(str(folder / "milvus.db"), address=f"127.0.0.1:{port}")
     if not server.init() or not server.start():
         pytest.fail("milvus-lite's server did not start")
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def milvus_uri(tmp_path_factory):
+    """One Milvus server for the session (milvus_lite), stopped at the end."""
+    server, uri = milvus_lite(tmp_path_factory.mktemp("milvus"))
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield uri
     finally:
         server.stop()
 

@@ -367,22 +367,14 @@ def test_a_scoped_search_reads_only_its_scopes_in_both_arms(make):
 
 
 def test_a_milvus_that_stops_answering_is_a_503_not_a_500(pool, tmp_path):
-    import socket
-    import warnings
+    from conftest import milvus_lite
 
     from engine.core.corpus import open_corpus
     from engine.core.settings import load_settings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        from milvus_lite.server import Server
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = Server(str(tmp_path / "milvus.db"), address=f"127.0.0.1:{port}")
-    assert server.init() and server.start()
+    server, uri = milvus_lite(tmp_path)      # its own server: this test stops it
     corpus = open_corpus(load_settings(data_dir=str(tmp_path / "data"), index={"backend": "milvus"},
-                                       milvus={"uri": f"http://127.0.0.1:{port}", "timeout_s": 1}), pool)
+                                       milvus={"uri": uri, "timeout_s": 1}), pool)
     try:
         ingest(corpus, [page("https://m.example/a", "Shearwaters skim the waves.")])
         with TestClient(create_app(corpus.settings, corpus)) as c:
