@@ -311,7 +311,9 @@ class SearchService:
                 raise FilterTooBroad(
                     f"the filter matches {len(pages)} pages, more than the push-down cap of {cap}; narrow it",
                     matched_pages=len(pages), cap=cap)
-        return Restriction(sparse, store.chunk_ids_of_pages(pages), set(pages))
+        # Milvus reads the filters as an expression (r.sparse): no chunk id list to build for it
+        dense_ids = None if self.corpus.milvus is not None else store.chunk_ids_of_pages(pages)
+        return Restriction(sparse, dense_ids, set(pages))
 
     # The arms ---------------------------------------------------------------------------------
     def run_sparse(self, query: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float]:
