@@ -147,6 +147,26 @@ class IndexDoc:
     entities: list[str]
 
 
+@dataclass
+class HotRead:
+    """One read for the search's in-memory view (CorpusStore.hot_read)."""
+    generation: int
+    changed: list[str] | None          # None: a full read
+    pages: dict[str, list]             # column -> values, by page id
+    links: dict[str, list[str]]        # page id -> entity ids
+    chunks: dict[str, np.ndarray]      # chunk_id, page_id, char_start, char_end
+    names: dict[str, str]              # entity id -> canonical
+
+
+def _pylist(col) -> list:
+    """A fetched column as Python values (None for NULL; timestamps as datetime, as fetchall gives)."""
+    if isinstance(col, np.ma.MaskedArray):
+        return [None if m else v for v, m in zip(_pylist(col.data), np.ma.getmaskarray(col).tolist())]
+    if col.dtype.kind == "M":
+        return col.astype("datetime64[us]").astype(object).tolist()
+    return col.tolist()
+
+
 class StoreError(RuntimeError):
     pass
 
@@ -319,6 +339,15 @@ class CorpusStore:
         cols = [d[0] for d in res.description]
         return {r[0]: dict(zip(cols, r)) for r in res.fetchall()}
 
+    def snippet_chunks(self, chunk_ids: list[int]) -> dict[int, tuple[str, list[str] | None]]:
+        """chunk id -> (text, section path): what a search reads of the store for the k pages it
+        returns (everything else comes from the in-memory view, indexes/hot.py)."""
+        if not chunk_ids:
+            return {}
+        rows = self.cursor().execute(
+            f"SELECT chunk_id, text, section_path FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})").fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def page_chunks(self, page_id: str) -> list[dict]:
         res = self.cursor().execute(
             """SELECT chunk_id, ordinal, text, char_start, char_end, section_path, n_tokens
@@ -468,9 +497,43 @@ class CorpusStore:
             left -= len(body or "")
         return out
 
-    def chunk_page_columns(self) -> dict[str, np.ndarray]:
-        """Every chunk id (sorted) with its page id, as columns (the search's chunk -> page map)."""
-        return self.cursor().execute("SELECT chunk_id, page_id FROM chunks ORDER BY chunk_id").fetchnumpy()
+    def hot_read(self, since: int | None, max_changed: int | None) -> "HotRead":
+        """What the search's in-memory view (indexes/hot.py) needs, read in one transaction: the
+        pages changed after generation `since` — their rows, entity links and chunks — or, when
+        `since` is None, older than the pruned change rows, or more than `max_changed` pages
+        changed, every page (`changed` None)."""
+        cur = self.cursor()
+        cur.begin()
+        try:
+            gen = int(cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            changed: list[str] | None = None
+            if since is not None:
+                row = cur.execute("SELECT value FROM meta WHERE key = 'pruned_upto'").fetchone()
+                if since >= (int(row[0]) if row else 0):
+                    changed = [r[0] for r in cur.execute(
+                        "SELECT DISTINCT page_id FROM changes WHERE generation > ? ORDER BY 1", [since]).fetchall()]
+                    if max_changed is not None and len(changed) > max_changed:
+                        changed = None
+            cols = "page_id, workspace_id, url, domain, title, first_seen, last_seen, published, visit_count, " \
+                   "cluster_id, scope"
+            if changed is None:
+                pages = cur.execute(f"SELECT {cols} FROM pages ORDER BY page_id").fetchnumpy()
+                links = cur.execute("SELECT page_id, list(entity_id ORDER BY entity_id) FROM page_entities "
+                                    "GROUP BY 1").fetchall()
+                chunks = cur.execute("SELECT chunk_id, page_id, char_start, char_end FROM chunks").fetchnumpy()
+            else:
+                pages = cur.execute(f"SELECT {cols} FROM pages WHERE page_id IN (SELECT unnest(?::VARCHAR[])) "
+                                    "ORDER BY page_id", [changed]).fetchnumpy()
+                links = cur.execute("SELECT page_id, list(entity_id ORDER BY entity_id) FROM page_entities "
+                                    "WHERE page_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1", [changed]).fetchall()
+                chunks = cur.execute("SELECT chunk_id, page_id, char_start, char_end FROM chunks "
+                                     "WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [changed]).fetchnumpy()
+            names = dict(cur.execute("SELECT entity_id, canonical FROM entities").fetchall())
+            cur.commit()
+        except BaseException:
+            cur.rollback()
+            raise
+        return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names)
 
     def workspace_chunk_pages(self, workspace: str) -> list[tuple[int, str]]:
         """(chunk id, page id) of every chunk of a workspace, by chunk id."""

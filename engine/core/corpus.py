@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from indexes.dense import DenseIndex
+from indexes.hot import HotPages, HotView
 from indexes.keys import KeyStore
 from indexes.milvus import (MilvusDenseIndex, MilvusSparseIndex, client as milvus_client, collection_name,
                             default_prefix)
@@ -70,8 +71,7 @@ class Corpus:
         self.store.ensure_workspace(settings.default_workspace)
         lg = settings.log
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
-        self._chunk_map: tuple[int, np.ndarray, np.ndarray, int] | None = None
-        self._chunk_map_lock = threading.Lock()
+        self._hot = HotPages(self.store)
         self.relations = RelationStore(self.store)
         self.keys = KeyStore(self.store)
 
@@ -154,31 +154,19 @@ class Corpus:
             self._dense[model] = fresh
 
     # Hot-path lookups --------------------------------------------------------------------------
-    def _chunk_page_map(self) -> tuple[int, np.ndarray, np.ndarray, int]:
-        """(generation, sorted chunk ids, their page ids, the workspaces with pages), rebuilt from the
-        store when its generation moves; search maps candidate chunks to pages without a query."""
-        gen = self.store.generation()
-        with self._chunk_map_lock:
-            if self._chunk_map is None or self._chunk_map[0] != gen:
-                res = self.store.chunk_page_columns()
-                ids = np.asarray(res["chunk_id"], dtype=np.int64)
-                pages = np.asarray(res["page_id"], dtype=object)
-                self._chunk_map = (gen, ids, pages, self.store.workspaces_with_pages())
-            return self._chunk_map
+    def hot(self) -> HotView:
+        """The store's hot columns in memory at its current generation (indexes/hot.py): a search
+        takes one view for the whole request and reads chunk -> page, page rows, recency and
+        workspace populations from it without a store round trip."""
+        return self._hot.view()
 
-    def populated_workspaces(self, snapshot=None) -> frozenset[str]:
+    def populated_workspaces(self, snapshot: HotView | None = None) -> frozenset[str]:
         """The workspaces that hold pages (at the snapshot's generation)."""
-        return (snapshot or self._chunk_page_map())[3]
+        return (snapshot or self.hot()).populated
 
-    def chunk_pages(self, chunk_ids: list[int], snapshot=None) -> dict[int, str]:
-        """`snapshot` (from chunk_page_snapshot) saves a second generation check in one request."""
-        _, ids, pages, _ = snapshot or self._chunk_page_map()
-        if not len(ids) or not chunk_ids:
-            return {}
-        q = np.asarray(chunk_ids, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(ids, q), len(ids) - 1)
-        hit = ids[pos] == q
-        return {int(c): pages[i] for c, i, h in zip(q, pos, hit) if h}
+    def chunk_pages(self, chunk_ids: list[int], snapshot: HotView | None = None) -> dict[int, str]:
+        """chunk id -> page id; `snapshot` (from chunk_page_snapshot): the view the request already holds."""
+        return (snapshot or self.hot()).chunk_pages(chunk_ids)
 
     def record_feedback(self, query_id: str, page_id: str, kind: str) -> dict:
         """Store an implicit judgment on a logged query (404s for an unknown query or page)."""
@@ -240,8 +228,8 @@ class Corpus:
             rows.append(row)
         return rows
 
-    def chunk_page_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, int]:
-        return self._chunk_page_map()
+    def chunk_page_snapshot(self) -> HotView:
+        return self.hot()
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:

@@ -9,6 +9,7 @@ after the fact. Paging is the very last step, so pages never move between offset
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer, field_validator
 
+from indexes.hot import HotView
 from indexes.milvus import MilvusUnavailable
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
@@ -211,6 +213,7 @@ class Candidates:
     dense: list[tuple[int, float]]
     sparse: list[tuple[int, float]]
     depth: Params
+    view: HotView
 
 
 @dataclass(slots=True)
@@ -298,11 +301,12 @@ class SearchService:
                               scopes=tuple(scopes) if scopes is not None else None)
         if f.is_empty() and scopes is None:
             populated = self.corpus.populated_workspaces(snapshot)
-            if populated == {workspace}:  # the only workspace with pages: nothing to restrict
-                return Restriction(sparse, None, None)
+            if populated == {workspace}:  # the only workspace with pages: nothing to restrict, in either arm
+                # (a chunk written after this request's view is not in it, so rollup drops it)
+                return Restriction(dataclasses.replace(sparse, workspace=None), None, None)
             # Otherwise the dense arm is restricted too — to nothing, for a workspace with no pages
             # (an unrestricted FAISS search would answer from another workspace).
-            pages = store.filtered_pages(workspace) if workspace in populated else []
+            pages = (snapshot or self.corpus.hot()).workspace_page_ids(workspace) if workspace in populated else []
         else:
             pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids,
                                          scopes=list(scopes) if scopes is not None else None)
@@ -312,7 +316,7 @@ class SearchService:
                     f"the filter matches {len(pages)} pages, more than the push-down cap of {cap}; narrow it",
                     matched_pages=len(pages), cap=cap)
         # Milvus reads the filters as an expression (r.sparse): no chunk id list to build for it
-        dense_ids = None if self.corpus.milvus is not None else store.chunk_ids_of_pages(pages)
+        dense_ids = None if self.corpus.milvus is not None else (snapshot or self.corpus.hot()).chunk_ids_of_pages(pages)
         return Restriction(sparse, dense_ids, set(pages))
 
     # The arms ---------------------------------------------------------------------------------
@@ -429,8 +433,9 @@ class SearchService:
             rolled = rollup(ranked, cands.chunk_page.get, p.rollup)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
-            pinned = dict(self._pins(intent, p.workspace, restriction)) if intent else {}
-            last_seen = self.corpus.store.last_seen_of([pid for pid, _, _ in rolled]) if _recency_on(p) else {}
+            pinned = {pid: kind for pid, kind in (self._pins(intent, p.workspace, restriction) if intent else [])
+                      if pid in cands.view.row_of}   # a page written after this request's view waits for the next
+            last_seen = cands.view.last_seen([pid for pid, _, _ in rolled]) if _recency_on(p) else {}
         with timer("decay"):
             scored = _decay(rolled, last_seen, now, p)
         by_id = {sp.page_id: sp for sp in scored}
@@ -473,7 +478,7 @@ class SearchService:
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
             if n_pages >= settings.min_candidate_pages or not cut_off or \
                     max(depth.dense_top_n, depth.sparse_top_n) >= settings.max_top_n:
-                return Candidates(fused, chunk_page, arms.dense, arms.sparse, depth)
+                return Candidates(fused, chunk_page, arms.dense, arms.sparse, depth, snapshot)
             depth.dense_top_n = min(depth.dense_top_n * 2, settings.max_top_n)
             depth.sparse_top_n = min(depth.sparse_top_n * 2, settings.max_top_n)
 
@@ -499,23 +504,22 @@ class SearchService:
                  now: datetime) -> list[PageHit]:
         """The returned pages only, read in full: their rows, their top chunks as snippets (with the
         highlighted query words), and explain when asked."""
-        store = self.corpus.store
-        meta = store.pages_by_id(window)
+        meta = cands.view.page_rows(window)
         snippets_n = self.corpus.settings.search.snippets_per_page
-        chunk_meta = store.chunks_by_id([c for pid in window if pid in by_id
-                                         for c in by_id[pid].chunk_ids[:snippets_n]])
+        chunk_meta = self.corpus.store.snippet_chunks([c for pid in window if pid in by_id
+                                                       for c in by_id[pid].chunk_ids[:snippets_n]])
         fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused}
+        offsets = cands.view.chunk_offsets(list(chunk_meta))
         terms = query_terms(query) if p.highlight else frozenset()
         hits = []
         for i, pid in enumerate(window):
             m = meta[pid]
             sp = by_id.get(pid)
             cids = sp.chunk_ids if sp else []
-            snippets = [Snippet(chunk_id=c, text=chunk_meta[c]["text"],
-                                section_path=list(chunk_meta[c]["section_path"] or []),
-                                char_start=chunk_meta[c]["char_start"], char_end=chunk_meta[c]["char_end"],
-                                score=chunk_scores[c], highlights=highlight_spans(chunk_meta[c]["text"], terms))
-                        for c in cids[:snippets_n]]
+            snippets = [Snippet(chunk_id=c, text=chunk_meta[c][0], section_path=list(chunk_meta[c][1] or []),
+                                char_start=offsets[c][0], char_end=offsets[c][1],
+                                score=chunk_scores[c], highlights=highlight_spans(chunk_meta[c][0], terms))
+                        for c in cids[:snippets_n] if c in chunk_meta and c in offsets]
             explain = self._explain(cids, fused_by_id, rerank_scores, chunk_scores, p, sp, m, now,
                                     pinned.get(pid)) if p.explain else None
             hits.append(PageHit(

@@ -1,0 +1,222 @@
+"""The search's hot path, served from memory: what a result page needs of the store, at one generation.
+
+A page search used to ask DuckDB three or four times per query (chunk -> page, last_seen for recency,
+the page rows, entities). `HotPages` keeps those columns in memory — every page's url, title, domain,
+workspace, scope, timestamps, visit count, cluster and entity links; every chunk's page and character
+offsets — and keeps them coherent with the store's generation: a search reads the generation (one
+small query) and, when it moved, the view is brought forward from the store's `changes` rows (only
+the pages changed since are re-read, in one transaction) or, when those rows were pruned or the
+change is large, read again whole. A view is immutable once published, so a search holds one for
+the whole request without a lock; only the chunk texts of the k returned pages are read from the
+store (CorpusStore.snippet_chunks).
+
+Memory: about 0.5 KB per page plus 24 bytes per chunk (100k pages / 1M chunks: ~70 MB).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from .store import CorpusStore, HotRead
+
+# Above this share of the pages changed since a view, the view is read again whole.
+FULL_RELOAD_SHARE = 0.2
+# Dead rows (deleted pages) kept in a view before it is compacted by a full read.
+MAX_DEAD_SHARE = 0.25
+
+PAGE_COLUMNS = ("page_id", "workspace_id", "url", "domain", "title", "first_seen", "last_seen", "published",
+                "visit_count", "cluster_id", "scope")
+
+
+@dataclass(frozen=True)
+class HotView:
+    """The store's hot columns at `generation` (immutable: refreshing builds a new view)."""
+    generation: int
+    row_of: dict[str, int]                   # page id -> row in the page columns (live pages only)
+    cols: dict[str, list]                    # PAGE_COLUMNS, one list each (dead rows keep stale values)
+    page_entities: list[tuple[str, ...]]     # entity ids of each page row
+    entity_names: dict[str, str]             # entity id -> canonical form
+    chunk_ids: np.ndarray                    # int64, sorted
+    chunk_row: np.ndarray                    # int32: the page row of each chunk
+    chunk_start: np.ndarray                  # int32 char offsets of each chunk in its page
+    chunk_end: np.ndarray
+    workspace_pages: dict[str, int]          # workspace -> live pages
+    dead: int = 0
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    # Reads (every one without a store round trip) -----------------------------------------------
+    @property
+    def populated(self) -> frozenset[str]:
+        """The workspaces that hold pages."""
+        return frozenset(w for w, n in self.workspace_pages.items() if n > 0)
+
+    @property
+    def pages(self) -> int:
+        return len(self.row_of)
+
+    def _positions(self, chunk_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        q = np.asarray(chunk_ids, dtype=np.int64)
+        if not len(self.chunk_ids) or not len(q):
+            return q, np.zeros(0, dtype=np.int64), np.zeros(len(q), dtype=bool)
+        pos = np.minimum(np.searchsorted(self.chunk_ids, q), len(self.chunk_ids) - 1)
+        return q, pos, self.chunk_ids[pos] == q
+
+    def chunk_pages(self, chunk_ids) -> dict[int, str]:
+        """chunk id -> page id, for the chunks that exist."""
+        q, pos, hit = self._positions(chunk_ids)
+        if not hit.any():
+            return {}
+        page_ids = self.cols["page_id"]
+        return {int(c): page_ids[r] for c, r in zip(q[hit].tolist(), self.chunk_row[pos[hit]].tolist())}
+
+    def chunk_offsets(self, chunk_ids) -> dict[int, tuple[int, int]]:
+        """chunk id -> (char_start, char_end) in its page, for the chunks that exist."""
+        q, pos, hit = self._positions(chunk_ids)
+        p = pos[hit]
+        return {int(c): (int(s), int(e)) for c, s, e in zip(q[hit].tolist(), self.chunk_start[p].tolist(),
+                                                           self.chunk_end[p].tolist())}
+
+    def last_seen(self, page_ids) -> dict[str, datetime]:
+        col = self.cols["last_seen"]
+        return {pid: col[r] for pid in page_ids if (r := self.row_of.get(pid)) is not None}
+
+    def page_rows(self, page_ids) -> dict[str, dict]:
+        """Page rows (without body) with their entities' canonical forms, sorted — the shape of
+        CorpusStore.pages_by_id."""
+        out = {}
+        names = self.entity_names
+        for pid in page_ids:
+            r = self.row_of.get(pid)
+            if r is None:
+                continue
+            row = {c: self.cols[c][r] for c in PAGE_COLUMNS}
+            row["entities"] = sorted(names[e] for e in self.page_entities[r] if e in names)
+            out[pid] = row
+        return out
+
+    def workspace_page_ids(self, workspace: str) -> list[str]:
+        """The pages of a workspace, sorted (memoised per view)."""
+        key = ("ws", workspace)
+        with self._lock:
+            if key not in self._memo:
+                ws, ids = self.cols["workspace_id"], self.cols["page_id"]
+                self._memo[key] = sorted(ids[r] for r in self.row_of.values() if ws[r] == workspace)
+            return self._memo[key]
+
+    def chunk_ids_of_pages(self, page_ids) -> np.ndarray:
+        """The chunk ids of these pages, sorted."""
+        rows = np.fromiter((r for pid in page_ids if (r := self.row_of.get(pid)) is not None), dtype=np.int32)
+        if not len(rows) or not len(self.chunk_ids):
+            return np.zeros(0, dtype=np.int64)
+        return self.chunk_ids[np.isin(self.chunk_row, rows)]
+
+
+class HotPages:
+    """Publishes the HotView of the store's current generation (see the module's docstring)."""
+
+    def __init__(self, store: CorpusStore):
+        self.store = store
+        self._view: HotView | None = None
+        self._lock = threading.Lock()
+        self.full_reads = 0      # how the views were made (for tests and /v1/status)
+        self.delta_reads = 0
+
+    def view(self, generation: int | None = None) -> HotView:
+        """The view at the store's generation (`generation`: already read by the caller)."""
+        gen = self.store.generation() if generation is None else generation
+        v = self._view
+        if v is not None and v.generation == gen:
+            return v
+        with self._lock:
+            v = self._view
+            if v is None or v.generation != gen:
+                v = self._refresh(v)
+                self._view = v
+            return v
+
+    def _refresh(self, old: HotView | None) -> HotView:
+        """One read of the store, in one transaction: the changed pages when `old` can be brought
+        forward, everything otherwise."""
+        since = max_changed = None
+        if old is not None:
+            since = old.generation
+            max_changed = int(min(max(1000, FULL_RELOAD_SHARE * old.pages),
+                                  max(0, MAX_DEAD_SHARE * max(old.pages, 1000) - old.dead)))
+        read = self.store.hot_read(since, max_changed)
+        if read.changed is None:
+            self.full_reads += 1
+            return _build(read)
+        self.delta_reads += 1
+        return _apply_delta(old, read)
+
+
+def _build(read: HotRead) -> HotView:
+    pages, chunks = read.pages, read.chunks
+    cols = {c: list(pages[c]) for c in PAGE_COLUMNS}
+    row_of = {pid: i for i, pid in enumerate(cols["page_id"])}
+    ents = [tuple(read.links.get(pid, ())) for pid in cols["page_id"]]
+    chunk_row = np.fromiter((row_of.get(p, -1) for p in chunks["page_id"]), dtype=np.int32,
+                            count=len(chunks["page_id"]))
+    keep = chunk_row >= 0   # a chunk is only as visible as its page (one snapshot: always all of them)
+    order = np.argsort(chunks["chunk_id"][keep], kind="stable")
+    ws: dict[str, int] = {}
+    for w in cols["workspace_id"]:
+        ws[w] = ws.get(w, 0) + 1
+    return HotView(read.generation, row_of, cols, ents, read.names,
+                   np.asarray(chunks["chunk_id"][keep][order], dtype=np.int64), chunk_row[keep][order],
+                   np.asarray(chunks["char_start"][keep][order], dtype=np.int32),
+                   np.asarray(chunks["char_end"][keep][order], dtype=np.int32), ws)
+
+
+def _apply_delta(old: HotView, read: HotRead) -> HotView:
+    """`old` brought to the read's generation: the changed pages' rows replaced (a deleted page's row
+    goes dead), their chunks dropped and read again; every other row and chunk is kept, never re-read."""
+    pages, chunks = read.pages, read.chunks
+    cols = {c: list(v) for c, v in old.cols.items()}
+    row_of = dict(old.row_of)
+    ents = list(old.page_entities)
+    ws = dict(old.workspace_pages)
+    dead = old.dead
+    old_rows: dict[str, int] = {}
+    for pid in read.changed:                  # drop them all first (a deleted page stays dropped)
+        r = row_of.pop(pid, None)
+        if r is not None:
+            old_rows[pid] = r
+            ws[cols["workspace_id"][r]] -= 1
+            dead += 1
+    for i, pid in enumerate(pages["page_id"]):
+        r = old_rows.get(pid)                 # a page keeps its row
+        if r is None:
+            r = len(cols["page_id"])
+            for c in PAGE_COLUMNS:
+                cols[c].append(pages[c][i])
+            ents.append(())
+        else:
+            for c in PAGE_COLUMNS:
+                cols[c][r] = pages[c][i]
+            dead -= 1
+        ents[r] = tuple(read.links.get(pid, ()))
+        row_of[pid] = r
+        w = pages["workspace_id"][i]
+        ws[w] = ws.get(w, 0) + 1
+    # Chunks: drop those of the changed pages' old rows, insert the fresh ones in order.
+    chunk_ids, chunk_row, start, end = old.chunk_ids, old.chunk_row, old.chunk_start, old.chunk_end
+    if old_rows:
+        keep = ~np.isin(chunk_row, np.fromiter(old_rows.values(), dtype=np.int32, count=len(old_rows)))
+        chunk_ids, chunk_row, start, end = chunk_ids[keep], chunk_row[keep], start[keep], end[keep]
+    new_rows = np.fromiter((row_of.get(p, -1) for p in chunks["page_id"]), dtype=np.int32,
+                           count=len(chunks["page_id"]))
+    if (new_rows >= 0).any():
+        k = new_rows >= 0
+        new_ids = np.asarray(chunks["chunk_id"], dtype=np.int64)[k]
+        o = np.argsort(new_ids, kind="stable")
+        at = np.searchsorted(chunk_ids, new_ids[o])
+        chunk_ids = np.insert(chunk_ids, at, new_ids[o])
+        chunk_row = np.insert(chunk_row, at, new_rows[k][o])
+        start = np.insert(start, at, np.asarray(chunks["char_start"], dtype=np.int32)[k][o])
+        end = np.insert(end, at, np.asarray(chunks["char_end"], dtype=np.int32)[k][o])
+    return HotView(read.generation, row_of, cols, ents, read.names, chunk_ids, chunk_row, start, end, ws, dead)
