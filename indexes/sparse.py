@@ -265,8 +265,13 @@ class SparseIndex:
                 + [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in filters]
             )
         searcher = self.index.searcher()
-        hits = searcher.search(query, top_n).hits
-        out = [(int(searcher.doc(addr)["chunk_id"][0]), float(score)) for score, addr in hits]
+        hits = searcher.search(query, top_n, count=False).hits   # no total count: nobody reads it
+        if not hits:
+            return []
+        # chunk ids from the fast-field column, not each hit's stored document (a doc-store block read
+        # and decompression per hit)
+        ids = searcher.fast_field_values("chunk_id", [addr for _, addr in hits])
+        out = [(int(c), float(score)) for c, (score, _) in zip(ids, hits)]
         out.sort(key=lambda t: (-t[1], t[0]))
         return out
 
