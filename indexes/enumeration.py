@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -44,6 +46,7 @@ ACTIVE, INACTIVE, UNPLACEABLE = 0, 1, 2   # time states of a row at as_of
 BITS = 62            # flags per BIGINT mask
 FIELD = 21           # bits per packed row counter (an entity's rows of one relation < 2**21)
 FIELDS = 3           # packed counters per BIGINT
+SEEN_KEYS = 4096     # enumeration statements remembered as asked-for once (VerdictCache.seen)
 
 
 @dataclass
@@ -235,12 +238,82 @@ class Flags:
         return f"coalesce(({prefix}{k} >> {i}) & 1 = 1, FALSE)"
 
 
+class VerdictCache:
+    """Least-recently-used enumeration results (Arrow tables) within a byte budget, keyed by
+    workspace, version and the statement's SQL and parameters: a relation's per-entity verdicts
+    for the constraints on it (Enumerator._verdicts) and a whole plan's statuses (Enumerator.run).
+    `budget_mb` 0: off."""
+
+    def __init__(self, budget_mb: float):
+        self.budget = int(budget_mb * 2**20)
+        self._items: OrderedDict[tuple, pa.Table] = OrderedDict()
+        self._seen: OrderedDict[tuple, None] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def seen(self, key: tuple) -> bool:
+        """Whether `key` was asked for before (and remember it): a result is cached on its second
+        use, so a search that is never repeated pays nothing for the cache."""
+        if self.budget <= 0:
+            return False
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return True
+            self._seen[key] = None
+            while len(self._seen) > SEEN_KEYS:
+                self._seen.popitem(last=False)
+            return False
+
+    def get(self, key: tuple) -> pa.Table | None:
+        if self.budget <= 0:
+            return None
+        with self._lock:
+            table = self._items.get(key)
+            if table is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return table
+
+    def put(self, key: tuple, table: pa.Table) -> None:
+        if table.nbytes > self.budget:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._bytes -= old.nbytes if old is not None else 0
+            self._items[key] = table
+            self._bytes += table.nbytes
+            while self._bytes > self.budget:
+                _, gone = self._items.popitem(last=False)
+                self._bytes -= gone.nbytes
+
+    def forget(self, workspace_id: str) -> None:
+        """Drop a workspace's entries (its version moved: they can never be read again)."""
+        with self._lock:
+            for key in [k for k in self._items if k[0] == workspace_id]:
+                self._bytes -= self._items.pop(key).nbytes
+            for key in [k for k in self._seen if k[0] == workspace_id]:
+                del self._seen[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._seen.clear()
+            self._bytes = 0
+
+
 class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan, cache: dict | None = None, version: int = 0):
+    def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan, cache: dict | None = None, version: int = 0,
+                 verdict_cache: "VerdictCache | None" = None):
         self.con = con
         self.cache, self.version = cache, version
+        self.verdict_cache = verdict_cache
+        self._registered: list[str] = []
         self.plan = plan
         self.table = f"_rsearch_{secrets.token_hex(6)}"
         self.profiles = {rel.name: self.profile(rel) for rel in plan.relations}
@@ -490,6 +563,24 @@ class Enumerator:
         return out
 
     def run(self) -> str:
+        """Materialise the enumeration as the temp table `self.table` (from the cache when the
+        same plan ran at this workspace version: the statement's SQL and parameters are the key)."""
+        sql, params = self._statement(cached_ok=False)
+        key = (self.plan.space.workspace_id, self.version, "plan", sql, repr(params))
+        hit = self.verdict_cache.get(key) if self.verdict_cache is not None else None
+        if hit is not None:
+            self.con.execute(f"CREATE TEMP TABLE {self.table} AS SELECT * FROM {self._register(hit)}")
+            return self.table
+        if self.verdict_cache is not None:
+            sql, params = self._statement(cached_ok=True)
+        self.con.execute(f"CREATE TEMP TABLE {self.table} AS {sql}", params)
+        if self.verdict_cache is not None and self.verdict_cache.seen(key):
+            self.verdict_cache.put(key, self._arrow(f"SELECT * FROM {self.table}"))
+        return self.table
+
+    def _statement(self, cached_ok: bool) -> tuple[str, list]:
+        """The enumeration's SELECT and its parameters; `cached_ok`: each relation's verdicts from the
+        cache (computed and cached first when missing)."""
         plan = self.plan
         ws = plan.space.workspace_id
         params: list = [ws, plan.kinds]
@@ -502,8 +593,12 @@ class Enumerator:
             flags, prof = self.flag_sets[rel.name], self.profiles[rel.name]
             agg, ap = self._aggregate(rel)
             a = f"a_{rel.name}"
-            ctes.append(f"{a} AS ({agg})")
-            params += ap
+            cached = self._verdicts(agg, ap) if cached_ok else None
+            if cached is None:
+                ctes.append(f"{a} AS ({agg})")
+                params += ap
+            else:
+                ctes.append(f"{a} AS (SELECT * FROM {cached})")
             joins.append(f"LEFT JOIN {a} ON {a}.ent_no = u.ent_no")
             covered = f"({a}.ent_no IS NOT NULL)"
             select += [f"{covered} AS cov_{rel.name}", f"{flags.test('live', f'{a}.mask')} AS live_{rel.name}"]
@@ -526,16 +621,53 @@ class Enumerator:
             for code in (NONE, NOT_RECORDED, UNDETERMINED)) + f"ELSE {MATCHED} END"
         opt = " + ".join(f"CAST({g} = {MATCHED} AS INTEGER)" for g in optional) or "0"
         inner = f"SELECT {', '.join(select)} FROM u {' '.join(joins)}"
-        sql = (f"CREATE TEMP TABLE {self.table} AS WITH {', '.join(ctes)} "
-               f"SELECT *, CAST({status} AS TINYINT) AS status, {opt} AS opt FROM ({inner})")
-        self.con.execute(sql, params)
-        return self.table
+        return (f"WITH {', '.join(ctes)} SELECT *, CAST({status} AS TINYINT) AS status, {opt} AS opt FROM ({inner})",
+                params)
+
+    def _verdicts(self, agg: str, params: list) -> str | None:
+        """A relation's per-entity verdicts (its aggregate: masks, row counters, distances) for
+        these constraints, cached per workspace version: the aggregate's SQL and parameters say
+        everything it depends on (constraints, as_of, the reader's scopes), and the version moves
+        with every load or correction. Returns the name of a view over the cached Arrow table
+        (registered on this cursor), or None when this search computes it inline, in its one
+        statement — which it does the first time these constraints on this relation are asked for;
+        the second time it is computed apart and cached for every later search (VerdictCache.seen)."""
+        cache = self.verdict_cache
+        if cache is None:
+            return None
+        key = (self.plan.space.workspace_id, self.version, agg, repr(params))
+        table = cache.get(key)
+        if table is None:
+            if not cache.seen(key):
+                return None   # asked for the first time: computed inline, in the search's one statement
+            table = self._arrow(agg, params)
+            cache.put(key, table)
+        return self._register(table)
+
+    def _arrow(self, sql: str, params: list | None = None) -> pa.Table:
+        self.con.complete()   # a relation (con.sql) refuses while an earlier statement's result is unread
+        return self.con.sql(sql, params=params).to_arrow_table()
+
+    def _register(self, table: pa.Table) -> str:
+        """A name for a cached Arrow table on this cursor (unregistered by drop())."""
+        name = f"_verdicts_{secrets.token_hex(6)}"
+        self.con.complete()   # registering refuses while an earlier statement's result is unread
+        self.con.register(name, table)
+        self._registered.append(name)
+        return name
 
     def drop(self) -> None:
         try:
             self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
         except duckdb.Error:
             pass
+        for name in self._registered:
+            try:
+                self.con.complete()
+                self.con.unregister(name)
+            except duckdb.Error:
+                pass
+        self._registered.clear()
 
     # What the warrant reads off the temp table ---------------------------------------------------
     # A list is named by a spec: ("status", s) every entity of overall status s; ("unit", u, s)

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from .enumeration import Enumerator
+from .enumeration import Enumerator, VerdictCache
 from .store import CorpusStore
 
 DDL = [
@@ -174,8 +174,11 @@ class TableShape:
 
 
 class RelationStore:
-    def __init__(self, store: CorpusStore):
+    def __init__(self, store: CorpusStore, verdict_cache_mb: float = 256):
         self.store = store
+        # Each relation's per-entity verdicts for a search's constraints, reused by later searches
+        # that name the same constraints until the workspace's next write (enumeration.VerdictCache).
+        self.verdicts = VerdictCache(verdict_cache_mb)
         self._known: set[str] = set()
         # Facts about a workspace's rows that only a write can change (enumeration's profiles),
         # cached until the workspace's next load or correction in this process.
@@ -256,6 +259,7 @@ class RelationStore:
     def changed(self, workspace_id: str) -> None:
         """A load or correction changed the workspace's rows: what was cached about them is stale."""
         self._versions[workspace_id] = self._versions.get(workspace_id, 0) + 1
+        self.verdicts.forget(workspace_id)
         if len(self.cache) > 10_000:
             self.cache.clear()
 
@@ -265,7 +269,7 @@ class RelationStore:
     def enumerator(self, plan) -> Enumerator:
         """The enumeration of a search's plan (engine/relations/plan.py) over this store, with the
         relation profiles cached until the workspace's next write."""
-        return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id))
+        return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id), self.verdicts)
 
     def universe(self, workspace_id: str, kinds: list[str], sight: Sight = EVERYTHING) -> int:
         """How many entities of these kinds the workspace holds (that the caller knows of)."""

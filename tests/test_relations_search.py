@@ -397,3 +397,45 @@ def test_a_length_is_computed_from_the_rows_dates_with_the_arithmetic_shown(clie
     r = client.post(f"/v1/public/workspaces/{ws}/loads", json={"source": str(src), "relations": [
         {"relation": "held_role", "table": "roles", "entity_column": "person_id", "slots": {"years": "y"}}]})
     assert r.status_code == 422 and r.json()["detail"]["reason"] == "slot_computed"
+
+
+# The verdict cache ------------------------------------------------------------------------------
+def _answer(body: dict) -> dict:
+    return {k: body[k] for k in ("entities", "counts", "matches", "coverage", "groups") if k in body}
+
+
+def test_repeated_and_refined_searches_read_cached_verdicts_and_a_write_moves_past_them(client, tmp_path):
+    from relations_helpers import export, load_body
+
+    src = export(tmp_path / "cache.duckdb", ["a", "b", "c"],
+                 roles=[role("a"), role("b"), role("c", function="Marketing")],
+                 screenings=[screening("a"), screening("b", outcome="failed"), screening("c")],
+                 screened=["a", "b", "c"])
+    ws = new_workspace(client)
+    load(client, ws, load_body(src))
+    cache = client.corpus.relations.verdicts
+    passed = SALES + [c("screening", "outcome", "eq", "passed")]
+    hits = cache.hits
+    first, second, third = (search(client, ws, passed) for _ in range(3))
+    # first: computed in one statement; second: each relation apart, cached; third: the cached plan
+    assert _answer(first) == _answer(second) == _answer(third)
+    assert first["entities"]["matched"] == ["a"] and cache.hits > hits
+    # a refinement that changes only the screening constraint reuses the held_role verdicts
+    failed = SALES + [c("screening", "outcome", "eq", "failed")]
+    before = cache.hits
+    assert search(client, ws, failed)["entities"]["matched"] == ["b"]
+    assert search(client, ws, failed)["entities"]["matched"] == ["b"]
+    assert cache.hits > before
+    # as_of is part of what was cached: another as_of is its own answer
+    assert search(client, ws, passed, as_of="2010-01")["entities"]["matched"] == []
+    # a correction moves the workspace past every cached verdict
+    row_id = next(m["rows"][0]["row_id"] for m in third["matches"] if m["entity_id"] == "a")
+    r = client.post("/v1/public/corrections", json={"workspace_id": ws, "row_id": row_id, "reason": "not Sales"})
+    assert r.status_code == 200
+    after = search(client, ws, passed)
+    assert after["entities"]["matched"] == [] and after["entities"]["undetermined"] == ["a"]
+    # and so does a load whose source changed
+    export(src, ["a", "b", "c"], roles=[role("a", function="Marketing", role_id="fixed"), role("b"), role("c")],
+           screenings=[screening("a"), screening("b", outcome="failed"), screening("c")], screened=["a", "b", "c"])
+    load(client, ws, load_body(src))
+    assert search(client, ws, passed)["entities"]["matched"] == ["c"]

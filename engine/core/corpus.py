@@ -72,7 +72,7 @@ class Corpus:
         lg = settings.log
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
         self._hot = HotPages(self.store)
-        self.relations = RelationStore(self.store)
+        self.relations = RelationStore(self.store, settings.relations.verdict_cache_mb)
         self.keys = KeyStore(self.store)
 
     # Models and dense indexes ------------------------------------------------------------------

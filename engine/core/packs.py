@@ -7,6 +7,7 @@ slot family: terms, synonyms, a hierarchy and an optional order).
 """
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class Relation:
     date_slot: str | None = None
     pack: str = ""
 
-    @property
+    @functools.cached_property
     def value_slots(self) -> list[str]:
         """The slots a row reads out as its values (the tenure is read out as the period; a
         computed length is not a value the row states)."""

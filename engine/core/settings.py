@@ -206,6 +206,10 @@ class ServerSettings(BaseModel):
 
 class RelationsSettings(BaseModel):
     source_dirs: list[str] = Field(default_factory=list)
+    verdict_cache_mb: float = Field(256, ge=0, description=(
+        "Memory for enumeration results kept per workspace version: each relation's per-entity verdicts "
+        "under a search's constraints, and each plan's statuses, reused by the next search that names the "
+        "same constraints until the workspace's next load or correction (0: off)."))
 
 
 # The user config file for the settings being built; set by load_settings().
