@@ -121,3 +121,61 @@ def test_hnsw_index_handles_change_and_delete(make_corpus):
     corpus.close()
     again = make_corpus(corpus.data_dir, index={"dense_kind": "hnsw"})
     assert again.repairs == [] and again.consistency()["consistent"]
+
+
+def test_queries_that_arrive_together_are_encoded_in_one_pass_and_match_their_lone_encodings(pool):
+    """The query batcher (models/embedder.py) over the real model: eight searches' queries arrive
+    while the encoder is busy with a first one; the other seven go in its next forward pass, and
+    every search gets its own query's vector back."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from models.embedder import _QueryBatcher
+
+    emb = pool.get("all-minilm-l6-v2")
+    texts = ["sqlite date functions", "how do I pretty-print JSON in python with indentation",
+             "queue", "postgres sequence owned by a column", "read a file line by line",
+             "email encoders", "alter aggregate rename", "object identifier types in postgres"]
+    lone = np.stack([emb._encode_queries([t])[0] for t in texts])
+    gate, passes = threading.Event(), []
+
+    def gated(batch):   # the real encoder, held on its first pass until the others have queued
+        passes.append(list(batch))
+        if len(passes) == 1:
+            gate.wait(60)
+        return emb._encode_queries(batch)
+
+    batcher = _QueryBatcher(gated, max_batch=8)
+    with ThreadPoolExecutor(8) as ex:
+        first = ex.submit(batcher.encode, texts[0])
+        deadline = time.monotonic() + 60
+        while not passes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rest = [ex.submit(batcher.encode, t) for t in texts[1:]]
+        while batcher._queue.qsize() < len(texts) - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.set()
+        vecs = np.stack([first.result()] + [f.result() for f in rest])
+    assert [len(p) for p in passes] == [1, 7] and sorted(sum(passes, [])) == sorted(texts)
+    assert (batcher.batches, batcher.queries) == (2, 8)
+    cos = (vecs * lone).sum(axis=1)
+    assert cos.min() > 0.9999, cos          # each search got its own query's vector
+    assert np.argmax(vecs @ lone.T, axis=1).tolist() == list(range(len(texts)))
+
+
+def test_an_encoder_error_reaches_every_waiting_search_and_the_batcher_lives_on():
+    from models.embedder import _QueryBatcher
+
+    calls = []
+
+    def encode(batch):
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise RuntimeError("model gone")
+        return np.ones((len(batch), 3), dtype=np.float32)
+
+    batcher = _QueryBatcher(encode, max_batch=4)
+    with pytest.raises(RuntimeError, match="model gone"):
+        batcher.encode("a")
+    assert batcher.encode("b").tolist() == [1.0, 1.0, 1.0]
