@@ -51,11 +51,12 @@ def p50_p95(values) -> dict:
     return {"p50": round(pct(values, 50), 3), "p95": round(pct(values, 95), 3)}
 
 
-def ir_engine(data_dir: Path, name: str, models: list[str]):
+def ir_engine(data_dir: Path, name: str, models: list[str], search: dict | None = None):
     """An Engine over one development collection in its own data dir `<data_dir>/<name>` (workspace
     `name`), ingested and embedded with `models` where it is not yet — the layout `make eval` uses
     (`refindery eval ir --data-dir data-ir`), so BM25's statistics are the collection's own and a data
-    dir is shared with it. Returns (engine, collection); the caller closes the engine."""
+    dir is shared with it. `search`: [search] settings to override. Returns (engine, collection); the
+    caller closes the engine."""
     from engine.app import Engine
     from engine.core.settings import load_settings
     from eval import collections, run
@@ -64,7 +65,8 @@ def ir_engine(data_dir: Path, name: str, models: list[str]):
     base = load_settings()
     settings = load_settings(data_dir=str(Path(data_dir) / name),
                              models={"active": base.models.active,
-                                     "also_embed": [m for m in models if m != base.models.active]})
+                                     "also_embed": [m for m in models if m != base.models.active]},
+                             **({"search": search} if search else {}))
     engine = Engine(settings)
     try:
         coll = collections.load(DEFAULT_IR_DIR / name)

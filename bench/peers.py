@@ -182,7 +182,9 @@ def main() -> None:
     res = {"cpus": os.cpu_count(), "versions": {p: version(p) for p in ("bm25s", "txtai", "tantivy")},
            "collections": {}}
     for name in args.collections:
-        engine, coll = ir_engine(args.data_dir, name, [])
+        # every query embedded afresh, as txtai embeds it: the runs below repeat the same queries, and
+        # the query-embedding cache would answer the hybrid run from the dense run's embeddings
+        engine, coll = ir_engine(args.data_dir, name, [], search={"query_cache_size": 0})
         with engine:
             res["model"] = engine.settings.models.active
             row = {"docs": len(coll.docs), "queries": len(coll.queries), "ours": ours(engine, coll, name),
