@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from collections import OrderedDict
-from concurrent.futures import Future
 from pathlib import Path
 from threading import Lock
-from typing import Callable
 
 import numpy as np
 
@@ -24,7 +20,7 @@ class Embedder:
     """One embedding model: `encode_documents`, `encode_query`, and its tokenizer for chunking."""
 
     def __init__(self, spec: ModelSpec, path: Path, device: str = "auto", batch_size: int = 64,
-                 query_cache_size: int = 256, onnx_path: Path | None = None, query_batch_max: int = 1):
+                 query_cache_size: int = 256, onnx_path: Path | None = None):
         self.spec = spec
         self.name = spec.name
         self.path = Path(path)
@@ -50,17 +46,6 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
         self._lock = Lock()
-        # Queries that arrive together (concurrent searches) are encoded in one forward pass.
-        self._batcher = _QueryBatcher(self._encode_queries, query_batch_max) if query_batch_max > 1 else None
-
-    def _encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self.model.encode(
-            [self.spec.query_prefix + t for t in texts],
-            batch_size=len(texts),
-            normalize_embeddings=self.spec.normalize,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        ).astype(np.float32)
 
     @property
     def max_content_tokens(self) -> int:
@@ -86,7 +71,13 @@ class Embedder:
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vec = self._batcher.encode(text) if self._batcher is not None else self._encode_queries([text])[0]
+        vec = self.model.encode(
+            [self.spec.query_prefix + text],
+            batch_size=1,
+            normalize_embeddings=self.spec.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )[0].astype(np.float32)
         if self._cache_size:
             with self._lock:
                 self._cache[text] = vec
@@ -156,61 +147,15 @@ def onnx_file_for(registry: ModelRegistry, spec: ModelSpec, folder: Path) -> Pat
     return target
 
 
-class _QueryBatcher:
-    """One thread encodes the queries; whatever queued up while it was busy goes in its next forward
-    pass (up to `max_batch`). A query that arrives alone is encoded alone, at once — no waiting
-    window — so a quiet server answers as before; a busy one spends less per query (batch 4 costs
-    ~0.7x per query on CPU, bench/results/throughput.md) and runs one forward pass at a time, not
-    one per request thread fighting for the cores. A query encoded beside others can differ from
-    its lone encoding in the last bits of its floats (padding changes the arithmetic's order)."""
-
-    def __init__(self, encode: Callable[[list[str]], np.ndarray], max_batch: int):
-        self._encode, self.max_batch = encode, max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._start = Lock()
-        self.batches = self.queries = 0
-
-    def encode(self, text: str) -> np.ndarray:
-        if self._thread is None:
-            with self._start:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="query-encoder", daemon=True)
-                    self._thread.start()
-        done: Future = Future()
-        self._queue.put((text, done))
-        return done.result()
-
-    def _run(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                vecs = self._encode([t for t, _ in batch])
-            except BaseException as exc:   # every waiting search gets the error, the thread lives on
-                for _, done in batch:
-                    done.set_exception(exc)
-                continue
-            self.batches += 1
-            self.queries += len(batch)
-            for (_, done), vec in zip(batch, vecs):
-                done.set_result(vec)
-
-
 class EmbedderPool:
     """Loads each embedder once, on first use, and keeps it."""
 
     def __init__(self, registry: ModelRegistry, device: str = "auto", batch_size: int = 64,
-                 query_cache_size: int = 256, query_batch_max: int = 1):
+                 query_cache_size: int = 256):
         self.registry = registry
         self.device = device
         self.batch_size = batch_size
         self.query_cache_size = query_cache_size
-        self.query_batch_max = query_batch_max
         self._loaded: dict[str, Embedder] = {}
         self._lock = Lock()
 
@@ -219,14 +164,12 @@ class EmbedderPool:
             if name not in self._loaded:
                 spec = self.registry.spec(name)
                 path = self.registry.resolve(name)
-                # one copy of the weights per process (the first pool's cache and batching settings hold)
                 key = (spec.name, str(path.resolve()), resolve_device(self.device))
                 with _PROCESS_LOCK:
                     emb = _PROCESS_CACHE.get(key)
                     if emb is None or emb.spec != spec:
                         onnx_path = onnx_file_for(self.registry, spec, path) if backend_of(spec) == "onnx" else None
-                        emb = Embedder(spec, path, self.device, self.batch_size, self.query_cache_size, onnx_path,
-                                       self.query_batch_max)
+                        emb = Embedder(spec, path, self.device, self.batch_size, self.query_cache_size, onnx_path)
                         _PROCESS_CACHE[key] = emb
                 self._loaded[name] = emb
             return self._loaded[name]

@@ -88,7 +88,7 @@ def pool():
 
     s = load_settings()
     registry = ModelRegistry(s.registry_path, s.models_cache_dir, data_dir=s.data_dir)
-    p = EmbedderPool(registry, "cpu", s.models.batch_size, s.search.query_cache_size, s.models.query_batch_max)
+    p = EmbedderPool(registry, "cpu", s.models.batch_size)
     p.get(s.models.active)
     return p
 

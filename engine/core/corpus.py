@@ -54,7 +54,7 @@ class Corpus:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir, data_dir=settings.data_dir)
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
-                                         settings.search.query_cache_size, settings.models.query_batch_max)
+                                         settings.search.query_cache_size)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
         self.milvus = None
         if settings.index.backend == "milvus":

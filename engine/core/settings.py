@@ -23,9 +23,6 @@ class ModelsSettings(BaseModel):
     also_embed: list[str] = Field(default_factory=list)
     device: str = "auto"
     batch_size: int = Field(16, ge=1)
-    query_batch_max: int = Field(8, ge=1, le=256, description=(
-        "Queries of concurrent searches encoded in one forward pass, at most this many (1: each alone). "
-        "A lone query is never held back to wait for others."))
     reranker: str = "refindery-local"
     cache_dir: str = ""
 
