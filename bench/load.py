@@ -123,16 +123,23 @@ def throughput(args) -> int:
         "REFINDERY_DATA_DIR": str(data_root / name), "REFINDERY_MODELS__DEVICE": "cpu",
         # every query is embedded, as txtai embeds every query (the queries repeat in the loop)
         "REFINDERY_SEARCH__QUERY_CACHE_SIZE": "0"}
-    servers = {
-        "refindery": ([sys.executable, "-m", "server.cli", "serve", "--uds", str(tmp / "ours.sock")], tmp / "ours.sock",
-                      [{"query": q, "k": 10, "workspace": name, "pin": False} for q in queries]),
-        "txtai": ([sys.executable, str(ROOT / "bench" / "txtai_server.py"), "--collection", name,
-                   "--uds", str(tmp / "txtai.sock")], tmp / "txtai.sock", [{"query": q, "k": 10} for q in queries]),
+    ours_cmd = [sys.executable, "-m", "server.cli", "serve", "--uds", str(tmp / "ours.sock")]
+    txtai_cmd = [sys.executable, str(ROOT / "bench" / "txtai_server.py"), "--collection", name,
+                 "--uds", str(tmp / "txtai.sock")]
+    ours_bodies = [{"query": q, "k": 10, "workspace": name, "pin": False} for q in queries]
+    txtai_bodies = [{"query": q, "k": 10} for q in queries]
+    one = {"OMP_NUM_THREADS": "1"}   # torch's intra-op threads, read by both at start
+    servers = {   # label: (command, socket, bodies, extra environment)
+        "refindery": (ours_cmd, tmp / "ours.sock", ours_bodies, {}),
+        "refindery, 1 torch thread": (ours_cmd, tmp / "ours.sock", ours_bodies, {"REFINDERY_MODELS__CPU_THREADS": "1"}),
+        "txtai": (txtai_cmd, tmp / "txtai.sock", txtai_bodies, {}),
+        "txtai, 1 torch thread": (txtai_cmd, tmp / "txtai.sock", txtai_bodies, one),
     }
     report = {"collection": name, "docs": len(coll.docs), "queries": len(queries), "seconds": args.seconds,
               "cpus": os.cpu_count(), "levels": args.levels, "servers": {}}
-    for label, (cmd, sock, bodies) in servers.items():
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for label, (cmd, sock, bodies, extra) in servers.items():
+        sock.unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env | extra, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             c = client(str(sock))
             for _ in range(3000):
@@ -156,19 +163,19 @@ def throughput(args) -> int:
         finally:
             proc.kill()
             proc.wait()
+    labels = list(servers)
     lines = [f"## Throughput beside txtai ({name}: {len(coll.docs)} documents, {len(queries)} queries; "
              f"{report['cpus']} CPUs, Unix socket, one client process; {args.seconds:.0f} s per level)", "",
-             "| concurrent clients | Refindery searches/s | p50 / p95 ms | txtai searches/s | p50 / p95 ms |",
-             "|---|---|---|---|---|"]
+             "searches/s · p50 / p95 ms", "",
+             "| concurrent clients | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     for level in args.levels:
-        o, t = (report["servers"][s]["levels"][str(level)] for s in ("refindery", "txtai"))
-        lines.append(f"| {level} | {o['per_s']} | {o['p50_ms']} / {o['p95_ms']} | {t['per_s']} | "
-                     f"{t['p50_ms']} / {t['p95_ms']} |")
-    lines += ["", "Most searches/s with p95 ≤ 100 ms: Refindery "
-              f"{report['servers']['refindery']['per_s_at_p95_100ms']}, txtai "
-              f"{report['servers']['txtai']['per_s_at_p95_100ms']}. Ours answers k = 10 pages hydrated (url, title, "
-              "timestamps, snippets with highlights); txtai's route answers ids and scores. Both embed every query (our "
-              "query-embedding cache is off here: the loop repeats the collection's queries)."]
+        cells = [report["servers"][lb]["levels"][str(level)] for lb in labels]
+        lines.append(f"| {level} | " + " | ".join(f"{c['per_s']} · {c['p50_ms']} / {c['p95_ms']}" for c in cells) + " |")
+    lines += ["", "Most searches/s with p95 ≤ 100 ms: " + "; ".join(
+        f"{lb} {report['servers'][lb]['per_s_at_p95_100ms']}" for lb in labels) + ". Ours answers k = 10 pages "
+        "hydrated (url, title, timestamps, snippets with highlights); txtai's route answers ids and scores. Both embed "
+        "every query (our query-embedding cache is off here: the loop repeats the collection's queries). "
+        "1 torch thread: `[models] cpu_threads = 1` for ours, OMP_NUM_THREADS=1 for txtai."]
     write("throughput", report, "\n".join(lines) + "\n")
     return 0
 

@@ -121,3 +121,16 @@ def test_hnsw_index_handles_change_and_delete(make_corpus):
     corpus.close()
     again = make_corpus(corpus.data_dir, index={"dense_kind": "hnsw"})
     assert again.repairs == [] and again.consistency()["consistent"]
+
+
+def test_models_cpu_threads_sets_torchs_intra_op_threads_and_0_leaves_them(make_corpus, tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        make_corpus(tmp_path / "a", models={"cpu_threads": 0})
+        assert torch.get_num_threads() == before
+        make_corpus(tmp_path / "b", models={"cpu_threads": 1})
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

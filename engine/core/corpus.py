@@ -22,6 +22,7 @@ from indexes.milvus import (MilvusDenseIndex, MilvusSparseIndex, client as milvu
 from indexes.sparse import SparseIndex
 from indexes.relations import RelationStore
 from indexes.store import CorpusStore
+from models.device import set_cpu_threads
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
@@ -53,6 +54,7 @@ class Corpus:
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir, data_dir=settings.data_dir)
+        set_cpu_threads(settings.models.cpu_threads)
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
                                          settings.search.query_cache_size)
         self.store = CorpusStore(self.data_dir / STORE_FILE)

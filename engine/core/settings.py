@@ -23,6 +23,9 @@ class ModelsSettings(BaseModel):
     also_embed: list[str] = Field(default_factory=list)
     device: str = "auto"
     batch_size: int = Field(16, ge=1)
+    cpu_threads: int = Field(0, ge=0, le=1024, description=(
+        "torch intra-op threads for the process (0: torch's default, one per core). 1 serves more concurrent "
+        "searches per second on a few cores; ingest encodes faster with more."))
     reranker: str = "refindery-local"
     cache_dir: str = ""
 
