@@ -141,6 +141,7 @@ def main():
                 t = time.perf_counter()
                 corpus.dense(base.models.active).search(vec, base.search.dense_top_n)
                 bare_dense.append((time.perf_counter() - t) * 1000)
+            sparse_parts = sparse_breakdown(corpus.sparse, queries[5:], base.search.sparse_top_n)
             # The query log's cost on the request path: the same queries with the log off, then on.
             log_cost = {}
             for enabled in (False, True):
@@ -157,6 +158,7 @@ def main():
             disk_mb = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
             corpus.close()
         row = {"chunks": n, "dense_kind": kind, "store_write_s": round(t_store, 2), "index_build_s": round(t_index, 2),
+               "sparse_breakdown_ms": sparse_parts,
                "p50_total_ms_log_off_on": log_cost,
                "rss_added_mb": round(rss_mb, 1), "disk_mb": round(disk_mb, 1),
                "stages_ms": {k: {"p50": round(pct(v, 50), 3), "p95": round(pct(v, 95), 3)} for k, v in stages.items()},
@@ -173,6 +175,37 @@ def main():
     (out / "search.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "search.md").write_text(markdown(results))
     print(markdown(results))
+
+
+def sparse_breakdown(sparse, queries: list[str], top_n: int) -> dict[str, float]:
+    """Where tantivy's time goes, p50 ms per query: the arm as the pipeline runs it; the same with a
+    workspace filter clause (what it ran with before, one workspace or not); counting every hit;
+    reading each hit's id from the stored document instead of the fast field; a shallower top 10;
+    building the query alone. Needs tantivy's own index (the embedded backend)."""
+    from indexes.sparse import SparseFilter
+
+    searcher = sparse.index.searcher()
+
+    def stored_ids(q):
+        return [searcher.doc(a)["chunk_id"][0] for _, a in searcher.search(sparse.query(q), top_n, count=False).hits]
+
+    cases = {
+        "arm": lambda q: sparse.search(q, top_n),
+        "arm + workspace filter clause": lambda q: sparse.search(q, top_n, SparseFilter(workspace="default")),
+        "count every hit": lambda q: searcher.search(sparse.query(q), top_n, count=True).hits,
+        "ids from stored documents": stored_ids,
+        "top 10 instead of top N": lambda q: sparse.search(q, 10),
+        "query building only": lambda q: sparse.query(q),
+    }
+    out = {}
+    for name, fn in cases.items():
+        lat = []
+        for q in queries:
+            t = time.perf_counter()
+            fn(q)
+            lat.append((time.perf_counter() - t) * 1000)
+        out[name] = round(pct(lat, 50), 3)
+    return out
 
 
 STAGES = ["embed", "sparse", "dense", "fusion", "rollup", "hydrate", "total"]
@@ -241,7 +274,12 @@ def markdown(results):
                             ("rss_added_mb", "RSS added (MB)", "{:.0f}"),
                             ("disk_mb", "data dir on disk (MB)", "{:.0f}")):
         lines.append(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in sizes) + f" | {g.get(key, '-')} |")
-    lines += ["", "Growth exponent b: cost ~ size^b between the smallest and the largest size (1 linear, 0 flat)."]
+    lines += ["", "Growth exponent b: cost ~ size^b between the smallest and the largest size (1 linear, 0 flat).", "",
+              "Where the sparse arm's time goes (p50 ms; `sparse_breakdown`):", "",
+              "| tantivy call | " + " | ".join(f"{r['chunks']:,} chunks" for r in sizes) + " |",
+              "|---|" + "---|" * len(sizes)]
+    for case in sizes[0].get("sparse_breakdown_ms", {}):
+        lines.append(f"| {case} | " + " | ".join(f"{r['sparse_breakdown_ms'][case]:.2f}" for r in sizes) + " |")
     return "\n".join(lines) + "\n"
 
 

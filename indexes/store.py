@@ -182,6 +182,8 @@ class CorpusStore:
         except duckdb.IOException as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
         self._write_lock = threading.RLock()
+        self._epoch = 0                                  # commits that moved the generation (generation())
+        self._generation: tuple[int, int] | None = None  # (generation, the epoch it was read at)
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []  # closed with the store, so the file is let go
         self.closed = False
@@ -240,8 +242,17 @@ class CorpusStore:
         return row[0] if row else None
 
     def generation(self) -> int:
-        row = self.cursor().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-        return int(row[0])
+        """The committed generation, read from the store once per commit: every commit that moves
+        it (in this process, the only one that may open the file) bumps `_epoch` after it, and a
+        value read while a commit happened is not kept (a search asks for it on every request)."""
+        cached = self._generation
+        if cached is not None and cached[1] == self._epoch:
+            return cached[0]
+        epoch = self._epoch
+        gen = int(self.cursor().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        if epoch == self._epoch:
+            self._generation = (gen, epoch)
+        return gen
 
     def _bump(self, con: duckdb.DuckDBPyConnection) -> int:
         gen = int(con.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]) + 1
@@ -620,6 +631,7 @@ class CorpusStore:
                 con.execute("INSERT INTO changes SELECT ?, page_id, 'cluster' FROM pages WHERE workspace_id = ?",
                             [gen, workspace])
                 con.commit()
+                self._epoch += 1   # a committed generation: generation() reads it again
             except BaseException:
                 con.rollback()
                 raise
@@ -665,6 +677,7 @@ class CorpusStore:
                                 [link_pages, entity.entity_id])
                     con.executemany("INSERT INTO changes VALUES (?, ?, 'entity')", [(gen, p) for p in link_pages])
                 con.commit()
+                self._epoch += 1   # a committed generation: generation() reads it again
             except BaseException:
                 con.rollback()
                 raise
@@ -752,6 +765,7 @@ class CorpusStore:
                 if changes:
                     con.executemany("INSERT INTO changes VALUES (?, ?, ?)", changes)
                 con.commit()
+                self._epoch += 1   # a committed generation: generation() reads it again
             except BaseException:
                 con.rollback()
                 raise
@@ -771,6 +785,7 @@ class CorpusStore:
                     self._delete_page(con, pid)
                 con.executemany("INSERT INTO changes VALUES (?, ?, 'delete')", [(gen, pid) for pid in sorted(reasons)])
                 con.commit()
+                self._epoch += 1   # a committed generation: generation() reads it again
             except BaseException:
                 con.rollback()
                 raise
