@@ -405,6 +405,7 @@ def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bo
     corpus = Corpus(settings, pool)
     if repair:
         corpus.sync()
+        corpus.hot()   # the search's in-memory view, read now rather than by the first search (0.6 s at 1M chunks)
     return corpus
 
 
