@@ -74,6 +74,7 @@ bench: install
 	$(BIN)/python bench/relations.py
 	$(BIN)/python bench/evidence.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/load.py --throughput --collection med --seconds 15
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/report.py
 

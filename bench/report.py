@@ -23,6 +23,7 @@ SECTIONS = [
     ("relations", "Relation search", "bench/relations.py"),
     ("evidence", "Evidence search", "bench/evidence.py"),
     ("load", "Concurrent load", "bench/load.py"),
+    ("throughput", "Throughput under concurrent clients, beside txtai", "bench/load.py --throughput"),
     ("backends", "Index backends (embedded vs Milvus) and Ray embedding", "bench/backends.py"),
 ]
 
