@@ -42,6 +42,18 @@ def client(sock: str):
     return httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://refindery", timeout=120)
 
 
+def wait_healthy(sock: str, tries: int = 600):
+    """A client of the server on `sock`, once /healthz answers 200 (at most `tries` attempts)."""
+    c = client(sock)
+    for _ in range(tries):
+        try:
+            if c.get("/healthz").status_code == 200:
+                break
+        except Exception:
+            time.sleep(0.2)
+    return c
+
+
 def searcher(sock: str, seconds: float, out: mp.Queue, seed: int) -> None:
     c, lat, errors, n = client(sock), [], 0, seed
     end = time.monotonic() + seconds
@@ -141,13 +153,7 @@ def throughput(args) -> int:
         sock.unlink(missing_ok=True)
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env | extra, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            c = client(str(sock))
-            for _ in range(3000):
-                try:
-                    if c.get("/healthz").status_code == 200:
-                        break
-                except Exception:
-                    time.sleep(0.2)
+            c = wait_healthy(str(sock), tries=3000)   # txtai indexes the collection at start
             for b in bodies[:10]:   # warm-up
                 c.post("/v1/search", json=b)
             rows = {}
@@ -208,13 +214,7 @@ def main() -> int:
     server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", sock], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        c = client(sock)
-        for _ in range(600):
-            try:
-                if c.get("/healthz").status_code == 200:
-                    break
-            except Exception:
-                time.sleep(0.2)
+        c = wait_healthy(sock)
         c.post("/v1/search", json={"query": "warm up"})
         out: mp.Queue = mp.Queue()
         procs = [mp.Process(target=searcher, args=(sock, args.seconds, out, i)) for i in range(args.searchers)]
