@@ -4,7 +4,8 @@
   nDCG@10 and per-query latency of the bare retrieval call and of our whole sparse-only search;
 - hybrid: our whole pipeline (BM25 + dense + RRF + rollup + hydrate, default settings) vs txtai's
   hybrid Embeddings (its BM25 + the same all-MiniLM-L6-v2 through sentence-transformers + FAISS,
-  its default score fusion) — nDCG@10 and p50 per query, each embedding the query itself.
+  its default score fusion) — nDCG@10 and p50 per query, each embedding the query itself, timed in
+  blocks ours, txtai, txtai, ours so a slow stretch of the machine falls on both alike.
 
     .venv/bin/python bench/peers.py [--data-dir data-peers] [--collections cisi med npl cacm]
 
@@ -52,7 +53,8 @@ def measure(coll, ranked: dict[str, list[tuple[str, float]]], per_query: bool = 
     return out
 
 
-def timed(fn, queries: dict[str, str]):
+def timed(fn, queries: dict[str, str], keep: bool = False):
+    """(answers by query id, p50/p95 ms; with `keep`, also "all": every query's ms, in order)."""
     out, lat = {}, []
     for q in list(queries.values())[:3]:
         fn(q)  # warm-up
@@ -60,7 +62,7 @@ def timed(fn, queries: dict[str, str]):
         t = time.perf_counter()
         out[qid] = fn(text)
         lat.append((time.perf_counter() - t) * 1000)
-    return out, p50_p95(lat)
+    return out, p50_p95(lat) | ({"all": lat} if keep else {})
 
 
 def ours(engine, coll, name: str) -> dict:
@@ -73,12 +75,11 @@ def ours(engine, coll, name: str) -> dict:
 
     sparse, lat_sparse = timed(lambda t: search(t, dense_weight=0.0), coll.queries)
     dense, lat_dense = timed(lambda t: search(t, sparse_weight=0.0), coll.queries)
-    hybrid, lat_hybrid = timed(search, coll.queries)
-    _, lat_hybrid10 = timed(lambda t: search(t, k=10), coll.queries)   # a results page: 10 pages hydrated
+    hybrid, _ = timed(search, coll.queries)
     _, lat_bare = timed(bare_sparse, coll.queries)
     out = {"bm25": {"quality": measure(coll, sparse), "search_ms": lat_sparse, "bare_ms": lat_bare},
            "dense": {"quality": measure(coll, dense), "search_ms": lat_dense},
-           "hybrid": {"quality": measure(coll, hybrid), "search_ms": lat_hybrid, "search_ms_k10": lat_hybrid10}}
+           "hybrid": {"quality": measure(coll, hybrid)}}
     for norm in FUSION_NORMALIZERS:   # the linear fusions beside the default RRF (issue 22)
         ranked, lat = timed(lambda t, n=norm: search(t, fusion="linear", normalizer=n), coll.queries)
         out[f"linear-{norm}"] = {"quality": measure(coll, ranked, per_query=True), "search_ms": lat}
@@ -108,7 +109,8 @@ def bm25s_peer(coll) -> dict:
     return {"quality": measure(coll, ranked, per_query=True), "bare_ms": lat, "build_s": round(build_s, 2)}
 
 
-def txtai_peer(coll, model_path: str) -> dict:
+def txtai_peer(coll, model_path: str):
+    """txtai's hybrid index over the collection: (its quality and build time, its search function)."""
     from txtai import Embeddings
 
     t = time.perf_counter()
@@ -116,14 +118,32 @@ def txtai_peer(coll, model_path: str) -> dict:
     emb.index([(d["id"], doc_text(d), None) for d in coll.docs])
     build_s = time.perf_counter() - t
 
-    def search(text):
-        return [(str(i), float(s)) for i, s in emb.search(text[:2000], K)]
+    def search(text, k=K):
+        return [(str(i), float(s)) for i, s in emb.search(text[:2000], k)]
 
-    ranked, lat = timed(search, coll.queries)
-    _, lat10 = timed(lambda text: emb.search(text[:2000], 10), coll.queries)
-    emb.close()
-    return {"quality": measure(coll, ranked, per_query=True), "search_ms": lat, "search_ms_k10": lat10,
-            "build_s": round(build_s, 1)}
+    ranked = {qid: search(text) for qid, text in coll.queries.items()}
+    return {"quality": measure(coll, ranked, per_query=True), "build_s": round(build_s, 1)}, search, emb
+
+
+def paired_latency(engine, name: str, peer_search, queries: dict[str, str], k: int) -> tuple[dict, dict]:
+    """Per-query latency of our whole hybrid search and txtai's, timed in blocks ours, txtai, txtai, ours
+    over all the queries, so a slow stretch of the machine (a noisy neighbour) falls on both alike while
+    each library's thread pool stays warm within its block (alternating per query would have each
+    start cold behind the other's spinning threads). Returns their p50/p95 over both blocks and, in
+    ours, the median over queries of the ratio ours / txtai (each the mean of its two runs)."""
+    def ours(text):
+        return engine.search(SearchRequest(query=text[:2000], k=k, workspace=name, pin=False), log=False)
+
+    def peer(text):
+        return peer_search(text, k)
+
+    lat = {ours: [], peer: []}
+    for fn in (ours, peer, peer, ours):
+        _, p = timed(fn, queries, keep=True)
+        lat[fn].append(p.pop("all"))
+    a, b = np.mean(lat[ours], axis=0), np.mean(lat[peer], axis=0)
+    both_a, both_b = np.concatenate(lat[ours]), np.concatenate(lat[peer])
+    return p50_p95(both_a) | {"ratio_p50": round(float(np.median(a / b)), 3)}, p50_p95(both_b)
 
 
 def paired(a: dict, b: dict) -> tuple[float, str]:
@@ -154,16 +174,20 @@ def markdown(res: dict) -> str:
     lines += ["", "## Hybrid: nDCG@10 (R@100) · p50 / p95 ms per query (query embedding included)", "",
               "k = 100: ours hydrates 100 pages (url, title, timestamps, two snippets each with highlights), "
               "txtai answers 100 ids and scores; k = 10: a results page.", "",
-              "| collection | Refindery hybrid | txtai hybrid | Refindery ms, k = 100 | txtai ms, k = 100 | "
-              "Refindery ms, k = 10 | txtai ms, k = 10 |", "|---|---|---|---|---|---|---|"]
+              "Timed in blocks ours, txtai, txtai, ours over all queries (p50 / p95 over both runs); ratio: "
+              "the median over queries of ours / txtai.", "",
+              "| collection | Refindery hybrid | txtai hybrid | Refindery ms, k = 100 | txtai ms, k = 100 | ratio | "
+              "Refindery ms, k = 10 | txtai ms, k = 10 | ratio |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in res["collections"].items():
         o, t = r["ours"]["hybrid"], r["txtai"]
         k10 = (f"{o['search_ms_k10']['p50']:.1f} / {o['search_ms_k10']['p95']:.1f} | "
-               f"{t['search_ms_k10']['p50']:.1f} / {t['search_ms_k10']['p95']:.1f}") if "search_ms_k10" in o else "– | –"
+               f"{t['search_ms_k10']['p50']:.1f} / {t['search_ms_k10']['p95']:.1f} | "
+               f"{o['search_ms_k10'].get('ratio_p50', float('nan')):.2f}")
         lines.append(f"| {name} | {o['quality']['nDCG@10']:.3f} ({o['quality']['R@100']:.3f}) | "
                      f"{t['quality']['nDCG@10']:.3f} ({t['quality']['R@100']:.3f}) | "
                      f"{o['search_ms']['p50']:.1f} / {o['search_ms']['p95']:.1f} | "
-                     f"{t['search_ms']['p50']:.1f} / {t['search_ms']['p95']:.1f} | {k10} |")
+                     f"{t['search_ms']['p50']:.1f} / {t['search_ms']['p95']:.1f} | "
+                     f"{o['search_ms'].get('ratio_p50', float('nan')):.2f} | {k10} |")
     lines += ["", "## Fusion: nDCG@10 of each arm alone, the default RRF and the linear fusions (equal weights)", "",
               "| collection | BM25 arm | dense arm | RRF (default) | linear minmax | linear zscore | linear l2 | "
               "linear dbsf | txtai | BM25 arm vs bm25s (p) |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -196,7 +220,11 @@ def main() -> None:
         with engine:
             res["model"] = engine.settings.models.active
             row = {"docs": len(coll.docs), "queries": len(coll.queries), "ours": ours(engine, coll, name),
-                   "bm25s": bm25s_peer(coll), "txtai": txtai_peer(coll, str(engine.corpus.embedder().path))}
+                   "bm25s": bm25s_peer(coll)}
+            row["txtai"], peer_search, emb = txtai_peer(coll, str(engine.corpus.embedder().path))
+            for k, key in ((K, "search_ms"), (10, "search_ms_k10")):
+                row["ours"]["hybrid"][key], row["txtai"][key] = paired_latency(engine, name, peer_search, coll.queries, k)
+            emb.close()
         res["collections"][name] = row
         print(name, {k: row[k]["quality"]["nDCG@10"] for k in ("bm25s", "txtai")},
               {k: v["quality"]["nDCG@10"] for k, v in row["ours"].items()}, flush=True)

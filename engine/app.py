@@ -84,12 +84,12 @@ class Engine:
         return self.settings.default_workspace
 
     def load_model(self) -> None:
-        """Load the active embedder now (a server does, so its first query does not wait for it);
-        ModelUnavailable when its weights are not installed."""
+        """Load the active embedder and its query runtime now (a server does, so its first query does not
+        wait for them); ModelUnavailable when its weights are not installed."""
         from models.registry import ModelNotFound
 
         try:
-            self.corpus.embedder()
+            self.corpus.embedder().prepare_queries()
         except ModelNotFound as exc:
             raise ModelUnavailable(str(exc), model=exc.name, install=exc.install) from exc
 

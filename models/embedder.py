@@ -1,15 +1,22 @@
 """Sentence embedders loaded from local folders, with the tokenizer exposed for chunking."""
 from __future__ import annotations
 
+import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
 from threading import Lock
+from typing import Callable
 
 import numpy as np
 
 from .device import resolve_device
 from .registry import ModelNotFound, ModelRegistry, ModelSpec
+
+log = logging.getLogger(__name__)
+# How single queries are encoded on CPU: "auto" runs them through an fp32 ONNX export of the model's
+# own weights where it reproduces the model's vectors (else torch), "onnx" requires it, "torch" never.
+QUERY_RUNTIMES = ("auto", "torch", "onnx")
 
 # Loading by hub name would try the network; everything here is resolved to a path first.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,7 +27,9 @@ class Embedder:
     """One embedding model: `encode_documents`, `encode_query`, and its tokenizer for chunking."""
 
     def __init__(self, spec: ModelSpec, path: Path, device: str = "auto", batch_size: int = 64,
-                 query_cache_size: int = 256, onnx_path: Path | None = None):
+                 query_cache_size: int = 256, onnx_path: Path | None = None,
+                 query_onnx: Callable[[], Path] | None = None, query_threads: int = 0,
+                 query_required: bool = False):
         self.spec = spec
         self.name = spec.name
         self.path = Path(path)
@@ -46,6 +55,18 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
         self._lock = Lock()
+        # Queries (one short text each) through ONNX Runtime: an fp32 export of these same weights,
+        # ~3x faster than torch for one query on CPU (torch's small-matrix GEMMs dominate there) and
+        # the same vectors to ~1e-7. Documents keep torch, which batches as fast (bench/results/embedders.md).
+        # Made on the first query (or `prepare_queries`, which a server calls at start): a process that
+        # only ingests never exports it.
+        self.query_runtime = self.backend
+        self.query_runtime_note = ""
+        self._query_model = None
+        self._query_source = query_onnx if (self.backend == "torch" and self.device == "cpu") else None
+        self._query_threads = query_threads
+        self._query_required = query_required
+        self._query_lock = Lock()
 
     @property
     def max_content_tokens(self) -> int:
@@ -65,13 +86,34 @@ class Embedder:
         )
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
+    def prepare_queries(self) -> str:
+        """Set up the query runtime now (the ONNX export on first use: ~7 s once per models cache);
+        returns it ("onnx" or "torch"). With query_runtime "onnx" required, raises when it cannot."""
+        with self._query_lock:
+            source, self._query_source = self._query_source, None
+            if source is None:
+                return self.query_runtime
+            try:
+                model, note = _query_session(self.model, self.path, source(), self._query_threads)
+            except Exception as exc:   # noqa: BLE001 — the export failed: said in status and the log
+                model, note = None, f"the ONNX export failed: {type(exc).__name__}: {exc}"
+            if model is None:
+                if self._query_required:
+                    raise ValueError(f"model {self.name!r}: query_runtime = \"onnx\" asked for, but {note}")
+                log.warning("model %s: queries stay on torch (%s)", self.name, note)
+            self._query_model, self.query_runtime_note = model, note
+            self.query_runtime = "onnx" if model is not None else self.backend
+            return self.query_runtime
+
     def encode_query(self, text: str) -> np.ndarray:
+        if self._query_source is not None:
+            self.prepare_queries()
         with self._lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vec = self.model.encode(
+        vec = (self._query_model or self.model).encode(
             [self.spec.query_prefix + text],
             batch_size=1,
             normalize_embeddings=self.spec.normalize,
@@ -128,6 +170,40 @@ def _load_onnx(path: Path, onnx_path: Path, max_seq_length: int | None, threads:
     return model
 
 
+# The sentence-transformers modules the ONNX query path reproduces (transformer, mean or CLS pooling,
+# normalisation); any other module (a Dense projection, ...) keeps queries on torch.
+_QUERY_ONNX_MODULES = {"Transformer", "Pooling", "Normalize"}
+_PROBES = ["a short query", "which enzymes break down lactose in the small intestine?",
+           "Refindery finds again the page you saw " * 12]
+
+
+def _query_session(model, folder: Path, onnx_path: Path, threads: int):
+    """(encoder, "") when the fp32 export at `onnx_path` answers queries as `model` does, else (None, why)."""
+    kinds = {type(m).__name__ for m in model}
+    if not kinds <= _QUERY_ONNX_MODULES:
+        return None, f"modules {sorted(kinds - _QUERY_ONNX_MODULES)} are not reproduced by the ONNX query path"
+    try:
+        enc = _load_onnx(folder, onnx_path, model.max_seq_length, threads)
+        a = np.asarray(model.encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True), dtype=np.float32)
+        b = enc.encode(_PROBES, normalize_embeddings=True)
+    except Exception as exc:   # noqa: BLE001 — any failure leaves queries on torch, said in status
+        return None, f"ONNX query path unavailable: {type(exc).__name__}: {exc}"
+    cos = float((a * b).sum(axis=1).min())
+    if cos < 0.9999:
+        return None, f"ONNX query vectors differ from torch's (cosine {cos:.5f})"
+    return enc, ""
+
+
+def query_onnx_file(registry: ModelRegistry, folder: Path) -> Path:
+    """The fp32 ONNX export of `folder` for the query path, made once into the models cache (~7 s, offline)."""
+    from .onnx_embedder import export, export_path
+
+    target = export_path(registry.cache_dir, folder, "fp32")
+    if not target.is_file():
+        export(folder, target, "fp32")
+    return target
+
+
 def onnx_file_for(registry: ModelRegistry, spec: ModelSpec, folder: Path) -> Path:
     """The ONNX file of an `backend = "onnx"` entry: its `onnx_file`, else the export of its folder
     as `onnx` ("int8" by default) in the models cache, made on first use."""
@@ -151,11 +227,15 @@ class EmbedderPool:
     """Loads each embedder once, on first use, and keeps it."""
 
     def __init__(self, registry: ModelRegistry, device: str = "auto", batch_size: int = 64,
-                 query_cache_size: int = 256):
+                 query_cache_size: int = 256, query_runtime: str = "auto", query_threads: int = 0):
+        if query_runtime not in QUERY_RUNTIMES:
+            raise ValueError(f"unknown query_runtime {query_runtime!r} (one of {', '.join(QUERY_RUNTIMES)})")
         self.registry = registry
         self.device = device
         self.batch_size = batch_size
         self.query_cache_size = query_cache_size
+        self.query_runtime = query_runtime
+        self.query_threads = query_threads
         self._loaded: dict[str, Embedder] = {}
         self._lock = Lock()
 
@@ -164,12 +244,20 @@ class EmbedderPool:
             if name not in self._loaded:
                 spec = self.registry.spec(name)
                 path = self.registry.resolve(name)
-                key = (spec.name, str(path.resolve()), resolve_device(self.device))
+                device = resolve_device(self.device)
+                key = (spec.name, str(path.resolve()), device, self.query_runtime, self.query_threads)
                 with _PROCESS_LOCK:
                     emb = _PROCESS_CACHE.get(key)
                     if emb is None or emb.spec != spec:
                         onnx_path = onnx_file_for(self.registry, spec, path) if backend_of(spec) == "onnx" else None
-                        emb = Embedder(spec, path, self.device, self.batch_size, self.query_cache_size, onnx_path)
+                        query_onnx = None
+                        if self.query_runtime != "torch":
+                            registry = self.registry
+                            query_onnx = lambda: query_onnx_file(registry, path)   # noqa: E731
+                        emb = Embedder(spec, path, self.device, self.batch_size, self.query_cache_size, onnx_path,
+                                       query_onnx, self.query_threads, query_required=self.query_runtime == "onnx")
+                        if self.query_runtime == "onnx":   # required: fail at load, not at the first query
+                            emb.prepare_queries()
                         _PROCESS_CACHE[key] = emb
                 self._loaded[name] = emb
             return self._loaded[name]

@@ -90,3 +90,66 @@ backend = "tensorflow"
         p.get("missing-file")
     with pytest.raises(ValueError, match="unknown backend 'tensorflow'"):
         p.get("odd-backend")
+
+
+QUERIES = ["seabird colonies", "How do I pretty-print JSON in Python?",
+           "transaction isolation levels in postgres and what each one prevents " * 6]
+
+
+def test_queries_run_through_an_fp32_onnx_export_of_the_same_weights(pool, make_corpus):
+    """On CPU the default query_runtime ("auto") encodes queries with ONNX Runtime over an fp32 export
+    of the torch model's own folder: the same vectors, so the same index answers them."""
+    from models.embedder import EmbedderPool, query_onnx_file
+    from models.onnx_embedder import export_path
+
+    emb = pool.get("all-minilm-l6-v2")
+    assert emb.prepare_queries() == "onnx" and emb.query_runtime_note == ""
+    onnx_file = export_path(pool.registry.cache_dir, emb.path, "fp32")
+    assert onnx_file.is_file() and emb._query_model.onnx_path == onnx_file
+    mtime = onnx_file.stat().st_mtime_ns
+    assert query_onnx_file(pool.registry, emb.path) == onnx_file and onnx_file.stat().st_mtime_ns == mtime
+    torch_vecs = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
+    exact_torch = 0
+    for text, ref in zip(QUERIES, torch_vecs):
+        q = emb.encode_query(text)
+        assert q.dtype == np.float32 and q.shape == (384,)
+        assert float(q @ ref) > 0.99999 and np.abs(q - ref).max() < 1e-4
+        # answered by ONNX Runtime (bit for bit its vector), which rounds differently from torch
+        assert np.array_equal(q, emb._query_model.encode([text])[0])
+        exact_torch += int(np.array_equal(q, ref))
+    assert exact_torch < len(QUERIES)
+    corpus = make_corpus()
+    row = next(r for r in corpus.models_status() if r["name"] == "all-minilm-l6-v2")
+    assert row["query_runtime"] == "onnx"
+
+    # query_runtime = "torch": no export, queries through torch (its own models cache stays empty).
+    from models.registry import ModelRegistry
+
+    cache = corpus.data_dir / "torch-cache"
+    torch_only = EmbedderPool(ModelRegistry(pool.registry.path, cache), "cpu", query_runtime="torch").get(
+        "all-minilm-l6-v2")
+    assert torch_only is not emb and torch_only.prepare_queries() == "torch"
+    assert np.allclose(torch_only.encode_query(QUERIES[1]), torch_vecs[1], atol=1e-6)
+    assert not (cache / "onnx").exists()
+    with pytest.raises(ValueError, match="unknown query_runtime"):
+        EmbedderPool(ModelRegistry(pool.registry.path, cache), "cpu", query_runtime="fast")
+
+
+def test_a_query_export_that_will_not_load_leaves_queries_on_torch_or_fails_when_required(pool, tmp_path):
+    from models.embedder import EmbedderPool
+    from models.onnx_embedder import export_path
+    from models.registry import ModelRegistry
+
+    folder = pool.get("all-minilm-l6-v2").path
+    cache = tmp_path / "cache"
+    bad = export_path(cache, folder, "fp32")
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not an onnx graph")   # a damaged export in the models cache
+    registry = ModelRegistry(pool.registry.path, cache)
+    # query_threads 1: an instance of its own (the process keeps one per runtime and thread count)
+    emb = EmbedderPool(registry, "cpu", query_threads=1).get("all-minilm-l6-v2")
+    assert emb.prepare_queries() == "torch" and "ONNX" in emb.query_runtime_note
+    ref = emb.model.encode([QUERIES[0]], normalize_embeddings=True)[0]
+    assert np.allclose(emb.encode_query(QUERIES[0]), ref, atol=1e-6)
+    with pytest.raises(ValueError, match='query_runtime = "onnx" asked for'):
+        EmbedderPool(registry, "cpu", query_runtime="onnx", query_threads=1).get("all-minilm-l6-v2")

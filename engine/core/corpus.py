@@ -56,7 +56,8 @@ class Corpus:
         self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir, data_dir=settings.data_dir)
         set_cpu_threads(settings.models.cpu_threads)
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
-                                         settings.search.query_cache_size)
+                                         settings.search.query_cache_size, settings.models.query_runtime,
+                                         settings.models.cpu_threads)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
         self.milvus = None
         if settings.index.backend == "milvus":
@@ -221,6 +222,11 @@ class Corpus:
                    "max_seq_length": spec.max_seq_length, "backend": backend,
                    "device": "cpu" if backend == "onnx" else resolve_device(s.models.device),
                    "chunks_embedded": counts.get(name, 0)}
+            loaded = self.pool.loaded().get(name)
+            if loaded is not None:   # how its queries are encoded (ONNX on CPU where it reproduces the model)
+                row["query_runtime"] = loaded.query_runtime
+                if loaded.query_runtime_note:
+                    row["query_runtime_note"] = loaded.query_runtime_note
             try:
                 row["path"] = str(self.registry.resolve(name)) if spec.source != "split-zip" or \
                     self.registry.is_available(name) else None
