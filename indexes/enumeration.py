@@ -315,7 +315,8 @@ class Enumerator:
         self.verdict_cache = verdict_cache
         self._registered: list[str] = []
         self.plan = plan
-        self.table = f"_rsearch_{secrets.token_hex(6)}"
+        self._temp = f"_rsearch_{secrets.token_hex(6)}"
+        self.table = self._temp   # what the warrant reads: the temp table, or a cached Arrow table's view
         self.profiles = {rel.name: self.profile(rel) for rel in plan.relations}
         self.flag_sets: dict[str, Flags] = {rel.name: self.flags(rel) for rel in plan.relations}
 
@@ -563,13 +564,14 @@ class Enumerator:
         return out
 
     def run(self) -> str:
-        """Materialise the enumeration as the temp table `self.table` (from the cache when the
-        same plan ran at this workspace version: the statement's SQL and parameters are the key)."""
+        """Materialise the enumeration as the temp table `self.table` — or, when the same plan ran at this
+        workspace version (the statement's SQL and parameters are the key), name the cached Arrow table
+        itself, read in place and copied into the temp table only if a later step writes to it."""
         sql, params = self._statement(cached_ok=False)
         key = (self.plan.space.workspace_id, self.version, "plan", sql, repr(params))
         hit = self.verdict_cache.get(key) if self.verdict_cache is not None else None
         if hit is not None:
-            self.con.execute(f"CREATE TEMP TABLE {self.table} AS SELECT * FROM {self._register(hit)}")
+            self.table = self._register(hit)
             return self.table
         if self.verdict_cache is not None:
             sql, params = self._statement(cached_ok=True)
@@ -656,9 +658,16 @@ class Enumerator:
         self._registered.append(name)
         return name
 
+    def _own(self) -> None:
+        """Before a write to the statuses: a cached plan's table becomes this search's own copy (the
+        cache's Arrow table is shared by every later search and is never written)."""
+        if self.table != self._temp:
+            self.con.execute(f"CREATE TEMP TABLE {self._temp} AS SELECT * FROM {self.table}")
+            self.table = self._temp
+
     def drop(self) -> None:
         try:
-            self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
+            self.con.execute(f"DROP TABLE IF EXISTS {self._temp}")
         except duckdb.Error:
             pass
         for name in self._registered:
@@ -811,6 +820,7 @@ class Enumerator:
         """Add a TINYINT column to the temp table and set it per entity number (others NULL)."""
         if not column.isidentifier():
             raise ValueError(column)
+        self._own()
         self.con.execute(f"ALTER TABLE {self.table} ADD COLUMN {column} TINYINT")
         if not codes:
             return
@@ -827,6 +837,7 @@ class Enumerator:
         else to undetermined when one holds a code in `unproved`."""
         if not columns:
             return
+        self._own()
         unrecorded = " OR ".join(f"{c} >= {int(unrecorded_from)}" for c in columns)
         codes = ", ".join(str(int(u)) for u in unproved)
         unproved_sql = " OR ".join(f"{c} IN ({codes})" for c in columns)

@@ -72,6 +72,24 @@ def test_a_repeated_call_reads_nothing(setup):
     assert body["entities"]["matched"] == ["isolde_marbrook"]
 
 
+def test_criteria_narrow_a_cached_plan_on_a_copy_never_in_the_cache(setup):
+    """The same constraints asked for again are answered from the verdict cache's Arrow table, read in
+    place; the criteria's demotions are written to the search's own copy, so the constraints alone
+    still answer every Sales role holder afterwards."""
+    client, ws, corpus = setup
+    cache = corpus.relations.verdicts
+    body = {"workspace_id": ws, "constraints": SALES, "criteria": [CRITERION]}
+    answers = [client.post("/v1/public/search", json=body).json() for _ in range(3)]
+    hits = cache.hits
+    again = client.post("/v1/public/search", json=body).json()
+    assert cache.hits > hits   # the plan's statuses came from the cache
+    for a in answers + [again]:
+        assert a["entities"]["matched"] == ["isolde_marbrook"] and a["entities"]["undetermined"] == ["halvard_quist"]
+    plain = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": SALES}).json()
+    assert plain["entities"]["matched"] == ["halvard_quist", "isolde_marbrook", "yusuf_alderane"]
+    assert client.post("/v1/public/search", json=body).json()["entities"]["matched"] == ["isolde_marbrook"]
+
+
 def test_a_changed_document_is_read_again(setup):
     client, ws, corpus = setup
     client.post("/v1/pages", json={"workspace": ws, "pages": [{
