@@ -181,7 +181,7 @@ def throughput(args) -> int:
         f"{lb} {report['servers'][lb]['per_s_at_p95_100ms']}" for lb in labels) + ". Ours answers k = 10 pages "
         "hydrated (url, title, timestamps, snippets with highlights); txtai's route answers ids and scores. Both embed "
         "every query (our query-embedding cache is off here: the loop repeats the collection's queries). "
-        "1 torch thread: `[models] cpu_threads = 1` for ours, OMP_NUM_THREADS=1 for txtai."]
+        "1 torch thread: `[models] cpu_threads = 1` for ours (torch and the ONNX Runtime query session), OMP_NUM_THREADS=1 for txtai."]
     write("throughput", report, "\n".join(lines) + "\n")
     return 0
 

@@ -332,7 +332,17 @@ class Engine:
             "quarantine": c.store.quarantined(),
             "query_log": c.querylog.stats(),
             "reranker": c.reranker_status(),
+            "query_runtime": self.query_runtime(),
         }
+
+    def query_runtime(self) -> dict[str, Any]:
+        """How the active model encodes queries ("onnx" or "torch", and why torch when the ONNX path
+        was tried), or not loaded yet."""
+        emb = self.corpus.pool.loaded().get(self.corpus.settings.models.active)
+        if emb is None:
+            return {"model": self.corpus.settings.models.active, "loaded": False}
+        out = {"model": emb.name, "loaded": True, "runtime": emb.query_runtime, "device": emb.device}
+        return out | ({"note": emb.query_runtime_note} if emb.query_runtime_note else {})
 
     # Evaluation and the reranker's training ---------------------------------------------------------
     def reranker_status(self) -> dict:

@@ -27,6 +27,10 @@ def test_health_and_status(shared_client, demo_subset):
     assert st["counts"]["pages"] == len(demo_subset)
     assert st["generations"]["consistent"] is True
     assert st["generations"]["sparse"]["count"] == st["counts"]["chunks"]
+    assert shared_client.post("/v1/search", json={"query": "json"}).status_code == 200
+    # on CPU, queries are encoded by ONNX Runtime over an export of the active model's weights
+    assert shared_client.get("/v1/status").json()["query_runtime"] == {
+        "model": st["active_model"], "loaded": True, "runtime": "onnx", "device": "cpu"}
 
 
 def test_search_finds_a_page_by_what_it_says(shared_client, shared_corpus):

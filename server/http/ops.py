@@ -27,4 +27,6 @@ def status(e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> di
     out["reranker"].pop("path", None)
     if "reason" in out["reranker"]:
         out["reranker"]["reason"] = without_paths(out["reranker"]["reason"])
+    if "note" in out["query_runtime"]:
+        out["query_runtime"]["note"] = without_paths(out["query_runtime"]["note"])
     return out
