@@ -128,10 +128,10 @@ class Embedder:
         return vec
 
 
-# One instance per (registry entry, weights, device) in a process, and one copy of the weights per
-# (weights, device): a CLI command, the server and the tests never load the same weights twice,
-# even when two registry entries (say, with different prefixes) share them.
-_PROCESS_CACHE: dict[tuple[str, str, str], Embedder] = {}
+# One instance per (registry entry, weights, device, query runtime, query threads) in a process, and
+# one copy of the weights per (weights, device): a CLI command, the server and the tests never load the
+# same weights twice, even when two registry entries (say, with different prefixes) share them.
+_PROCESS_CACHE: dict[tuple[str, str, str, str, int], Embedder] = {}
 _PROCESS_LOCK = Lock()
 _WEIGHTS: dict[tuple[str, str], object] = {}
 
