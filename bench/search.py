@@ -36,6 +36,7 @@ from engine.app import Engine  # noqa: E402
 from engine.refind.search import SearchRequest  # noqa: E402
 from engine.core.settings import load_settings  # noqa: E402
 from engine.core.urls import page_id_for  # noqa: E402
+from indexes.dense import set_search_threads  # noqa: E402
 from indexes.store import ChunkRow, PageRow, PageWrite  # noqa: E402
 from models.embedder import EmbedderPool  # noqa: E402
 from models.registry import ModelRegistry  # noqa: E402
@@ -126,6 +127,7 @@ def main():
             engine = Engine(corpus=corpus)   # the pipeline as every face runs it
             qrng = np.random.default_rng(1000 + n)   # the same queries whether the corpus was built or reused
             queries = [" ".join(zipf_words(qrng, vocab, 4)) for _ in range(args.queries + 5)]
+            set_search_threads(base.index.search_threads)   # the bare FAISS call as the search's arm makes it
             for q in queries[:5]:  # warm-up
                 engine.search(SearchRequest(query=q))
             stages: dict[str, list[float]] = {}

@@ -24,6 +24,13 @@ import numpy as np
 from .generation import read_marker, write_marker
 
 
+def set_search_threads(n: int) -> None:
+    """The OpenMP threads FAISS uses for searches started from the calling thread (OpenMP keeps the
+    setting per thread: other threads — ingest's index builds — keep the default); 0 leaves it."""
+    if n > 0:
+        faiss.omp_set_num_threads(n)
+
+
 class DenseIndex:
     # Dead entries over this share of the graph ask for a rebuild; filters allowing at most
     # `exact_below` ids are searched exactly.

@@ -7,11 +7,17 @@ offsets — and keeps them coherent with the store's generation: a search reads 
 small query) and, when it moved, the view is brought forward from the store's `changes` rows (only
 the pages changed since are re-read, in one transaction) or, when those rows were pruned or the
 change is large, read again whole. A view is immutable once published, so a search holds one for
-the whole request without a lock; only the chunk texts of the k returned pages are read from the
-store (CorpusStore.snippet_chunks).
+the whole request without a lock.
+
+The chunks' texts and section paths (what the k returned pages show as snippets) are held too while
+all the texts take at most `[search] snippet_texts_mb` (default 256 MB; 0: never): then a search
+reads nothing of the store at all. Above it — decided at each full read, and a view brought forward
+past it lets its texts go until the next — the snippets of the k pages are read from the store
+(CorpusStore.snippet_chunks, one query, ~1–2 ms on 2 cores).
 
 Memory: about 1.2 KB per page plus 20 bytes per chunk — measured 144 MB at 100k pages / 1M chunks,
-25 MB at 10k / 100k; a full read takes 0.6 s at 1M chunks (bench-data, 2 cores).
+25 MB at 10k / 100k; a full read takes 0.6 s at 1M chunks (bench-data, 2 cores). Texts add their
+size plus ~60 bytes a chunk (about 47 MB for 100k chunks of 400 characters).
 """
 from __future__ import annotations
 
@@ -46,6 +52,9 @@ class HotView:
     chunk_end: np.ndarray
     workspace_pages: dict[str, int]          # workspace -> live pages
     dead: int = 0
+    chunk_text: np.ndarray | None = None     # object: each chunk's text (None: texts not held)
+    chunk_section: np.ndarray | None = None  # object: each chunk's section path, a tuple (None for NULL)
+    text_bytes: int = 0                      # UTF-8 bytes of the held texts
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -80,6 +89,16 @@ class HotView:
         p = pos[hit]
         return {int(c): (int(s), int(e)) for c, s, e in zip(q[hit].tolist(), self.chunk_start[p].tolist(),
                                                            self.chunk_end[p].tolist())}
+
+    def snippet_chunks(self, chunk_ids) -> dict[int, tuple[str, list[str] | None]] | None:
+        """chunk id -> (text, section path) for the chunks that exist — CorpusStore.snippet_chunks's
+        answer — or None when this view does not hold the texts."""
+        if self.chunk_text is None:
+            return None
+        q, pos, hit = self._positions(chunk_ids)
+        p = pos[hit]
+        return {c: (t, None if sec is None else list(sec)) for c, t, sec in
+                zip(q[hit].tolist(), self.chunk_text[p].tolist(), self.chunk_section[p].tolist())}
 
     def last_seen(self, page_ids) -> dict[str, datetime]:
         col = self.cols["last_seen"]
@@ -119,8 +138,10 @@ class HotView:
 class HotPages:
     """Publishes the HotView of the store's current generation (see the module's docstring)."""
 
-    def __init__(self, store: CorpusStore):
+    def __init__(self, store: CorpusStore, text_budget: int = 0):
+        """`text_budget`: the most bytes of chunk text the views hold (0: none; see the module's docstring)."""
         self.store = store
+        self.text_budget = text_budget
         self._view: HotView | None = None
         self._lock = threading.Lock()
         self.full_reads = 0      # how the views were made (for tests and /v1/status)
@@ -147,12 +168,26 @@ class HotPages:
             since = old.generation
             max_changed = int(min(max(1000, FULL_RELOAD_SHARE * old.pages),
                                   max(0, MAX_DEAD_SHARE * max(old.pages, 1000) - old.dead)))
-        read = self.store.hot_read(since, max_changed)
+        read = self.store.hot_read(since, max_changed, self.text_budget)
         if read.changed is None:
             self.full_reads += 1
             return _build(read)
         self.delta_reads += 1
-        return _apply_delta(old, read)
+        return _apply_delta(old, read, self.text_budget)
+
+
+def _sections(col) -> np.ndarray:
+    """A fetched section_path column as an object array of tuples (None for NULL)."""
+    mask = np.ma.getmaskarray(col).tolist() if isinstance(col, np.ma.MaskedArray) else None
+    data = col.data if mask is not None else col
+    out = np.empty(len(data), dtype=object)
+    for i, v in enumerate(data):   # one by one: a slice assignment would read the tuples as rows
+        out[i] = None if (mask and mask[i]) or v is None else tuple(str(x) for x in v)
+    return out
+
+
+def _text_bytes(texts) -> int:
+    return sum(len(t.encode()) for t in texts if t is not None)
 
 
 def _build(read: HotRead) -> HotView:
@@ -167,15 +202,23 @@ def _build(read: HotRead) -> HotView:
     ws: dict[str, int] = {}
     for w in cols["workspace_id"]:
         ws[w] = ws.get(w, 0) + 1
+    text = section = None
+    text_bytes = 0
+    if read.texts:
+        text = np.asarray(chunks["text"], dtype=object)[keep][order]
+        section = _sections(chunks["section_path"])[keep][order]
+        text_bytes = _text_bytes(text)
     return HotView(read.generation, row_of, cols, ents, read.names,
                    np.asarray(chunks["chunk_id"][keep][order], dtype=np.int64), chunk_row[keep][order],
                    np.asarray(chunks["char_start"][keep][order], dtype=np.int32),
-                   np.asarray(chunks["char_end"][keep][order], dtype=np.int32), ws)
+                   np.asarray(chunks["char_end"][keep][order], dtype=np.int32), ws,
+                   chunk_text=text, chunk_section=section, text_bytes=text_bytes)
 
 
-def _apply_delta(old: HotView, read: HotRead) -> HotView:
+def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
     """`old` brought to the read's generation: the changed pages' rows replaced (a deleted page's row
-    goes dead), their chunks dropped and read again; every other row and chunk is kept, never re-read."""
+    goes dead), their chunks dropped and read again; every other row and chunk is kept, never re-read.
+    Texts stay held while they fit `text_budget` (and were held, and came with the read)."""
     pages, chunks = read.pages, read.chunks
     cols = {c: list(v) for c, v in old.cols.items()}
     row_of = dict(old.row_of)
@@ -206,9 +249,15 @@ def _apply_delta(old: HotView, read: HotRead) -> HotView:
         ws[w] = ws.get(w, 0) + 1
     # Chunks: drop those of the changed pages' old rows, insert the fresh ones in order.
     chunk_ids, chunk_row, start, end = old.chunk_ids, old.chunk_row, old.chunk_start, old.chunk_end
+    texts = old.chunk_text is not None and read.texts
+    text, section = (old.chunk_text, old.chunk_section) if texts else (None, None)
+    text_bytes = old.text_bytes if texts else 0
     if old_rows:
         keep = ~np.isin(chunk_row, np.fromiter(old_rows.values(), dtype=np.int32, count=len(old_rows)))
         chunk_ids, chunk_row, start, end = chunk_ids[keep], chunk_row[keep], start[keep], end[keep]
+        if texts:
+            text_bytes -= _text_bytes(text[~keep])
+            text, section = text[keep], section[keep]
     new_rows = np.fromiter((row_of.get(p, -1) for p in chunks["page_id"]), dtype=np.int32,
                            count=len(chunks["page_id"]))
     if (new_rows >= 0).any():
@@ -220,4 +269,12 @@ def _apply_delta(old: HotView, read: HotRead) -> HotView:
         chunk_row = np.insert(chunk_row, at, new_rows[k][o])
         start = np.insert(start, at, np.asarray(chunks["char_start"], dtype=np.int32)[k][o])
         end = np.insert(end, at, np.asarray(chunks["char_end"], dtype=np.int32)[k][o])
-    return HotView(read.generation, row_of, cols, ents, read.names, chunk_ids, chunk_row, start, end, ws, dead)
+        if texts:
+            new_text = np.asarray(chunks["text"], dtype=object)[k][o]
+            text_bytes += _text_bytes(new_text)
+            text = np.insert(text, at, new_text)
+            section = np.insert(section, at, _sections(chunks["section_path"])[k][o])
+    if texts and text_bytes > text_budget:   # grown past the budget: let them go until a full read
+        text, section, text_bytes = None, None, 0
+    return HotView(read.generation, row_of, cols, ents, read.names, chunk_ids, chunk_row, start, end, ws, dead,
+                   chunk_text=text, chunk_section=section, text_bytes=text_bytes)

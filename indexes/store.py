@@ -154,8 +154,9 @@ class HotRead:
     changed: list[str] | None          # None: a full read
     pages: dict[str, list]             # column -> values, by page id
     links: dict[str, list[str]]        # page id -> entity ids
-    chunks: dict[str, np.ndarray]      # chunk_id, page_id, char_start, char_end
+    chunks: dict[str, np.ndarray]      # chunk_id, page_id, char_start, char_end (+ text, section_path)
     names: dict[str, str]              # entity id -> canonical
+    texts: bool = False                # chunks has text and section_path
 
 
 def _pylist(col) -> list:
@@ -508,11 +509,12 @@ class CorpusStore:
             left -= len(body or "")
         return out
 
-    def hot_read(self, since: int | None, max_changed: int | None) -> "HotRead":
+    def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0) -> "HotRead":
         """What the search's in-memory view (indexes/hot.py) needs, read in one transaction: the
         pages changed after generation `since` — their rows, entity links and chunks — or, when
         `since` is None, older than the pruned change rows, or more than `max_changed` pages
-        changed, every page (`changed` None)."""
+        changed, every page (`changed` None). The chunks' texts and section paths come too when
+        `text_budget` > 0 and, for a full read, all the chunks' texts take at most that many bytes."""
         cur = self.cursor()
         cur.begin()
         try:
@@ -527,24 +529,28 @@ class CorpusStore:
                         changed = None
             cols = "page_id, workspace_id, url, domain, title, first_seen, last_seen, published, visit_count, " \
                    "cluster_id, scope"
+            texts = text_budget > 0
+            if changed is None and texts:
+                texts = cur.execute("SELECT coalesce(sum(strlen(text)), 0) FROM chunks").fetchone()[0] <= text_budget
+            chunk_cols = "chunk_id, page_id, char_start, char_end" + (", text, section_path" if texts else "")
             if changed is None:
                 pages = cur.execute(f"SELECT {cols} FROM pages ORDER BY page_id").fetchnumpy()
                 links = cur.execute("SELECT page_id, list(entity_id ORDER BY entity_id) FROM page_entities "
                                     "GROUP BY 1").fetchall()
-                chunks = cur.execute("SELECT chunk_id, page_id, char_start, char_end FROM chunks").fetchnumpy()
+                chunks = cur.execute(f"SELECT {chunk_cols} FROM chunks").fetchnumpy()
             else:
                 pages = cur.execute(f"SELECT {cols} FROM pages WHERE page_id IN (SELECT unnest(?::VARCHAR[])) "
                                     "ORDER BY page_id", [changed]).fetchnumpy()
                 links = cur.execute("SELECT page_id, list(entity_id ORDER BY entity_id) FROM page_entities "
                                     "WHERE page_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1", [changed]).fetchall()
-                chunks = cur.execute("SELECT chunk_id, page_id, char_start, char_end FROM chunks "
+                chunks = cur.execute(f"SELECT {chunk_cols} FROM chunks "
                                      "WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [changed]).fetchnumpy()
             names = dict(cur.execute("SELECT entity_id, canonical FROM entities").fetchall())
             cur.commit()
         except BaseException:
             cur.rollback()
             raise
-        return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names)
+        return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names, texts)
 
     def workspace_chunk_pages(self, workspace: str) -> list[tuple[int, str]]:
         """(chunk id, page id) of every chunk of a workspace, by chunk id."""

@@ -133,3 +133,24 @@ def test_a_kind_switch_builds_beside_the_live_index(make_corpus):
     assert fresh.kind == "hnsw" and sorted(fresh.ids().tolist()) == sorted(live.ids().tolist())
     corpus.flush()
     assert corpus.consistency()["consistent"]
+
+
+def test_search_threads_are_set_per_thread(shared_corpus):
+    """index.search_threads holds on the search's arm threads only: FAISS's OpenMP setting is per
+    thread, so the caller's (and ingest's) threads keep FAISS's default."""
+    import threading
+
+    import faiss
+
+    from engine.refind.search import SearchService
+    from indexes.dense import set_search_threads
+
+    default = faiss.omp_get_max_threads()
+    svc = SearchService(shared_corpus)
+    assert shared_corpus.settings.index.search_threads == 1
+    assert svc._pool.submit(faiss.omp_get_max_threads).result() == 1
+    seen = []
+    t = threading.Thread(target=lambda: (set_search_threads(0), seen.append(faiss.omp_get_max_threads())))
+    t.start()
+    t.join()
+    assert seen == [default] and faiss.omp_get_max_threads() == default   # 0 leaves it; others untouched

@@ -29,7 +29,7 @@ def _write(n: int, ws: str = "default", version: int = 0, first_chunk: int = 1) 
 
 def _views_agree(store: CorpusStore, hot: HotPages) -> None:
     delta = hot.view()
-    full = HotPages(store).view()
+    full = HotPages(store, hot.text_budget).view()
     assert delta.generation == full.generation == store.generation()
     assert set(delta.row_of) == set(full.row_of)
     assert delta.page_rows(sorted(full.row_of)) == full.page_rows(sorted(full.row_of)) \
@@ -44,13 +44,18 @@ def _views_agree(store: CorpusStore, hot: HotPages) -> None:
         assert np.array_equal(delta.chunk_ids_of_pages(store.filtered_pages(ws)),
                               store.chunk_ids_of_pages(store.filtered_pages(ws)))
     assert delta.last_seen(sorted(full.row_of)) == store.last_seen_of(sorted(full.row_of))
+    if hot.text_budget:   # the snippets' texts and section paths, held in memory, are the store's
+        assert delta.chunk_text is not None and full.chunk_text is not None
+        assert delta.snippet_chunks(ids) == full.snippet_chunks(ids) == store.snippet_chunks(ids)
+        assert delta.text_bytes == full.text_bytes == sum(len(t.encode()) for t, _ in store.snippet_chunks(ids).values())
 
 
-def test_the_view_brought_forward_from_change_rows_equals_one_read_whole(tmp_path):
+@pytest.mark.parametrize("text_budget", [0, 2**20])
+def test_the_view_brought_forward_from_change_rows_equals_one_read_whole(tmp_path, text_budget):
     store = CorpusStore(tmp_path / "store.duckdb")
     for ws in ("default", "other"):
         store.ensure_workspace(ws)
-    hot = HotPages(store)
+    hot = HotPages(store, text_budget)
     hot.view()                                            # the first view is a full read
     store.apply([_write(n, first_chunk=10 * n) for n in range(1, 9)], [])
     _views_agree(store, hot)
@@ -104,3 +109,27 @@ def test_many_deleted_rows_are_compacted_by_a_full_read(tmp_path, deleted):
         store.apply([], [], deletes=[f"default:p{n}" for n in range(start, start + 50)])
         _views_agree(store, hot)
     assert hot.full_reads >= 2 and hot.view().dead < 250
+
+
+def test_texts_are_held_only_while_they_fit_the_budget(tmp_path):
+    store = CorpusStore(tmp_path / "store.duckdb")
+    store.ensure_workspace("default")
+    store.ensure_workspace("other")
+    store.apply([_write(n, first_chunk=10 * n) for n in range(1, 4)], [])
+    ids = HotPages(store).view().chunk_ids.tolist()
+    size = sum(len(t.encode()) for t, _ in store.snippet_chunks(ids).values())
+    assert HotPages(store).view().snippet_chunks(ids) is None            # 0: never held
+    assert HotPages(store, size - 1).view().snippet_chunks(ids) is None  # one byte short: not held
+    hot = HotPages(store, size)                                          # exactly: held
+    assert hot.view().snippet_chunks(ids) == store.snippet_chunks(ids)
+    assert hot.view().text_bytes == size
+    # a write that takes them past the budget: the view brought forward lets them go ...
+    store.apply([_write(7, first_chunk=700)], [])
+    v = hot.view()
+    assert hot.full_reads == 1 and v.chunk_text is None and v.text_bytes == 0
+    assert v.chunk_pages([700]) == {700: "default:p7"}                    # ... and keeps everything else
+    # ... until a full read finds they fit again (the budget raised here by hand)
+    hot.text_budget = 2**20
+    store.apply([], [], deletes=["default:p7"])
+    store.prune_changes(store.generation())
+    assert hot.view().snippet_chunks(ids) == store.snippet_chunks(ids) and hot.full_reads == 2

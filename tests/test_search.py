@@ -400,3 +400,22 @@ def test_word_counts_are_the_stored_chunks_holding_the_word(corpus):
                                                                            if x))) for w in words}
     assert want["python"] > 0 and want["zzzqx"] == 0
     assert corpus.sparse.doc_freqs(words) == want
+
+
+def test_snippets_from_the_views_texts_are_the_stores(corpus, monkeypatch):
+    """The search's view holds the chunk texts (the default budget fits): the snippets it shows are the
+    store's to the character — the same response as a view without them, which reads the store."""
+    import dataclasses
+
+    view = corpus.hot()
+    ids = view.chunk_ids.tolist()
+    assert view.chunk_text is not None
+    assert view.snippet_chunks(ids) == corpus.store.snippet_chunks(ids)
+    assert any(sec for _, sec in view.snippet_chunks(ids).values())   # section paths, not only texts
+    svc, now = SearchService(corpus), datetime(2026, 7, 1)
+    reqs = [SearchRequest(query=q, k=8, explain=True) for q in ("sqlite storage engine", "python packaging")]
+    held = [svc.search(r, now=now, log=False).model_dump(exclude={"query_id", "timings_ms"}) for r in reqs]
+    monkeypatch.setattr(corpus._hot, "_view", dataclasses.replace(view, chunk_text=None, chunk_section=None))
+    assert corpus.hot().chunk_text is None
+    read = [svc.search(r, now=now, log=False).model_dump(exclude={"query_id", "timings_ms"}) for r in reqs]
+    assert held == read and all(h["pages"] and h["pages"][0]["snippets"] for h in held)

@@ -136,3 +136,22 @@ def test_highlight_spans_mark_exactly_the_words_whose_stem_is_a_query_term(demo_
             assert highlight_spans(text, terms) == word_spans(text, terms), (query, text[:80])
             checked += bool(word_spans(text, terms))
     assert checked > 50   # most cases mark something
+
+
+def test_the_pipelines_inlined_decay_is_decay_factor_bit_for_bit():
+    """engine/refind/search.py's _decay computes the recency factor inline for speed; it must be
+    exactly recency.decay_factor (explain reports the factor, and ties would reorder on one ulp)."""
+    from datetime import datetime, timedelta
+
+    from engine.refind.recency import decay_factor
+    from engine.refind.search import Params, _decay
+
+    now = datetime(2026, 6, 1, 12, 0, 0)
+    seen = {f"p{i}": now - timedelta(seconds=37 * i * i, microseconds=13 * i) for i in range(300)}
+    seen["future"] = now + timedelta(days=2)          # seen after `now`: no decay
+    rolled = [(pid, 0.5 + i / 1000, [i]) for i, pid in enumerate(seen)]
+    for half_life, weight in ((30.0, 0.05), (0.7, 1.0), (3650.0, 0.3)):
+        p = Params(workspace="default", recency_half_life_days=half_life, recency_weight=weight)
+        got = {sp.page_id: sp.factor for sp in _decay(rolled, seen, now, p)}
+        assert got == {pid: decay_factor(ls, now, half_life, weight) for pid, ls in seen.items()}
+        assert got["future"] == 1.0 and got["p299"] < 1.0

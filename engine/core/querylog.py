@@ -165,7 +165,7 @@ class QueryLog:
             return self._pending == 0
 
     def close(self) -> None:
-        if self.enabled and self._thread.is_alive():
+        if self._thread.is_alive():   # started while enabled, even if turned off since
             self._stop.set()
             self._thread.join(timeout=30)
 

@@ -25,7 +25,7 @@ METHODS = ("rrf", "linear")
 NORMALIZERS = ("minmax", "zscore", "l2", "dbsf")
 
 
-@dataclass
+@dataclass(slots=True)
 class Fused:
     chunk_id: int
     score: float
@@ -79,14 +79,17 @@ def fuse(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | N
         w = weights.get(arm, 1.0)
         normed = normalise([s for _, s in hits], normalizer) if method == "linear" else None
         shared = tied_ranks([s for _, s in hits])
-        for rank, (cid, score) in enumerate(hits, start=1):
-            f = fused.setdefault(cid, Fused(cid, 0.0))
+        for i, (cid, score) in enumerate(hits):
+            f = fused.get(cid)
+            if f is None:
+                f = fused[cid] = Fused(cid, 0.0)
             if normed is None:
-                rank = shared[rank - 1]
+                rank = shared[i]
                 f.score += rrf_term(w, k, rank)
             else:
-                f.normalised[arm] = normed[rank - 1]
-                f.score += w * normed[rank - 1]
+                rank = i + 1
+                f.normalised[arm] = normed[i]
+                f.score += w * normed[i]
             f.ranks[arm] = rank
             f.arm_scores[arm] = score
     return sorted(fused.values(), key=lambda f: (-f.score, f.chunk_id))

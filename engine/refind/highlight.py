@@ -23,6 +23,18 @@ def query_terms(query: str) -> frozenset[str]:
     return frozenset(index_terms(query))
 
 
+@lru_cache(maxsize=4096)
+def _first_letters(terms: frozenset[str]) -> str:
+    # a stem keeps its word's first letter (Snowball strips suffixes only)
+    return "".join(sorted({t[0] for t in terms}))
+
+
+@lru_cache(maxsize=4096)
+def _words_from(first: str) -> re.Pattern:
+    """The words (_WORD's runs) that start with one of these letters: the only ones that can match."""
+    return re.compile(r"(?<![^\W_])[" + "".join(re.escape(c) for c in first) + r"][^\W_]*")
+
+
 def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
     """[start, end) character offsets of the words of `text` whose stem is in `terms`.
 
@@ -34,9 +46,8 @@ def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
     low = text.lower()
     if len(low) != len(text):   # a character whose lower case is longer: offsets would shift
         return word_spans(text, terms)
-    first = {t[0] for t in terms}   # a stem keeps its word's first letter (Snowball strips suffixes only)
     spans = []
-    for w in [w for w in set(_WORD.findall(low)) if w[0] in first and _stem(w) in terms]:
+    for w in [w for w in set(_words_from(_first_letters(terms)).findall(low)) if _stem(w) in terms]:
         n, i = len(w), low.find(w)
         while i >= 0:
             j = i + n

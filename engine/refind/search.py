@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer, field_validator
 
+from indexes.dense import set_search_threads
 from indexes.hot import HotView
 from indexes.milvus import MilvusUnavailable
 from indexes.sparse import SparseFilter
@@ -38,7 +39,7 @@ from engine.refind.fusion import Fused, contributions, extra_arm, fuse
 from engine.refind.highlight import highlight_spans, query_terms
 from engine.core.urls import is_public_suffix
 from engine.refind.pinning import pin_intent
-from engine.refind.recency import age_days, decay_factor
+from engine.refind.recency import age_days
 from engine.refind.rollup import rollup
 from engine.core.clock import utcnow
 
@@ -262,9 +263,12 @@ def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: dat
     if not _recency_on(p):
         out = [ScoredPage(pid, value, value, 1.0, cids) for pid, value, cids in rolled]
     else:
+        # decay_factor (engine/refind/recency.py) inlined over the pages: one request's constants once
+        w, half_life = p.recency_weight, p.recency_half_life_days   # the same arithmetic, bit for bit
         out = []
         for pid, value, cids in rolled:
-            factor = decay_factor(last_seen[pid], now, p.recency_half_life_days, p.recency_weight)
+            age = (now - last_seen[pid]).total_seconds() / 86400.0
+            factor = 1.0 - w * (1.0 - 0.5 ** (age / half_life)) if age > 0 else 1.0
             out.append(ScoredPage(pid, value * factor, value, factor, cids))
     out.sort(key=lambda sp: (-sp.score, sp.page_id))
     return out
@@ -275,7 +279,9 @@ class SearchService:
         """`search_settings` overrides the corpus's [search] defaults (replay under another config)."""
         self.corpus = corpus
         self.defaults = search_settings or corpus.settings.search
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm")
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm",
+                                        initializer=set_search_threads,
+                                        initargs=(corpus.settings.index.search_threads,))
 
     # Parameters and filters ----------------------------------------------------------------------
     def params(self, req: SearchRequest) -> Params:
@@ -344,7 +350,8 @@ class SearchService:
     def arms(self, query: str, model: str, p: Params, r: Restriction,
              sparse: list[tuple[int, float]] | None = None) -> ArmResults:
         """Both arms concurrently; an arm whose weight is 0 is not run. A precomputed sparse
-        list (compare shares one across embedders) is used as given."""
+        list (compare shares one across embedders) is used as given. (Running the sparse arm on the
+        calling thread instead was measured slower: 13.5 vs 9.0 ms p50 at 100k chunks, 2 cores.)"""
         out = ArmResults()
         fd = self._pool.submit(self.run_dense, query, model, p, r) if p.dense_weight > 0 else None
         fs = None
@@ -506,8 +513,10 @@ class SearchService:
         highlighted query words), and explain when asked."""
         meta = cands.view.page_rows(window)
         snippets_n = self.corpus.settings.search.snippets_per_page
-        chunk_meta = self.corpus.store.snippet_chunks([c for pid in window if pid in by_id
-                                                       for c in by_id[pid].chunk_ids[:snippets_n]])
+        shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]]
+        chunk_meta = cands.view.snippet_chunks(shown)   # in memory when the view holds the texts
+        if chunk_meta is None:
+            chunk_meta = self.corpus.store.snippet_chunks(shown)
         fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused}
         offsets = cands.view.chunk_offsets(list(chunk_meta))
         terms = query_terms(query) if p.highlight else frozenset()
