@@ -415,9 +415,12 @@ class CorpusStore:
         return row[0] if row else None
 
     def filtered_pages(self, workspace: str, domains=(), after=None, before=None, cluster_ids=(),
-                       entity_ids=(), scopes=None) -> list[str]:
-        """Page ids of a workspace that pass every given restriction."""
+                       entity_ids=(), scopes=None, page_ids=None) -> list[str]:
+        """Page ids of a workspace that pass every given restriction (`page_ids`: among these; [] none)."""
         where, params = ["p.workspace_id = ?"], [workspace]
+        if page_ids is not None:
+            where.append("p.page_id IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(page_ids))
         if domains:
             where.append("p.domain IN (SELECT unnest(?::VARCHAR[]))")
             params.append(list(domains))
@@ -557,6 +560,13 @@ class CorpusStore:
         return self.cursor().execute(
             """SELECT c.chunk_id, c.page_id FROM chunks c JOIN pages p USING (page_id)
                WHERE p.workspace_id = ? ORDER BY c.chunk_id""", [workspace]).fetchall()
+
+    def sample_chunk_texts(self, workspace: str, limit: int) -> list[str]:
+        """At most `limit` chunk texts of a workspace, the same ones every time for the same chunks
+        (ordered by a hash of the chunk id)."""
+        return [r[0] for r in self.cursor().execute(
+            """SELECT c.text FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = ?
+               ORDER BY hash(c.chunk_id), c.chunk_id LIMIT ?""", [workspace, int(limit)]).fetchall()]
 
     def workspace_chunks(self, workspace: str) -> list[tuple]:
         """(page id, url, title, chunk id, ordinal, text, section path) of every chunk of a workspace,

@@ -120,7 +120,9 @@ def cmd_evidence(args) -> int:
     try:
         req = EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
                               max_rounds=args.max_rounds, k=args.k, line_budget=args.line_budget,
-                              decompose=args.decompose, siblings=args.siblings)
+                              min_high_sources=args.min_high_sources, decompose=args.decompose,
+                              siblings=args.siblings, pages=args.page,
+                              route_constraints=["map_write"] if args.map_write else [])
     except ValidationError as exc:
         print(f"error: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
@@ -142,6 +144,25 @@ def cmd_dictionary(args) -> int:
         else:
             _print(e.dictionary(args.workspace))
         return 0
+
+
+def cmd_maps(args) -> int:
+    with Engine(_settings(args), repair=False) as e:
+        m = e.maps(args.workspace)
+    if args.json:
+        _print(m)
+        return 0
+    print(f"workspace {m['workspace']} · {m['pages']} pages · generation {m['generation']} · overview {m['overview']}")
+    for g in m["groups"]:
+        print(f"  {g['kind']:<8} {str(g['value']):<40} {g['pages']:>6} pages  {g['label']}  ({g['map']})")
+    if not m["notes"]:
+        print("no notes written by searches (grant map_write: --map-write, route_constraints [\"map_write\"])")
+        return 0
+    print(f"notes written by searches (version {m['notes_version']}):")
+    for n in m["notes"]:
+        print(f"  v{n['version']}  {n['group']:<32} \"{n['sub_query']}\" -> {n['title'] or n['url']} "
+              f"({n['confidence']}, session {n['session_id']})")
+    return 0
 
 
 def cmd_compare(args) -> int:
@@ -333,8 +354,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--line-budget", type=int, default=None)
     s.add_argument("--decompose", action=argparse.BooleanOptionalAction, default=True)
     s.add_argument("--siblings", action=argparse.BooleanOptionalAction, default=True)
+    s.add_argument("--min-high-sources", type=int, default=None)
+    s.add_argument("--page", action="append", default=None, metavar="ID_OR_URL",
+                   help="a page known to matter (repeatable): searched first, and the maps skipped")
+    s.add_argument("--map-write", action="store_true",
+                   help="grant map_write: what this call finds is written into the workspace's group maps")
     s.add_argument("--json", action="store_true", help="the whole reply as JSON (default: the summary)")
     s.set_defaults(func=cmd_evidence)
+
+    s = sub.add_parser("maps", help="a workspace's evidence maps: groups, and what searches wrote into them")
+    s.add_argument("action", choices=["show"])
+    s.add_argument("--workspace", default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_maps)
 
     s = sub.add_parser("dictionary", help="a workspace's evidence dictionary: show it, or set it from a file")
     s.add_argument("action", choices=["show", "set"])

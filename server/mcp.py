@@ -97,7 +97,8 @@ def tool_function(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any
     gets the request and the caller's grant, and applies it as the route does."""
     params = []
     for name, f in model.model_fields.items():
-        default = (defaults or {}).get(name, inspect.Parameter.empty if f.is_required() else f.default)
+        default = (defaults or {}).get(name, inspect.Parameter.empty if f.is_required()
+                                       else f.get_default(call_default_factory=True))   # a factory's value too
         annotation = Annotated[(f.annotation, *f.metadata, Field(description=f.description))]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
     params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context))

@@ -187,6 +187,16 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     assert wide.status_code == 200
     assert acl.get("/v1/evidence/packets/wide", headers=h).status_code == 404
     assert acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=h).status_code == 404
+    # a page list cannot reach past the scopes (an out-of-scope page is as unknown as a missing one), and a
+    # scoped key's map_write writes nothing into maps drawn over every document
+    listed = acl.post("/v1/evidence", json={"query": "json pretty output", "session_id": "listed", "max_rounds": 1,
+                                            "pages": [allowed, hidden[0], "https://a.example/nowhere"],
+                                            "route_constraints": ["map_write"]}, headers=h)
+    assert listed.status_code == 200, listed.text
+    nav = listed.json()["navigation"]
+    assert nav["pages_listed"] == 1 and nav["pages_unknown"] == [hidden[0], "https://a.example/nowhere"]
+    assert nav["map_write"]["notes"] == 0 and nav["map_write"]["version"] is None
+    assert acl.corpus.map_notes.version("alpha") == 0
     # the MCP tools apply the same grant: tests/test_mcp_transports.py drives them over /mcp with such a key
 
 

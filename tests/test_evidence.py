@@ -199,7 +199,7 @@ def test_sibling_round_explores_the_folder_of_a_new_source(ev):
     rounds = fm["grep_patterns_used"]
     assert [r["kind"] for r in rounds] == ["canonical" if rounds[0]["kind"] == "canonical" else "query", "sibling"]
     assert rounds[1]["within"] == "domain:earth.example" and rounds[1]["new_sources"] >= 1
-    assert "- **Type:** sibling" in body
+    assert "- **Type:** raw_copy" in body and "route sibling" in body
 
 
 def test_maps_are_consulted_recorded_and_on_disk(ev):

@@ -137,6 +137,24 @@ def test_filters_are_pushed_down_not_applied_after(client, corpus):
     assert filtered["depth"]["dense"] > 5 and filtered["depth"]["sparse"] > 5
 
 
+def test_a_page_id_filter_searches_within_a_known_list(client, corpus):
+    q = "python module for parsing command line arguments"
+    top = search(client, query=q, k=6)["pages"]
+    within = [top[3]["page_id"], top[5]["page_id"]]
+    res = search(client, query=q, k=10, filters={"page_id": within}, dense_top_n=5, sparse_top_n=5)
+    assert sorted(p["page_id"] for p in res["pages"]) == sorted(within) and res["total"] == 2
+    # combined with another filter (all must hold), one value, unknown ids, an empty list: nothing widens
+    sqlite = corpus.store.cursor().execute("SELECT page_id FROM pages WHERE domain = 'sqlite.org' "
+                                           "ORDER BY page_id LIMIT 1").fetchone()[0]
+    res = search(client, query=q, k=10, filters={"page_id": [sqlite, within[0]], "domain": "sqlite.org"})
+    assert [p["page_id"] for p in res["pages"]] == [sqlite]
+    assert [p["page_id"] for p in search(client, query=q, filters={"page_id": within[1]})["pages"]] == [within[1]]
+    assert search(client, query=q, filters={"page_id": ["pg_nothing"]})["pages"] == []
+    assert search(client, query=q, filters={"page_id": []})["pages"] == []
+    r = client.post("/v1/search", json={"query": q, "filters": {"page_id": ["x"] * 10_001}})
+    assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error"
+
+
 def naive(stamp: str) -> datetime:
     """A reply's RFC 3339 UTC time as the store keeps it (UTC, no zone)."""
     return datetime.fromisoformat(stamp).replace(tzinfo=None)

@@ -17,6 +17,7 @@ import numpy as np
 from indexes.dense import DenseIndex
 from indexes.hot import HotPages, HotView
 from indexes.keys import KeyStore
+from indexes.map_notes import MapNotes
 from indexes.milvus import (MilvusDenseIndex, MilvusSparseIndex, client as milvus_client, collection_name,
                             default_prefix)
 from indexes.sparse import SparseIndex
@@ -77,6 +78,7 @@ class Corpus:
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
         self.relations = RelationStore(self.store, settings.relations.verdict_cache_mb)
         self.keys = KeyStore(self.store)
+        self.map_notes = MapNotes(self.store)
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:

@@ -202,6 +202,14 @@ class EvidenceSettings(BaseModel):
     reports_dir: str = ""
     dictionary_dir: str = ""
     packs: list[str] = Field(default_factory=lambda: ["workspace"])
+    folder_depth: int = Field(2, ge=1, le=20)
+    map_note_min_cosine: float = Field(0.7, ge=-1, le=1)
+    map_note_pages: int = Field(20, ge=1, le=1000)
+    vocabulary_neighbours: int = Field(2, ge=0, le=10)
+    vocabulary_round: Literal["no_source", "always"] = "no_source"
+    vocabulary_min_cosine: float = Field(0.6, ge=-1, le=1)
+    vocabulary_size: int = Field(5000, ge=10, le=100_000)
+    vocabulary_sample_chunks: int = Field(20_000, ge=10, le=1_000_000)
 
 
 class LogSettings(BaseModel):

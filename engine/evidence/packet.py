@@ -94,16 +94,28 @@ def front_matter(state: dict, appendix: str | None, kind: str = "evidence_packet
             },
         },
         "keyword_expansions": expansions,
+        "expansion_sources": {term: src for c in calls for term, src in c.get("expansion_sources", {}).items()},
         "grep_patterns_used": [p for c in calls for p in c["patterns"]],
         "appendix": appendix,
     }
+    for key in ("pages_listed", "pages_unknown", "map_write"):   # the last call's, when it had them
+        if key in last["navigation"]:
+            fm["navigation"][key] = last["navigation"][key]
+    if not fm["expansion_sources"]:
+        del fm["expansion_sources"]
     if len(calls) > 1:
         fm["queries"] = [c["query"] for c in calls]
     return fm
 
 
-def _yaml(fm: dict) -> str:
-    return "---\n" + yaml.safe_dump(fm, sort_keys=False, allow_unicode=True, width=1000) + "---\n"
+# libyaml's emitter when PyYAML has it (the packet is drawn after every round: the pure-Python emitter
+# took ~12 ms a packet on a long session); the same YAML either way (tests/test_evidence_workflow.py).
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _yaml(fm: dict, dumper=None) -> str:
+    return "---\n" + yaml.dump(fm, Dumper=dumper or DUMPER, sort_keys=False, allow_unicode=True,
+                               width=1000) + "---\n"
 
 
 def _quote(text: str) -> str:
@@ -124,7 +136,7 @@ def _source(n: int, s: dict, short: bool = False) -> str:
              f"- **Confidence:** {s['confidence']} (p = {s['p']:.2f}: cosine {sig['dense_cosine']:.3f}, "
              f"both arms {'yes' if sig['both_arms'] else 'no'}, rank {sig['rank']}, "
              f"coverage {sig['coverage']:.2f})",
-             f"- **Found by:** round {s['round']} ({s['kind']}) \"{s['found_by']}\""
+             f"- **Found by:** round {s['round']} ({s['kind']}; route {s.get('route', s['type'])}) \"{s['found_by']}\""
              + (f" within {s['within']}" if s.get("within") else "")]
     return "\n".join(lines) + "\n"
 

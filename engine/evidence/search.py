@@ -1,16 +1,20 @@
 """EvidenceSearch.search — seed 002's searcher workflow over the engine.
 
-    dictionary ─▶ maps ─▶ decompose ─▶ rounds (one expanded term each; early-stop checks) ─▶ packet
+    dictionary ─▶ maps (or a known page list) ─▶ decompose ─▶ rounds (one expanded term each; early-stop
+    checks; the packet written after every round) ─▶ packet ─▶ map_write (when granted)
 
 A round is one run of the hybrid pipeline (BM25 + dense, RRF) for one expanded form of a sub-query,
 k pages, explain on. Every page it returns is scanned; a page whose calibrated confidence reaches the
 low threshold is a source, and its best passage is read (its lines count against the line budget).
 The round plan of a sub-query: its words with dictionary surfaces replaced by their canonical terms;
 then each alias, colloquial surface and related term in turn; then, broadening, the sub-query without
-its most specific word (the one fewest chunks hold) and its content words alone. Two kinds of rounds
-are inserted as evidence comes in: a *sibling* round (the same words within the folder or cluster of a
-new source not yet explored there) and a *map* round (when a sub-query's first round found nothing,
-the same words within the group its maps put nearest the question).
+its most specific word (the one fewest chunks hold), its words with their nearest corpus words (the
+*vocabulary* round: by default only while the sub-query has found no source) and its content words
+alone. Rounds inserted ahead of the plan: a *pages* round within the request's own page list (the
+maps are then not consulted); a *map* round within the pages earlier searches wrote into the maps
+for a question like this one (map_write); a *sibling* round (the same words within the folder,
+domain or cluster of a new source not yet explored there); and a *map* round when a sub-query's first
+round found nothing (the same words within the group its maps put nearest the question).
 """
 from __future__ import annotations
 
@@ -23,20 +27,28 @@ from dataclasses import dataclass, field
 from datetime import date
 
 import numpy as np
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
 from engine.core.errors import EngineError
+from engine.core.faults import maybe_crash
 from engine.core.querylog import LogEntry
+from engine.core.urls import InvalidURL, normalize_url
 from engine.refind.search import SearchFilters, SearchRequest, SearchService
 from engine.evidence.confidence import LEVELS, Calibration, Concept, candidate_chunks, chunk_cosines, load_calibration, signals
 from engine.evidence.decompose import content_words, decompose
 from engine.evidence.dictionary import Dictionary, DictionaryError, Match, load_dictionary
 from engine.evidence.maps import Group, Maps, slug, workspace_maps
 from engine.evidence.packet import load_state, names, new_state, packet_lock, write_packet
+from engine.evidence.vocabulary import corpus_vocabulary, unit
 from indexes.sparse import stems
 
 SESSION = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$"
+# A round within a list of pages (the request's, or those the maps noted) asks for them all, up to this.
+LIST_ROUND_K = 50
 
 
 class DictionaryInvalid(EngineError):
@@ -88,6 +100,14 @@ class EvidenceRequest(BaseModel):
     decompose: bool = Field(default=True, description="Split comparative or multi-part questions into sub-queries.")
     siblings: bool = Field(default=True, description="Explore the folder or cluster of a new source.")
     filters: SearchFilters | None = Field(default=None, description="Restrictions applied to every round.")
+    pages: list[str] | None = Field(default=None, max_length=1000, description=(
+        "Pages already known to matter (page ids or URLs): each sub-query searches within them first and the "
+        "maps are not consulted (the seed: skip the maps when the graph already gave a precise file list). "
+        "Names the workspace does not hold are listed in the packet as `pages_unknown`."))
+    route_constraints: list[Literal["map_write"]] = Field(default_factory=list, max_length=10, description=(
+        "Permissions the caller grants the search. \"map_write\": write what this call found (each new "
+        "source, the sub-query that found it, its group) into the workspace's group maps, where the next "
+        "call's map consultation reads it. Off by default."))
 
     @field_validator("topic")
     @classmethod
@@ -113,9 +133,15 @@ class EvidenceResponse(BaseModel):
     summary: str = Field(description="The seed's return text for an orchestrator.")
 
 
+# How a source was reached, by the kind of round that found it (a source's `route`; its `type` is the
+# seed's raw_copy: every excerpt is quoted from the page itself).
+ROUTES = {"sibling": "sibling", "map": "map", "pages": "page_list"}
+
+
 @dataclass
 class RoundSpec:
-    kind: str          # query | canonical | alias | colloquial | related | drop_specific | keywords | sibling | map
+    kind: str          # query | canonical | alias | colloquial | related | drop_specific | keywords | sibling
+                       # | map | pages
     query: str
     within: Group | None = None
 
@@ -134,6 +160,8 @@ class Sub:
     sources: list[str] = field(default_factory=list)
     high: set[str] = field(default_factory=set)
     explored: set[str] = field(default_factory=set)
+    noted: list = field(default_factory=list)          # (MapNote, cosine): what earlier searches wrote
+    neighbours: dict[str, list[tuple[str, float]]] = field(default_factory=dict)   # word -> corpus words
     termination: str | None = None
 
 
@@ -272,7 +300,11 @@ class EvidenceSearch:
         query_id = uuid.uuid4().hex
 
         dictionary = self.dictionary(workspace)
-        maps = workspace_maps(corpus, workspace, model) if scopes is None else Maps(workspace, -1, "", 0)
+        listed, unknown = self.resolve_pages(req.pages, workspace, scopes) if req.pages is not None else (None, [])
+        # a key with document scopes reads no map (they are drawn over every document); a request that
+        # names its pages needs none (the seed: skip the maps when the file list is already precise)
+        drawn = scopes is None and listed is None
+        maps = workspace_maps(corpus, workspace, model) if drawn else Maps(workspace, -1, "", 0)
         embedder = corpus.embedder(model)
 
         def unit(text: str) -> np.ndarray:
@@ -294,6 +326,24 @@ class EvidenceSearch:
             sub = Sub(i, text, matches, self.plan(text, matches), concepts, unit(text),
                       self.concept_stems(concepts))
             sub.maps = maps.rank(sub.vector)[: s.maps_consulted]
+            first = sub.plan[0].query
+            sub.noted = maps.noted(sub.vector, s.map_note_min_cosine)[: s.map_note_pages]
+            if sub.noted:   # pages earlier searches wrote into the maps for a question like this one: first
+                written = []
+                for note, cos in sub.noted:
+                    g = maps.group(note.group_key) or maps.group("found:retrieval")
+                    if g is not None and all(g is not x for x, _ in written):
+                        written.append((g, cos))
+                sub.maps = written + [(g, c) for g, c in sub.maps if all(g is not x for x, _ in written)]
+                sub.plan.appendleft(RoundSpec("map", first, Group(
+                    "notes", f"sub-query {i}", "pages written into the maps for questions like this one",
+                    [n.page_id for n, _ in sub.noted], "")))
+            if s.vocabulary_neighbours > 0:   # drawn when the plan gets there (most calls stop before)
+                at = next((j for j, r in enumerate(sub.plan) if r.kind == "keywords"), len(sub.plan))
+                sub.plan.insert(at, RoundSpec("neighbours", ""))
+            if listed:
+                sub.plan.appendleft(RoundSpec("pages", first, Group("pages", "request", "the request's pages",
+                                                                    listed, "")))
             maps_accessed += [g.path for g, _ in sub.maps if g.path not in maps_accessed]
             subs.append(sub)
 
@@ -310,11 +360,91 @@ class EvidenceSearch:
             state["scopes"] = None if scopes is None else sorted(set(state.get("scopes") or []) | set(scopes))
             known = {src["page_id"] for c in state["calls"] for src in c["sources"]}
             run = _Run(self, req, workspace, model, k, maps, known, query_id, scopes)
-            termination = run.rounds(subs, max_rounds, budget, min_high)
-            call = run.call_record(state, subs, dec, termination, maps_accessed, req.query)
-            state["calls"].append(call)
-            paths = write_packet(self.reports_dir, state, s.split_chars)
+            extra = {"pages_listed": len(listed), "pages_unknown": unknown} if listed is not None else {}
+            slot = len(state["calls"])
+            state["calls"].append(None)
+
+            def checkpoint(termination: str, map_write: dict | None = None) -> dict:
+                """The call so far into the state and the packet (each file replaced atomically): after
+                every round, so a call cut short leaves a valid packet of the rounds it finished."""
+                call = run.call_record(slot + 1, subs, dec, termination, maps_accessed, req.query)
+                call["navigation"].update(extra)
+                if map_write is not None:
+                    call["navigation"]["map_write"] = map_write
+                state["calls"][slot] = call
+                return write_packet(self.reports_dir, state, s.split_chars)
+
+            def after_round() -> None:
+                checkpoint("in_progress")
+                maybe_crash(f"evidence_round:{run.n}")   # test-only (engine/core/faults.py)
+
+            termination = run.rounds(subs, max_rounds, budget, min_high, after_round)
+            written = self.write_maps(run, subs, workspace, session_id, query_id, scopes) \
+                if "map_write" in req.route_constraints else None
+            paths = checkpoint(termination, written)
+            call = state["calls"][slot]
         return self._reply(state, call, paths, query_id, session_id, run, t0)
+
+    def resolve_pages(self, items: list[str], workspace: str, scopes: tuple[str, ...] | None
+                      ) -> tuple[list[str], list[str]]:
+        """A request's `pages` (page ids or URLs) as the workspace's page ids the caller may read, in
+        the order given, and the names that are none of them (unknown, or outside the caller's scopes:
+        the two are not told apart)."""
+        store = self.corpus.store
+        candidates: dict[str, list[str]] = {}
+        for item in dict.fromkeys(items):
+            try:
+                by_url = store.pages_with_url(workspace, normalize_url(item))
+            except InvalidURL:
+                by_url = []
+            candidates[item] = [item, *by_url]
+        readable = set(store.filtered_pages(workspace, scopes=list(scopes) if scopes is not None else None,
+                                            page_ids=[c for cs in candidates.values() for c in cs]))
+        found = [c for cs in candidates.values() for c in cs if c in readable]
+        unknown = [item for item, cs in candidates.items() if not any(c in readable for c in cs)]
+        return list(dict.fromkeys(found)), unknown
+
+    def neighbours_round(self, sub: Sub, workspace: str, model: str) -> RoundSpec | None:
+        """One more broadening round: the sub-query's words (those no dictionary entry covers) with each
+        one's nearest corpus words by the embedder; None when none is near enough."""
+        s = self.settings
+        covered = {st for m in sub.matches for st in stems(m.surface)}
+        own = content_words(sub.query)
+        exclude = {(stems(w) or [w])[0] for w in own} | covered
+        vocab = corpus_vocabulary(self.corpus, workspace, model)
+        embedder = self.corpus.embedder(model)
+        for w in dict.fromkeys(own):
+            if (stems(w) or [w])[0] in covered:
+                continue
+            near = vocab.nearest(unit(embedder.encode_query(w)), exclude, s.vocabulary_neighbours,
+                                 s.vocabulary_min_cosine)
+            if near:
+                sub.neighbours[w] = near
+                exclude |= {(stems(t) or [t])[0] for t, _ in near}
+        if not sub.neighbours:
+            return None
+        terms = [t for near in sub.neighbours.values() for t, _ in near]
+        return RoundSpec("neighbours", " ".join(content_words(bridged(sub.query, sub.matches)) + terms))
+
+    def write_maps(self, run: "_Run", subs: list[Sub], workspace: str, session_id: str, query_id: str,
+                   scopes: tuple[str, ...] | None) -> dict:
+        """map_write: this call's new sources into the workspace's group maps (one version)."""
+        if scopes is not None:
+            return {"granted": True, "version": None, "notes": 0,
+                    "reason": "a key with document scopes writes no maps (they are read over every document)"}
+        rows = []
+        for src in run.sources.values():
+            sub = subs[src["sub_query"]]
+            g = run.maps.neighbourhood(src["page_id"])
+            rows.append({"group_key": g.key if g is not None else "found:retrieval", "page_id": src["page_id"],
+                         "url": src["path"], "title": src["title"], "sub_query": sub.query, "vector": sub.vector,
+                         "confidence": src["confidence"], "session_id": session_id, "query_id": query_id})
+        version = self.corpus.map_notes.write(workspace, rows, utcnow())
+        out = {"granted": True, "version": version or None, "notes": len(rows)}
+        if rows:
+            maps = workspace_maps(self.corpus, workspace, run.model)   # drawn again with the notes
+            out["maps"] = sorted({(maps.group(r["group_key"]) or maps.group("found:retrieval")).path for r in rows})
+        return out
 
     def _reply(self, state, call, paths, query_id, session_id, run, t0) -> EvidenceResponse:
         corpus = self.corpus
@@ -376,7 +506,11 @@ class _Run:
         """The request's filters, narrowed to the group a sibling or map round looks within."""
         base = self.req.filters.model_dump(exclude_none=True) if self.req.filters else {}
         if within is not None:
-            base.update(within.filters())  # allowed(): the group lies inside the request's filters
+            narrow = within.filters()  # allowed(): a domain or cluster group lies inside the request's filters
+            if "page_id" in narrow and "page_id" in base:   # a page list within the request's own list
+                allowed = set(base["page_id"])
+                narrow["page_id"] = [p for p in narrow["page_id"] if p in allowed]
+            base.update(narrow)
         return SearchFilters(**base) if base else None
 
     def allowed(self, group: Group) -> bool:
@@ -401,6 +535,8 @@ class _Run:
         if spec.within is not None:  # look past what was already found there: the siblings
             members = set(spec.within.pages)
             k += sum(1 for p in sub.sources if p in members)
+            if spec.within.kind in ("pages", "notes"):   # a list of pages known to matter: read them all
+                k = max(k, min(len(members), LIST_ROUND_K))
         req = SearchRequest(query=spec.query[:2000], k=min(k, 200), workspace=self.workspace, pin=False,
                             explain=True, filters=self._filters(spec.within))
         trace: dict = {}
@@ -439,11 +575,12 @@ class _Run:
             sn = hit.snippets[0] if hit.snippets else None
             excerpt = (sn.text if sn else "")[: self.owner.settings.excerpt_chars]
             self.lines += self.lines_of(excerpt)
-            kind = {"sibling": "sibling", "map": "map"}.get(spec.kind, "search_hit")
+            route = ROUTES.get(spec.kind, "search_hit")
             if self.first_via is None:
                 self.first_via = "map" if spec.kind == "map" else "raw"
             self.sources[pid] = {
-                "page_id": pid, "path": hit.url, "title": hit.title, "domain": hit.domain, "type": kind,
+                "page_id": pid, "path": hit.url, "title": hit.title, "domain": hit.domain, "type": "raw_copy",
+                "route": route,
                 "excerpt": excerpt, "section": " > ".join(sn.section_path) if sn else "",
                 "char_start": sn.char_start if sn else 0, "char_end": sn.char_end if sn else 0,
                 "confidence": level, "p": round(p, 4), "signals": sig.as_dict(), "round": self.n,
@@ -460,23 +597,28 @@ class _Run:
         """Insert a sibling round for the best new source's folder or cluster, or a map round when a
         sub-query's first round found nothing."""
         whole = self.maps.pages
-        if rec["new_sources"] and self.req.siblings and spec.kind not in ("sibling", "map"):
+        if rec["new_sources"] and self.req.siblings and spec.kind not in ("sibling", "map", "pages"):
             ranked = sorted((p for p in sub.sources[-rec["new_sources"]:]),
                             key=lambda p: -(self.sources.get(p, {}).get("p", 0.0)))
             for pid in ranked:
-                g = self.maps.group_of(pid, "domain") or self.maps.group_of(pid, "cluster")
+                g = self.maps.neighbourhood(pid)   # its folder, else its domain, else its cluster
                 if g is not None and g.key not in sub.explored and 1 < len(g.pages) < whole and self.allowed(g):
                     sub.explored.add(g.key)
                     sub.plan.appendleft(RoundSpec("sibling", spec.query, g))
                     return
         candidates = [g for g, _ in sub.maps if self.allowed(g)]
-        if len(sub.rounds) == 1 and not sub.sources and candidates:
-            g = candidates[0]
-            if len(g.pages) < whole and g.key not in sub.explored:
+        if len(sub.rounds) == 1 and not sub.sources:
+            g = candidates[0] if candidates else None
+            if g is not None and len(g.pages) < whole and g.key not in sub.explored:
                 sub.explored.add(g.key)
                 sub.plan.appendleft(RoundSpec("map", spec.query, g))
+            else:   # no map to turn to: the corpus's own words next (before diminishing returns ends it)
+                lazy = next((r for r in sub.plan if r.kind == "neighbours" and not r.query), None)
+                if lazy is not None:
+                    sub.plan.remove(lazy)
+                    sub.plan.appendleft(lazy)
 
-    def rounds(self, subs: list[Sub], max_rounds: int, budget: int, min_high: int) -> str:
+    def rounds(self, subs: list[Sub], max_rounds: int, budget: int, min_high: int, after_round=None) -> str:
         """Sub-queries take turns, a round each. After a round the seed's checks run in order:
         (a) sufficient evidence and (b) diminishing returns end that sub-query; (c) the token budget
         and (d) max rounds end the call. Returns why the search ended: the reason of the sub-query
@@ -486,6 +628,15 @@ class _Run:
         while active:
             sub = active.popleft()
             spec = sub.plan.popleft()
+            if spec.kind == "neighbours" and not spec.query:   # drawn now, or skipped when nothing is near
+                thin = not sub.sources or self.owner.settings.vocabulary_round == "always"
+                spec = self.owner.neighbours_round(sub, self.workspace, self.model) if thin else None
+                if spec is None:
+                    if sub.plan:
+                        active.appendleft(sub)
+                    else:
+                        sub.termination = last = "full"
+                    continue
             rec = self.one_round(sub, spec)
             if len(sub.high) >= min_high:
                 sub.termination = "sufficient_evidence"
@@ -496,6 +647,8 @@ class _Run:
                 self.explore(sub, rec, spec)
                 if not sub.plan:
                     sub.termination = "full"
+            if after_round is not None:
+                after_round()
             if overall:
                 cut = [x for x in (sub, *active) if not x.termination]
                 for x in cut:
@@ -507,8 +660,9 @@ class _Run:
                 active.append(sub)
         return last
 
-    def call_record(self, state: dict, subs: list[Sub], dec, termination: str, maps_accessed: list[str],
+    def call_record(self, number: int, subs: list[Sub], dec, termination: str, maps_accessed: list[str],
                     query: str) -> dict:
+        """This call's record in the packet's state: the `number`-th search of the session."""
         sources = list(self.sources.values())
         gaps = []
         for sub in subs:
@@ -524,15 +678,26 @@ class _Run:
                 alts = [term, *[e.rstrip("*") for e in exp]]
                 if not any(set(stems(a)) and set(stems(a)) <= seen or a in seen for a in alts):
                     gaps.append(f"{term!r} appears in no source's excerpt")
-        expansions = {}
+        expansions: dict[str, list[str]] = {}
+        sources_of: dict[str, dict[str, str]] = {}   # where each expansion came from
         for sub in subs:
+            from_dictionary = {m.surface for m in sub.matches}
             for term, exp in sub.concepts.items():
-                expansions.setdefault(term, exp)
+                expansions.setdefault(term, list(exp))
+                for e in exp:
+                    sources_of.setdefault(term, {}).setdefault(e, "dictionary" if term in from_dictionary else "forms")
+            for term, near in sub.neighbours.items():
+                expansions.setdefault(term, [])
+                for t, cos in near:
+                    if t not in expansions[term]:
+                        expansions[term].append(t)
+                    sources_of.setdefault(term, {})[t] = f"embedding (cosine {cos:.2f})"
         failed = [p["pattern"] for p in self.patterns if p["sources"] == 0]
-        nav_path = "overview → group_map → raw_file" if any(sub.maps for sub in subs) else (
-            "overview → raw_file" if self.maps.pages else "raw_file")
+        nav_path = "page_list → raw_file" if self.req.pages is not None else \
+            "overview → group_map → raw_file" if any(sub.maps for sub in subs) else (
+                "overview → raw_file" if self.maps.pages else "raw_file")
         return {
-            "n": len(state["calls"]) + 1, "query_id": self.query_id, "query": query, "date": date.today().isoformat(),
+            "n": number, "query_id": self.query_id, "query": query, "date": date.today().isoformat(),
             "navigation": {
                 "maps_accessed": maps_accessed, "navigation_path": nav_path, "raw_files_scanned": self.scanned,
                 "raw_files_read": len(sources), "directories_seen": len(self.directories), "lines_read": self.lines,
@@ -546,6 +711,7 @@ class _Run:
                                  "maps": [{"map": g.path, "cosine": round(c, 4)} for g, c in sub.maps]}
                                 for sub in subs]},
             "scratchpad_state": {"rounds_completed": self.n, "failed_searches": failed, "gaps_remaining": gaps},
-            "keyword_expansions": expansions, "patterns": self.patterns, "sources": sources,
+            "keyword_expansions": expansions, "expansion_sources": sources_of, "patterns": self.patterns,
+            "sources": sources,
             "refound": self.refound,
         }

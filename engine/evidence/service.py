@@ -44,4 +44,9 @@ def show_maps(corpus: Corpus, workspace: str | None) -> dict:
     m = workspace_maps(corpus, ws)
     return {"workspace": ws, "generation": m.generation, "pages": m.pages, "overview": m.overview_path,
             "groups": [{"kind": g.kind, "value": g.value, "label": g.label, "pages": len(g.pages), "map": g.path}
-                       for g in m.groups]}
+                       for g in m.groups],
+            "notes_version": m.notes_version,
+            "notes": [{"version": n.version, "group": n.group_key, "map": (m.group(n.group_key)
+                       or m.group("found:retrieval")).path, "page_id": n.page_id, "url": n.url, "title": n.title,
+                       "sub_query": n.sub_query, "confidence": n.confidence, "session_id": n.session_id,
+                       "written_at": n.written_at.isoformat()} for n in m.notes]}

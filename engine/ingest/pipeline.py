@@ -27,20 +27,14 @@ from engine.ingest.extract import ExtractionFailed, html_to_text
 from engine.ingest.records import EntityInput, PageInput, RecordError, describe_validation_error
 from engine.core.urls import InvalidURL, domain_of, normalize_url, page_id_for
 from engine.core.clock import utcnow
+from engine.core.faults import maybe_crash
 
 log = logging.getLogger("refindery.ingest")
 
-# Test-only fault injection: kill this process at a named point (see tests/test_crash.py).
-_CRASH_ENV = "REFINDERY_TEST_CRASH_AT"
-
 
 def _maybe_crash(point: str, batch_no: int) -> None:
-    import os
-    import signal
-
-    want = os.environ.get(_CRASH_ENV)
-    if want and want == f"{point}:{batch_no}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Test-only: SIGKILL at `point` of batch `batch_no` (engine/core/faults.py; tests/test_crash.py)."""
+    maybe_crash(f"{point}:{batch_no}")
 
 
 @dataclass

@@ -63,8 +63,10 @@ class SearchFilters(BaseModel):
     cluster_id: list[Int64] | None = Field(default=None, max_length=100)
     entity: list[str] | None = Field(default=None, max_length=100,
                                      description="Entity id, canonical form or alias (case-insensitive).")
+    page_id: list[str] | None = Field(default=None, max_length=10_000, description=(
+        "Only these pages (page ids; unknown ones match nothing): search within a known list."))
 
-    _lists = field_validator("domain", "cluster_id", "entity", mode="before")(_listify)
+    _lists = field_validator("domain", "cluster_id", "entity", "page_id", mode="before")(_listify)
 
     @field_validator("after", "before")
     @classmethod
@@ -75,7 +77,8 @@ class SearchFilters(BaseModel):
         return v
 
     def is_empty(self) -> bool:
-        return not (self.domain or self.after or self.before or self.cluster_id is not None or self.entity)
+        return not (self.domain or self.after or self.before or self.cluster_id is not None or self.entity
+                    or self.page_id is not None)
 
 
 SearchRequest = create_model(
@@ -304,7 +307,8 @@ class SearchService:
         domains = tuple(d.strip().lower().removeprefix("www.") for d in (f.domain or []))
         sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
                               cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids),
-                              scopes=tuple(scopes) if scopes is not None else None)
+                              scopes=tuple(scopes) if scopes is not None else None,
+                              page_ids=tuple(dict.fromkeys(f.page_id)) if f.page_id is not None else None)
         if f.is_empty() and scopes is None:
             populated = self.corpus.populated_workspaces(snapshot)
             if populated == {workspace}:  # the only workspace with pages: nothing to restrict, in either arm
@@ -315,7 +319,7 @@ class SearchService:
             pages = (snapshot or self.corpus.hot()).workspace_page_ids(workspace) if workspace in populated else []
         else:
             pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids,
-                                         scopes=list(scopes) if scopes is not None else None)
+                                         scopes=list(scopes) if scopes is not None else None, page_ids=f.page_id)
             cap = self.corpus.settings.search.filter_pushdown_cap
             if not f.is_empty() and len(pages) > cap:  # a key's scopes are never refused for breadth
                 raise FilterTooBroad(

@@ -28,6 +28,7 @@ from engine.core.errors import EngineError, LoadInvalid, without_paths
 from engine.core.packs import Relation
 from engine.relations.workspaces import Space, open_space
 from engine.core.clock import utcnow
+from engine.core.faults import maybe_crash
 
 
 class RelationMap(BaseModel):
@@ -72,14 +73,9 @@ class LoadRequest(BaseModel):
 
 
 def _maybe_crash(point: str) -> None:
-    """Test-only fault injection: SIGKILL this process at a named point inside the load's
-    transaction (REFINDERY_TEST_CRASH_AT=load:<relation> or documents:<relation>; see
-    tests/test_relations_loads.py and tests/test_relations_documents.py)."""
-    import os
-    import signal
-
-    if os.environ.get("REFINDERY_TEST_CRASH_AT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Test-only fault injection inside the load's transaction (engine/core/faults.py:
+    REFINDERY_TEST_CRASH_AT=load:<relation> or documents:<relation>)."""
+    maybe_crash(point)
 
 
 def _check(space: Space, req: LoadRequest, path: Path, roots: list[Path] | None) -> tuple[Source, dict]:
