@@ -20,9 +20,18 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # make test also installs the optional parts it tests: a real Milvus server (milvus-lite) and Ray.
-$(TSTAMP): $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray]'
+$(TSTAMP): $(STAMP) clients/python/pyproject.toml
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray]' -e clients/python
 	touch $(TSTAMP)
+
+# The Python client in a venv of its own — the client and its LangChain extra, with LangChain's
+# standard tests, and none of the engine's parts — tested against a real server from $(VENV).
+CVENV  := .venv-client
+CSTAMP := $(CVENV)/.installed
+$(CSTAMP): clients/python/pyproject.toml
+	test -x $(CVENV)/bin/python || $(PYTHON) -m venv $(CVENV)
+	$(CVENV)/bin/python -m pip install -q --disable-pip-version-check -e 'clients/python[test]'
+	touch $(CSTAMP)
 
 demo: install
 	$(BIN)/refindery ingest $(DEMO)
@@ -57,9 +66,10 @@ browser:
 	    fi; }
 
 # lint-imports first: an import against the layers or the wings (pyproject.toml) fails with a readable message.
-test: $(TSTAMP) browser
+test: $(TSTAMP) $(CSTAMP) browser
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
+	REFINDERY_SERVER_BIN=$(abspath $(BIN)) $(CVENV)/bin/python -m pytest -q clients/python/tests
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).
@@ -101,4 +111,4 @@ serve: install
 	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) $(CVENV) data .pytest_cache
