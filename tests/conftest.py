@@ -209,6 +209,23 @@ def page(url: str, body: str, seen_at: str = "2026-06-01T10:00:00Z", **kw) -> di
     return {"url": url, "body_text": body, "seen_at": seen_at, **kw}
 
 
+def titled_records(pages: dict[str, tuple[str, str]]):
+    """Ingest records of {url: (title, body)}, all seen on one day."""
+    return ((i, "test", {"url": u, "title": t, "body_text": b, "seen_at": "2026-05-01T00:00:00Z"})
+            for i, (u, (t, b)) in enumerate(pages.items(), start=1))
+
+
+def titled_client(pool, data_dir, pages: dict[str, tuple[str, str]]):
+    """An app (docs.examples.make_client) over a fresh corpus holding `pages`, indexes synced."""
+    from docs.examples import make_client
+    from engine.ingest.pipeline import Ingester
+
+    client = make_client(data_dir, pool=pool)
+    Ingester(client.corpus, progress=False).ingest(titled_records(pages))
+    client.corpus.sync()
+    return client
+
+
 def ingest(corpus, records, workspace=None):
     from engine.ingest.pipeline import Ingester
 

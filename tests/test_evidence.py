@@ -8,6 +8,7 @@ import re
 
 import pytest
 import yaml
+from conftest import titled_client
 
 PAGES = {
     "https://earth.example/reversal": ("Geomagnetic reversal",
@@ -55,15 +56,9 @@ DICTIONARY_MD = """# Dictionary
 @pytest.fixture(scope="module")
 def ev(pool, tmp_path_factory):
     """One corpus (three folders), its dictionary, and an app over it, for the whole module."""
-    from docs.examples import make_client
-    from engine.ingest.pipeline import Ingester
     from engine.evidence import service
 
-    client = make_client(tmp_path_factory.mktemp("evidence") / "data", pool=pool)
-    records = ((i, "test", {"url": u, "title": t, "body_text": b, "seen_at": "2026-05-01T00:00:00Z"})
-               for i, (u, (t, b)) in enumerate(PAGES.items(), start=1))
-    Ingester(client.corpus, progress=False).ingest(records)
-    client.corpus.sync()
+    client = titled_client(pool, tmp_path_factory.mktemp("evidence") / "data", PAGES)
     service.set_dictionary(client.corpus, None, "markdown", DICTIONARY_MD)
     yield client
     client.corpus.close()

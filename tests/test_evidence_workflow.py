@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, titled_client, titled_records
 
 PAGES = {
     "https://docs.example/nursing/judgment-models": ("Clinical judgment models",
@@ -45,14 +45,7 @@ NURSING = "https://docs.example/nursing/"
 @pytest.fixture(scope="module")
 def wf(pool, tmp_path_factory):
     """One corpus: a site with three folders, and a second site."""
-    from docs.examples import make_client
-    from engine.ingest.pipeline import Ingester
-
-    client = make_client(tmp_path_factory.mktemp("evidence-workflow") / "data", pool=pool)
-    records = ((i, "test", {"url": u, "title": t, "body_text": b, "seen_at": "2026-05-01T00:00:00Z"})
-               for i, (u, (t, b)) in enumerate(PAGES.items(), start=1))
-    Ingester(client.corpus, progress=False).ingest(records)
-    client.corpus.sync()
+    client = titled_client(pool, tmp_path_factory.mktemp("evidence-workflow") / "data", PAGES)
     yield client
     client.corpus.close()
 
@@ -230,9 +223,7 @@ def test_a_call_killed_between_rounds_leaves_a_packet_of_the_rounds_done(pool, m
 
     data = tmp_path / "data"
     corpus = make_corpus(data)
-    Ingester(corpus, progress=False).ingest(
-        (i, "test", {"url": u, "title": t, "body_text": b, "seen_at": "2026-05-01T00:00:00Z"})
-        for i, (u, (t, b)) in enumerate(PAGES.items(), start=1))
+    Ingester(corpus, progress=False).ingest(titled_records(PAGES))
     corpus.close()   # the child process opens the data dir
     argv = [sys.executable, "-m", "server.cli", "evidence", "clinical judgment of nurses", "--session", "killed",
             "-k", "1", "--max-rounds", "5", "--min-high-sources", "50"]
