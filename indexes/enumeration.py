@@ -31,7 +31,12 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from .relation_columns import (TRUE, ColumnCache, Columns, RelationColumns, Tri, Unsupported,
+                                      floats, run_sql, tri)
 
 if TYPE_CHECKING:   # the engine's types, named for readers; never imported at run time
     from engine.core.packs import Relation
@@ -309,10 +314,12 @@ class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan, cache: dict | None = None, version: int = 0,
-                 verdict_cache: "VerdictCache | None" = None):
+                 verdict_cache: "VerdictCache | None" = None, columns: ColumnCache | None = None):
         self.con = con
         self.cache, self.version = cache, version
         self.verdict_cache = verdict_cache
+        self.columns = columns
+        self._tables: dict[str, pa.Table] = {}   # each relation's verdicts this search read from memory
         self._registered: list[str] = []
         self.plan = plan
         self._temp = f"_rsearch_{secrets.token_hex(6)}"
@@ -438,20 +445,23 @@ class Enumerator:
         out = [(f"g{g.index}", g.bound) for g in plan.groups if g.relation.name == rel.name]
         return out + [(f"s{b.index}", [b]) for b in plan.singles if b.rel.name == rel.name]
 
-    def unit_sql(self, rel: Relation) -> list[str]:
+    def unit_columns(self, rel: Relation) -> list[tuple[str, str]]:
         """Per unit (a group, or a constraint alone) its row verdicts as columns <unit>_m (the row
         matches), <unit>_o (the row is open) and, for groups, <unit>_t (every condition TRUE on a
-        clean row, at any time) — computed once and read by every flag and counter."""
+        clean row, at any time) — computed once and read by every flag and counter: (name, SQL)."""
         cols = []
         prof = self.profiles[rel.name]
         for name, bound in self.units(rel):
             all_true, _, match, opened = self.verdicts(rel, bound)
-            cols += [f"{match} AS {name}_m", f"{opened} AS {name}_o"]
+            cols += [(f"{name}_m", match), (f"{name}_o", opened)]
             if name.startswith("g"):
                 clean = _all([all_true] + (["NOT retired_"] if prof.retired else [])
                              + (["NOT withheld_"] if prof.withheld else []), " AND ", "TRUE")
-                cols.append(f"{clean} AS {name}_t")
+                cols.append((f"{name}_t", clean))
         return cols
+
+    def unit_sql(self, rel: Relation) -> list[str]:
+        return [f"{sql} AS {name}" for name, sql in self.unit_columns(rel)]
 
     def flags(self, rel: Relation) -> Flags:
         """The per-row flags OR-ed per entity: live (a row not retired), per unit o, and for a
@@ -543,6 +553,176 @@ class Enumerator:
         return (f"SELECT ent_no, {', '.join(f'{agg} AS {n}' for n, _, _, agg in cols)} "
                 f"FROM ({from_rows} UNION ALL {from_cov}) GROUP BY ent_no"), params
 
+    def judged(self, rel: Relation) -> pa.Table | None:
+        """The relation's aggregate — exactly the table `_aggregate`'s SQL yields, row for row —
+        judged over its rows held in memory (indexes/relation_columns.py), or None where that does
+        not apply (no column cache, a computed length, anything the evaluator cannot read)."""
+        if self.columns is None or self.computes(rel):
+            return None
+        table, ws = self.plan.space.shape(rel).name, self.plan.space.workspace_id
+        try:
+            cols = self.columns.get((ws, self.version, table),
+                                    lambda: RelationColumns.read(self.con, table, rel, ws))
+            return None if cols is None else self._judge(rel, cols)
+        except Unsupported:
+            return None
+
+    def _judge(self, rel: Relation, cols: RelationColumns) -> pa.Table:
+        plan, con = self.plan, self.con
+        later: dict = {
+            "retired_": lambda: Tri(cols.retired, ~cols.retired),
+            "withheld_": lambda: Tri(cols.withheld, ~cols.withheld),
+        }
+
+        def slot(name: str):
+            if name not in cols.slots:
+                raise Unsupported(f"slot {name} not held")
+            return cols.slots[name]
+
+        if rel.period:
+            pf = slot(rel.period[0])
+            later["undated"] = lambda: tri(pc.is_null(pf.values.column(f"v_{rel.period[0]}")).combine_chunks(), pf.codes)
+        else:
+            later["undated"] = lambda: TRUE
+        later["tm"] = (lambda: self._time_states(rel, cols)) if plan.as_of is not None else (lambda: ACTIVE)
+        for b in plan.singles:
+            if b.rel.name != rel.name:
+                continue
+            coded, s = slot(b.slot.name), b.slot.name
+            exprs = [predicate(b), (f"r.v_{s} IS NULL", []), (unplaced(b) or "FALSE", [])]
+            dist = distance(b)
+            if dist is not None:
+                exprs.append(dist)
+            decided = cols.decide(con, coded, exprs)
+            i = b.index
+            later[f"p{i}"] = lambda a=decided[0], c=coded: tri(a, c.codes)
+            later[f"z{i}"] = lambda a=decided[1], c=coded: tri(a, c.codes)
+            later[f"u{i}"] = lambda a=decided[2], c=coded: tri(a, c.codes)
+            if dist is not None:
+                later[f"d{i}"] = lambda a=decided[3], c=coded: floats(a, c.codes)
+        env = Columns(later)
+        for name, sql in self.unit_columns(rel):
+            later[name] = lambda sql=sql: run_sql(sql, env)
+
+        def sure(sql: str) -> np.ndarray:
+            """A per-row flag or counter: never NULL by construction (else the SQL path runs)."""
+            v = run_sql(sql, env)
+            if not np.all(v.known):
+                raise Unsupported(f"NULL from {sql!r}")
+            return np.broadcast_to(np.asarray(v.t, dtype=bool), (cols.rows,))
+
+        visible = cov_visible = None
+        if not plan.space.sight.everything:
+            sees = [(plan.space.sight.row("r"), [])]
+            visible = tri(cols.decide(con, cols.scope, sees)[0], cols.scope.codes).t
+            cov_visible = tri(cols.decide(con, cols.cov_scope, sees)[0], cols.cov_scope.codes).t
+        out: dict[str, tuple[np.ndarray, str]] = {}   # column -> (per-row values, how they aggregate)
+        flags = self.flag_sets[rel.name]
+        for k in range(0, len(flags.flags), BITS):
+            mask = np.zeros(cols.rows, np.int64)
+            for bit, (_, sql) in enumerate(flags.flags[k:k + BITS]):
+                mask |= sure(sql).astype(np.int64) << bit
+            out[f"mask{k // BITS}"] = (mask, "or")
+        counters = self.counters(rel)
+        wide = self.profiles[rel.name].rows >= 2 ** FIELD
+        for k, names in enumerate(self.packed(rel)):
+            if wide:
+                out.update({f"n_{n}": (sure(counters[n]).astype(np.int64), "sum") for n in names})
+                continue
+            packed = np.zeros(cols.rows, np.int64)
+            for j, n in enumerate(names):
+                packed |= sure(counters[n]).astype(np.int64) << (FIELD * j)
+            out[f"pk{k}"] = (packed, "sum")
+        for name, bound in self.units(rel):
+            if name.startswith("g"):
+                for b in bound:
+                    if b.thresholded:
+                        m = run_sql(f"{name}_m", env)
+                        out[f"{name}_d{b.index}"] = (np.where(np.broadcast_to(m.t, (cols.rows,)), env[f"d{b.index}"], np.nan), "min")
+        return self._aggregated(cols, out, visible, cov_visible)
+
+    def _time_states(self, rel: Relation, cols: RelationColumns) -> np.ndarray:
+        """time_sql's ACTIVE / INACTIVE / UNPLACEABLE per row at as_of, in NumPy. A comparison with
+        a missing date is FALSE here where SQL has NULL: every test below is a CASE WHEN over ANDs
+        and ORs of comparisons (no NOT), which fires exactly when it would in SQL."""
+        end = (self.plan.as_of[1] - date(1970, 1, 1)).days
+
+        def days(s: str, col: str) -> tuple[np.ndarray, np.ndarray]:
+            if s not in cols.slots:
+                raise Unsupported(f"slot {s} not held")
+            coded = cols.slots[s]
+            a = coded.values.column(f"{col}_{s}").combine_chunks()
+            if col == "v":
+                return pc.is_null(a).to_numpy(zero_copy_only=False)[coded.codes], None
+            known = pc.is_valid(a).to_numpy(zero_copy_only=False)
+            n = pc.fill_null(pc.cast(a, pa.int32()), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            return n[coded.codes], known[coded.codes]
+
+        def le(x, y):
+            return x[1] & (x[0] <= y)
+
+        def gt(x, y):
+            return x[1] & (x[0] > y)
+
+        if rel.date_slot:
+            d = rel.date_slot
+            lo, hi = days(d, "lo"), days(d, "hi")
+            undated = np.where(~lo[1], UNPLACEABLE, np.where(le(hi, end), ACTIVE,
+                                                              np.where(gt(lo, end), INACTIVE, UNPLACEABLE)))
+        else:
+            undated = np.full(cols.rows, UNPLACEABLE)
+        if not rel.period:
+            return undated.astype(np.int8)
+        pf, pt = rel.period
+        pf_null, _ = days(pf, "v")
+        pt_null, _ = days(pt, "v")
+        lo_f, hi_f, lo_t, hi_t = days(pf, "lo"), days(pf, "hi"), days(pt, "lo"), days(pt, "hi")
+        dated = np.where(le(hi_f, end) & (pt_null | gt(lo_t, end)), ACTIVE,
+                         np.where(gt(lo_f, end) | le(hi_t, end), INACTIVE, UNPLACEABLE))
+        return np.where(~pf_null, dated, undated).astype(np.int8)
+
+    @staticmethod
+    def _aggregated(cols: RelationColumns, out: dict, visible: np.ndarray | None,
+                    cov_visible: np.ndarray | None) -> pa.Table:
+        """Per entity: OR / sum / min of each column over its (visible) rows, and an all-zero row
+        (NULL distances) for an entity that only has a (visible) coverage row."""
+        starts, entities = cols.starts, cols.entities
+        aggs: dict[str, np.ndarray] = {}
+        for name, (values, how) in out.items():
+            if visible is not None:
+                values = np.where(visible, values, np.nan if how == "min" else 0)
+            if len(starts) == 0:
+                aggs[name] = values[:0]
+            elif how == "or":
+                aggs[name] = np.bitwise_or.reduceat(values, starts)
+            elif how == "sum":
+                aggs[name] = np.add.reduceat(values, starts)
+            else:
+                aggs[name] = np.fmin.reduceat(values, starts)
+        present = entities
+        if visible is not None and len(starts):
+            keep = np.logical_or.reduceat(visible, starts)
+            present = entities[keep]
+            aggs = {n: a[keep] for n, a in aggs.items()}
+        covered = cols.cov_ent_no if cov_visible is None else cols.cov_ent_no[cov_visible]
+        top = int(max(present.max(initial=-1), covered.max(initial=-1))) + 1
+        seen = np.zeros(top, bool)   # entity numbers are dense: a bitmap is the cheapest union
+        seen[present] = True
+        seen[covered] = True
+        every = np.flatnonzero(seen).astype(np.int32)
+        at = np.searchsorted(every, present)
+        columns: dict[str, pa.Array] = {"ent_no": pa.array(every, pa.int32())}
+        for name, (_, how) in out.items():
+            if how == "min":
+                full = np.full(len(every), np.nan)
+                full[at] = aggs[name]
+                columns[name] = pa.array(full, pa.float64(), mask=np.isnan(full))
+            else:
+                full = np.zeros(len(every), np.int64)
+                full[at] = aggs[name]
+                columns[name] = pa.array(full, pa.int64())
+        return pa.table(columns)
+
     def counter_expr(self, rel: Relation, counter: str, agg: str) -> str:
         """SQL reading one entity's counter off its aggregate row `agg`."""
         if self.profiles[rel.name].rows >= 2 ** FIELD:
@@ -564,21 +744,139 @@ class Enumerator:
         return out
 
     def run(self) -> str:
-        """Materialise the enumeration as the temp table `self.table` — or, when the same plan ran at this
-        workspace version (the statement's SQL and parameters are the key), name the cached Arrow table
-        itself, read in place and copied into the temp table only if a later step writes to it."""
+        """Materialise the enumeration as `self.table`: when the same plan ran at this workspace version
+        (the statement's SQL and parameters are the key), the cached Arrow table itself, read in place;
+        when every relation's verdicts come from memory (the verdict cache, or judged over the rows held
+        as columns), the statuses computed from them in NumPy (`_final`) as an Arrow table; else the
+        statement run in SQL into a temp table. A registered table is copied into the temp table only if
+        a later step writes to it (`_own`)."""
         sql, params = self._statement(cached_ok=False)
         key = (self.plan.space.workspace_id, self.version, "plan", sql, repr(params))
         hit = self.verdict_cache.get(key) if self.verdict_cache is not None else None
         if hit is not None:
             self.table = self._register(hit)
             return self.table
-        if self.verdict_cache is not None:
-            sql, params = self._statement(cached_ok=True)
+        if self.verdict_cache is None and self.columns is None:
+            self.con.execute(f"CREATE TEMP TABLE {self.table} AS {sql}", params)
+            return self.table
+        for rel in self.plan.relations:
+            table = self._verdict_table(rel)
+            if table is None:
+                break
+            self._tables[rel.name] = table
+        if len(self._tables) == len(self.plan.relations):
+            final = self._final(self._tables)
+            self.table = self._register(final)
+            if self.verdict_cache is not None and self.verdict_cache.seen(key):
+                self.verdict_cache.put(key, final)
+            return self.table
+        sql, params = self._statement(cached_ok=True)
         self.con.execute(f"CREATE TEMP TABLE {self.table} AS {sql}", params)
         if self.verdict_cache is not None and self.verdict_cache.seen(key):
             self.verdict_cache.put(key, self._arrow(f"SELECT * FROM {self.table}"))
         return self.table
+
+    def universe(self) -> pa.Table:
+        """The plan's universe: (ent_no, entity_id, name as the reader may see it) per entity."""
+        sight = self.plan.space.sight
+        return self._arrow(f"SELECT ent_no, entity_id, {sight.name()} AS name FROM rel_entities WHERE workspace_id = ? "
+                           f"AND list_contains(?, kind) AND {sight.entity()}", [self.plan.space.workspace_id, self.plan.kinds])
+
+    def _final(self, tables: dict[str, pa.Table]) -> pa.Table:
+        """`_statement`'s SELECT computed in NumPy from each relation's aggregate: the same columns,
+        names, types and values (a test compares them)."""
+        plan = self.plan
+        u = self.universe()
+        ent = u.column("ent_no").to_numpy().astype(np.int64)
+        cols: dict[str, pa.Array] = {"ent_no": u.column("ent_no").combine_chunks(),
+                                     "entity_id": u.column("entity_id").combine_chunks(),
+                                     "name": u.column("name").combine_chunks()}
+        status: dict[str, np.ndarray] = {}
+        for rel in plan.relations:
+            flags, prof, agg = self.flag_sets[rel.name], self.profiles[rel.name], tables[rel.name]
+            a_ent = agg.column("ent_no").to_numpy().astype(np.int64)
+            lookup = np.full(max(int(a_ent.max(initial=-1)), int(ent.max(initial=-1))) + 1, -1, np.int64)
+            lookup[a_ent] = np.arange(len(a_ent))
+            at = lookup[ent]
+            covered = at >= 0
+            at_ok = np.where(covered, at, 0)
+
+            def column(name: str, fill):
+                values = agg.column(name).to_numpy(zero_copy_only=False)
+                return np.where(covered, values[at_ok] if len(values) else fill, fill)
+
+            masks = [column(f"mask{k}", 0).astype(np.int64) for k in range(len(flags.masks()))]
+
+            def flag(name: str) -> np.ndarray:
+                if not flags.has(name):
+                    return np.zeros(len(ent), bool)
+                k, i = flags.bit(name)
+                return ((masks[k] >> i) & 1) == 1
+
+            cols[f"cov_{rel.name}"] = pa.array(covered)
+            cols[f"live_{rel.name}"] = pa.array(flag("live"))
+            for k, m in enumerate(masks):
+                cols[f"mask_{rel.name}_{k}"] = pa.array(m, pa.int64())
+            wide = prof.rows >= 2 ** FIELD
+            counters: dict[str, np.ndarray] = {}
+            if wide:
+                for n in self.counters(rel):
+                    counters[n] = column(f"n_{n}", 0).astype(np.int64)
+                    cols[f"n_{n}"] = pa.array(counters[n], pa.int64())
+            else:
+                for k, names in enumerate(self.packed(rel)):
+                    pk = column(f"pk{k}", 0).astype(np.int64)
+                    cols[f"pk_{rel.name}_{k}"] = pa.array(pk, pa.int64())
+                    counters.update({n: (pk >> (FIELD * j)) & (2 ** FIELD - 1) for j, n in enumerate(names)})
+            for name, bound in self.units(rel):
+                code = np.where(counters[f"{name}_active"] > 0, MATCHED,
+                                np.where(flag(f"{name}_o"), UNDETERMINED, np.where(covered, NONE, NOT_RECORDED)))
+                status[name] = code.astype(np.int8)
+                cols[name] = pa.array(status[name], pa.int8())
+                if name.startswith("g"):
+                    for b in bound:
+                        if b.thresholded:
+                            d = agg.column(f"{name}_d{b.index}").to_numpy(zero_copy_only=False).astype(np.float64)
+                            d = np.where(covered, d[at_ok] if len(d) else np.nan, np.nan)
+                            cols[f"{name}_d{b.index}"] = pa.array(d, pa.float64(), mask=np.isnan(d))
+        overall = np.full(len(ent), MATCHED, np.int8)
+        required = [f"g{g.index}" for g in plan.groups if g.required]
+        for code in (UNDETERMINED, NOT_RECORDED, NONE):   # the CASE's first true WHEN wins: set in reverse
+            hit = np.zeros(len(ent), bool)
+            for g in required:
+                hit |= status[g] == code
+            overall[hit] = code
+        opt = np.zeros(len(ent), np.int32)
+        for g in plan.groups:
+            if not g.required:
+                opt += (status[f"g{g.index}"] == MATCHED).astype(np.int32)
+        cols["status"] = pa.array(overall, pa.int8())
+        cols["opt"] = pa.array(opt, pa.int32())
+        return pa.table(cols)
+
+    def _verdict_table(self, rel: Relation) -> pa.Table | None:
+        """A relation's per-entity verdicts (its aggregate: masks, row counters, distances) for these
+        constraints, from memory: cached per workspace version — the aggregate's SQL and parameters say
+        everything it depends on (constraints, as_of, the reader's scopes), and the version moves with
+        every load or correction — else judged over the relation's rows held in memory (`judged`), else
+        (the second time these constraints on this relation are asked for, VerdictCache.seen) computed
+        apart in SQL and cached. None: this search computes them inline, in its one statement."""
+        if rel.name in self._tables:
+            return self._tables[rel.name]
+        agg, params = self._aggregate(rel)
+        cache = self.verdict_cache
+        key = (self.plan.space.workspace_id, self.version, agg, repr(params))
+        table = cache.get(key) if cache is not None else None
+        if table is None:
+            table = self.judged(rel)
+            again = cache is not None and cache.seen(key)
+            if table is None:
+                if not again:
+                    return None
+                table = self._arrow(agg, params)
+            if again:
+                cache.put(key, table)
+        return table
 
     def _statement(self, cached_ok: bool) -> tuple[str, list]:
         """The enumeration's SELECT and its parameters; `cached_ok`: each relation's verdicts from the
@@ -595,7 +893,7 @@ class Enumerator:
             flags, prof = self.flag_sets[rel.name], self.profiles[rel.name]
             agg, ap = self._aggregate(rel)
             a = f"a_{rel.name}"
-            cached = self._verdicts(agg, ap) if cached_ok else None
+            cached = self._verdicts(rel) if cached_ok else None
             if cached is None:
                 ctes.append(f"{a} AS ({agg})")
                 params += ap
@@ -626,25 +924,10 @@ class Enumerator:
         return (f"WITH {', '.join(ctes)} SELECT *, CAST({status} AS TINYINT) AS status, {opt} AS opt FROM ({inner})",
                 params)
 
-    def _verdicts(self, agg: str, params: list) -> str | None:
-        """A relation's per-entity verdicts (its aggregate: masks, row counters, distances) for
-        these constraints, cached per workspace version: the aggregate's SQL and parameters say
-        everything it depends on (constraints, as_of, the reader's scopes), and the version moves
-        with every load or correction. Returns the name of a view over the cached Arrow table
-        (registered on this cursor), or None when this search computes it inline, in its one
-        statement — which it does the first time these constraints on this relation are asked for;
-        the second time it is computed apart and cached for every later search (VerdictCache.seen)."""
-        cache = self.verdict_cache
-        if cache is None:
-            return None
-        key = (self.plan.space.workspace_id, self.version, agg, repr(params))
-        table = cache.get(key)
-        if table is None:
-            if not cache.seen(key):
-                return None   # asked for the first time: computed inline, in the search's one statement
-            table = self._arrow(agg, params)
-            cache.put(key, table)
-        return self._register(table)
+    def _verdicts(self, rel: Relation) -> str | None:
+        """`_verdict_table` as a view registered on this cursor, or None (computed inline)."""
+        table = self._verdict_table(rel)
+        return None if table is None else self._register(table)
 
     def _arrow(self, sql: str, params: list | None = None) -> pa.Table:
         self.con.complete()   # a relation (con.sql) refuses while an earlier statement's result is unread

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import duckdb
 
 from .enumeration import Enumerator, VerdictCache
+from .relation_columns import ColumnCache
 from .store import CorpusStore
 
 DDL = [
@@ -174,8 +175,11 @@ class TableShape:
 
 
 class RelationStore:
-    def __init__(self, store: CorpusStore, verdict_cache_mb: float = 256):
+    def __init__(self, store: CorpusStore, verdict_cache_mb: float = 256, columns_mb: float = 512):
         self.store = store
+        # Each relation's current rows of a workspace, held as NumPy columns until its next write
+        # and judged there (relation_columns.ColumnCache).
+        self.columns = ColumnCache(columns_mb)
         # Each relation's per-entity verdicts for a search's constraints, reused by later searches
         # that name the same constraints until the workspace's next write (enumeration.VerdictCache).
         self.verdicts = VerdictCache(verdict_cache_mb)
@@ -260,6 +264,7 @@ class RelationStore:
         """A load or correction changed the workspace's rows: what was cached about them is stale."""
         self._versions[workspace_id] = self._versions.get(workspace_id, 0) + 1
         self.verdicts.forget(workspace_id)
+        self.columns.forget(workspace_id)
         if len(self.cache) > 10_000:
             self.cache.clear()
 
@@ -269,7 +274,8 @@ class RelationStore:
     def enumerator(self, plan) -> Enumerator:
         """The enumeration of a search's plan (engine/relations/plan.py) over this store, with the
         relation profiles cached until the workspace's next write."""
-        return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id), self.verdicts)
+        return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id), self.verdicts,
+                          self.columns)
 
     def universe(self, workspace_id: str, kinds: list[str], sight: Sight = EVERYTHING) -> int:
         """How many entities of these kinds the workspace holds (that the caller knows of)."""

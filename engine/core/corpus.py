@@ -76,7 +76,8 @@ class Corpus:
         lg = settings.log
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
-        self.relations = RelationStore(self.store, settings.relations.verdict_cache_mb)
+        self.relations = RelationStore(self.store, settings.relations.verdict_cache_mb,
+                                       settings.relations.columns_mb)
         self.keys = KeyStore(self.store)
         self.map_notes = MapNotes(self.store)
 

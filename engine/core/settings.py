@@ -233,6 +233,11 @@ class RelationsSettings(BaseModel):
         "Memory for enumeration results kept per workspace version: each relation's per-entity verdicts "
         "under a search's constraints, and each plan's statuses, reused by the next search that names the "
         "same constraints until the workspace's next load or correction (0: off)."))
+    columns_mb: float = Field(512, ge=0, description=(
+        "Memory for each relation's current rows of a workspace held as columns (entity numbers, "
+        "dictionary-coded slots) until the workspace's next load or correction: a search judges them "
+        "in NumPy instead of SQL. Read on a relation's first search after a write; a relation over "
+        "the budget is judged in SQL (0: off)."))
 
 
 # The user config file for the settings being built; set by load_settings().
