@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .relation_columns import (TRUE, ColumnCache, Columns, RelationColumns, Tri, Unsupported,
-                                      floats, run_sql, tri)
+from .relation_columns import (TRUE, ColumnCache, Columns, RelationColumns, Tri, Unsupported, combine,
+                               floats, run_sql, tri)
 
 if TYPE_CHECKING:   # the engine's types, named for readers; never imported at run time
     from engine.core.packs import Relation
@@ -52,6 +52,7 @@ BITS = 62            # flags per BIGINT mask
 FIELD = 21           # bits per packed row counter (an entity's rows of one relation < 2**21)
 FIELDS = 3           # packed counters per BIGINT
 SEEN_KEYS = 4096     # enumeration statements remembered as asked-for once (VerdictCache.seen)
+SORTED = b"refindery.sorted"   # a statuses table's metadata: made in NumPy, in entity id order
 
 
 @dataclass
@@ -310,6 +311,33 @@ class VerdictCache:
             self._bytes = 0
 
 
+@dataclass
+class Held:
+    """The statuses `_final` computed, by entity id, as NumPy arrays: what the lists, the ranking and
+    the page read without a query. `table` is the registered Arrow table; `distances` the threshold
+    distances with NULL as +inf (NULLS LAST)."""
+    table: pa.Table
+    columns: dict[str, np.ndarray]
+    distances: dict[str, np.ndarray]
+    _ranked: np.ndarray | None = None
+
+    def ids(self, at: np.ndarray) -> list:
+        return self.table.column("entity_id").take(pa.array(at, pa.int64())).to_pylist()
+
+    def numbers(self, at: np.ndarray) -> list:
+        return self.table.column("ent_no").take(pa.array(at, pa.int64())).to_pylist()
+
+    def ranked(self, threshold_columns: list[str]) -> np.ndarray:
+        """The matched entities' positions in ranking order: optional groups satisfied (more
+        first), then each threshold distance (nearer first, none last), then entity id (the
+        table's own order)."""
+        if self._ranked is None:
+            at = np.flatnonzero(self.columns["status"] == MATCHED)
+            keys = [at] + [self.distances[c][at] for c in reversed(threshold_columns)] + [-self.columns["opt"][at]]
+            self._ranked = at[np.lexsort(keys)]
+        return self._ranked
+
+
 class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
@@ -320,6 +348,8 @@ class Enumerator:
         self.verdict_cache = verdict_cache
         self.columns = columns
         self._tables: dict[str, pa.Table] = {}   # each relation's verdicts this search read from memory
+        self._held: Held | None = None   # the statuses as NumPy arrays, by entity id, when _final made them
+        self._later: list = []   # column reads this search found missing: started when it is done (drop)
         self._registered: list[str] = []
         self.plan = plan
         self._temp = f"_rsearch_{secrets.token_hex(6)}"
@@ -562,74 +592,91 @@ class Enumerator:
         table, ws = self.plan.space.shape(rel).name, self.plan.space.workspace_id
         try:
             cols = self.columns.get((ws, self.version, table),
-                                    lambda: RelationColumns.read(self.con, table, rel, ws))
+                                    lambda: self._apart(lambda con: RelationColumns.read(con, table, rel, ws)),
+                                    self._later)
             return None if cols is None else self._judge(rel, cols)
         except Unsupported:
             return None
 
     def _judge(self, rel: Relation, cols: RelationColumns) -> pa.Table:
-        plan, con = self.plan, self.con
-        later: dict = {
-            "retired_": lambda: Tri(cols.retired, ~cols.retired),
-            "withheld_": lambda: Tri(cols.withheld, ~cols.withheld),
-        }
+        """Every per-row input of the verdicts (each constrained slot's value, the time state at
+        as_of, retired, withheld, undated — only those this search reads) is a small code per row;
+        the flags, counters and distances are computed once per combination of those codes
+        (`combine`), and spread to the rows by one index each before the per-entity reduction."""
+        plan, con, prof = self.plan, self.con, self.profiles[rel.name]
 
         def slot(name: str):
             if name not in cols.slots:
                 raise Unsupported(f"slot {name} not held")
             return cols.slots[name]
 
-        if rel.period:
+        factors: dict[str, tuple[np.ndarray, int]] = {}
+        for b in plan.singles:
+            if b.rel.name == rel.name:
+                coded = slot(b.slot.name)
+                factors[b.slot.name] = (coded.codes, coded.values.num_rows)
+        if prof.retired:
+            factors["@retired"] = (cols.retired.view(np.int8), 2)
+        if prof.withheld:
+            factors["@withheld"] = (cols.withheld.view(np.int8), 2)
+        if plan.as_of is not None:
+            factors["@tm"] = (self._time_states(rel, cols), 3)
+        if rel.period and rel.period[0] in prof.null:
             pf = slot(rel.period[0])
-            later["undated"] = lambda: tri(pc.is_null(pf.values.column(f"v_{rel.period[0]}")).combine_chunks(), pf.codes)
-        else:
-            later["undated"] = lambda: TRUE
-        later["tm"] = (lambda: self._time_states(rel, cols)) if plan.as_of is not None else (lambda: ACTIVE)
+            undated = pc.is_null(pf.values.column(f"v_{rel.period[0]}")).to_numpy(zero_copy_only=False)
+            factors["@undated"] = (undated.view(np.int8)[pf.codes], 2)
+        key, levels, size = combine(list(factors.values()))
+        level = dict(zip(factors, levels))
+
+        def flag(name: str) -> Tri:
+            on = level[name] == 1
+            return Tri(on, ~on)
+
+        later: dict = {
+            "retired_": (lambda: flag("@retired")) if prof.retired else (lambda: Tri(False, True)),
+            "withheld_": (lambda: flag("@withheld")) if prof.withheld else (lambda: Tri(False, True)),
+            "undated": (lambda: flag("@undated")) if "@undated" in level else (lambda: TRUE),
+            "tm": (lambda: level["@tm"]) if plan.as_of is not None else (lambda: ACTIVE),
+        }
         for b in plan.singles:
             if b.rel.name != rel.name:
                 continue
-            coded, s = slot(b.slot.name), b.slot.name
+            s, i = b.slot.name, b.index
             exprs = [predicate(b), (f"r.v_{s} IS NULL", []), (unplaced(b) or "FALSE", [])]
             dist = distance(b)
             if dist is not None:
                 exprs.append(dist)
-            decided = cols.decide(con, coded, exprs)
-            i = b.index
-            later[f"p{i}"] = lambda a=decided[0], c=coded: tri(a, c.codes)
-            later[f"z{i}"] = lambda a=decided[1], c=coded: tri(a, c.codes)
-            later[f"u{i}"] = lambda a=decided[2], c=coded: tri(a, c.codes)
+            decided = cols.decide(con, slot(s), exprs)
+            later[f"p{i}"] = lambda a=decided[0], c=level[s]: tri(a, c)
+            later[f"z{i}"] = lambda a=decided[1], c=level[s]: tri(a, c)
+            later[f"u{i}"] = lambda a=decided[2], c=level[s]: tri(a, c)
             if dist is not None:
-                later[f"d{i}"] = lambda a=decided[3], c=coded: floats(a, c.codes)
+                later[f"d{i}"] = lambda a=decided[3], c=level[s]: floats(a, c)
         env = Columns(later)
         for name, sql in self.unit_columns(rel):
             later[name] = lambda sql=sql: run_sql(sql, env)
 
         def sure(sql: str) -> np.ndarray:
-            """A per-row flag or counter: never NULL by construction (else the SQL path runs)."""
+            """A flag or counter per combination: never NULL by construction (else the SQL path runs)."""
             v = run_sql(sql, env)
             if not np.all(v.known):
                 raise Unsupported(f"NULL from {sql!r}")
-            return np.broadcast_to(np.asarray(v.t, dtype=bool), (cols.rows,))
+            return np.broadcast_to(np.asarray(v.t, dtype=bool), (size,))
 
-        visible = cov_visible = None
-        if not plan.space.sight.everything:
-            sees = [(plan.space.sight.row("r"), [])]
-            visible = tri(cols.decide(con, cols.scope, sees)[0], cols.scope.codes).t
-            cov_visible = tri(cols.decide(con, cols.cov_scope, sees)[0], cols.cov_scope.codes).t
-        out: dict[str, tuple[np.ndarray, str]] = {}   # column -> (per-row values, how they aggregate)
+        out: dict[str, tuple[np.ndarray, str]] = {}   # column -> (per-combination values, how they aggregate)
         flags = self.flag_sets[rel.name]
         for k in range(0, len(flags.flags), BITS):
-            mask = np.zeros(cols.rows, np.int64)
+            mask = np.zeros(size, np.int64)
             for bit, (_, sql) in enumerate(flags.flags[k:k + BITS]):
                 mask |= sure(sql).astype(np.int64) << bit
             out[f"mask{k // BITS}"] = (mask, "or")
         counters = self.counters(rel)
-        wide = self.profiles[rel.name].rows >= 2 ** FIELD
+        wide = prof.rows >= 2 ** FIELD
         for k, names in enumerate(self.packed(rel)):
             if wide:
                 out.update({f"n_{n}": (sure(counters[n]).astype(np.int64), "sum") for n in names})
                 continue
-            packed = np.zeros(cols.rows, np.int64)
+            packed = np.zeros(size, np.int64)
             for j, n in enumerate(names):
                 packed |= sure(counters[n]).astype(np.int64) << (FIELD * j)
             out[f"pk{k}"] = (packed, "sum")
@@ -637,49 +684,63 @@ class Enumerator:
             if name.startswith("g"):
                 for b in bound:
                     if b.thresholded:
-                        m = run_sql(f"{name}_m", env)
-                        out[f"{name}_d{b.index}"] = (np.where(np.broadcast_to(m.t, (cols.rows,)), env[f"d{b.index}"], np.nan), "min")
-        return self._aggregated(cols, out, visible, cov_visible)
+                        m = np.broadcast_to(run_sql(f"{name}_m", env).t, (size,))
+                        out[f"{name}_d{b.index}"] = (np.where(m, env[f"d{b.index}"], np.nan), "min")
+        visible = cov_visible = None
+        if not plan.space.sight.everything:
+            sees = [(plan.space.sight.row("r"), [])]
+            visible = tri(cols.decide(con, cols.scope, sees)[0], cols.scope.codes).t
+            cov_visible = tri(cols.decide(con, cols.cov_scope, sees)[0], cols.cov_scope.codes).t
+        rows = {name: (values[key], how) for name, (values, how) in out.items()}
+        return self._aggregated(cols, rows, visible, cov_visible)
 
     def _time_states(self, rel: Relation, cols: RelationColumns) -> np.ndarray:
-        """time_sql's ACTIVE / INACTIVE / UNPLACEABLE per row at as_of, in NumPy. A comparison with
-        a missing date is FALSE here where SQL has NULL: every test below is a CASE WHEN over ANDs
-        and ORs of comparisons (no NOT), which fires exactly when it would in SQL."""
+        """time_sql's ACTIVE / INACTIVE / UNPLACEABLE per row at as_of. Each date slot's distinct
+        values get a state of four bits (no value; hi <= end; lo > end; lo known), the rule is run
+        once per combination of states, and each row reads its combination. A comparison with a
+        missing date is FALSE here where SQL has NULL: every test is a CASE WHEN over ANDs and ORs
+        of comparisons (no NOT), which fires exactly when it would in SQL."""
         end = (self.plan.as_of[1] - date(1970, 1, 1)).days
-
-        def days(s: str, col: str) -> tuple[np.ndarray, np.ndarray]:
+        names = ([rel.date_slot] if rel.date_slot else []) + list(rel.period or ())
+        if not names:
+            return np.full(cols.rows, UNPLACEABLE, np.int8)
+        factors = []
+        for s in names:
             if s not in cols.slots:
                 raise Unsupported(f"slot {s} not held")
             coded = cols.slots[s]
-            a = coded.values.column(f"{col}_{s}").combine_chunks()
-            if col == "v":
-                return pc.is_null(a).to_numpy(zero_copy_only=False)[coded.codes], None
-            known = pc.is_valid(a).to_numpy(zero_copy_only=False)
-            n = pc.fill_null(pc.cast(a, pa.int32()), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-            return n[coded.codes], known[coded.codes]
 
-        def le(x, y):
-            return x[1] & (x[0] <= y)
+            def bits(col: str):
+                a = coded.values.column(f"{col}_{s}").combine_chunks()
+                known = pc.is_valid(a).to_numpy(zero_copy_only=False)
+                return known, pc.fill_null(pc.cast(a, pa.int32()), 0).to_numpy(zero_copy_only=False)
 
-        def gt(x, y):
-            return x[1] & (x[0] > y)
+            vnull = pc.is_null(coded.values.column(f"v_{s}")).to_numpy(zero_copy_only=False)
+            lo_known, lo = bits("lo")
+            hi_known, hi = bits("hi")
+            state = (vnull.astype(np.int8) | ((hi_known & (hi <= end)).astype(np.int8) << 1)
+                     | ((lo_known & (lo > end)).astype(np.int8) << 2) | (lo_known.astype(np.int8) << 3))
+            factors.append((state[coded.codes], 16))
+        key, levels, _ = combine(factors)
+        st = dict(zip(names, levels))
+
+        def bit(s: str, i: int) -> np.ndarray:
+            return ((st[s] >> i) & 1) == 1
 
         if rel.date_slot:
             d = rel.date_slot
-            lo, hi = days(d, "lo"), days(d, "hi")
-            undated = np.where(~lo[1], UNPLACEABLE, np.where(le(hi, end), ACTIVE,
-                                                              np.where(gt(lo, end), INACTIVE, UNPLACEABLE)))
+            undated = np.where(~bit(d, 3), UNPLACEABLE, np.where(bit(d, 1), ACTIVE,
+                                                                 np.where(bit(d, 2), INACTIVE, UNPLACEABLE)))
         else:
-            undated = np.full(cols.rows, UNPLACEABLE)
-        if not rel.period:
-            return undated.astype(np.int8)
-        pf, pt = rel.period
-        pf_null, _ = days(pf, "v")
-        pt_null, _ = days(pt, "v")
-        lo_f, hi_f, lo_t, hi_t = days(pf, "lo"), days(pf, "hi"), days(pt, "lo"), days(pt, "hi")
-        dated = np.where(le(hi_f, end) & (pt_null | gt(lo_t, end)), ACTIVE,
-                         np.where(gt(lo_f, end) | le(hi_t, end), INACTIVE, UNPLACEABLE))
-        return np.where(~pf_null, dated, undated).astype(np.int8)
+            undated = np.full(len(levels[0]), UNPLACEABLE)
+        if rel.period:
+            pf, pt = rel.period
+            dated = np.where(bit(pf, 1) & (bit(pt, 0) | bit(pt, 2)), ACTIVE,
+                             np.where(bit(pf, 2) | bit(pt, 1), INACTIVE, UNPLACEABLE))
+            table = np.where(~bit(pf, 0), dated, undated)
+        else:
+            table = undated
+        return table.astype(np.int8)[key]
 
     @staticmethod
     def _aggregated(cols: RelationColumns, out: dict, visible: np.ndarray | None,
@@ -755,6 +816,7 @@ class Enumerator:
         hit = self.verdict_cache.get(key) if self.verdict_cache is not None else None
         if hit is not None:
             self.table = self._register(hit)
+            self._held = self._hold(hit)
             return self.table
         if self.verdict_cache is None and self.columns is None:
             self.con.execute(f"CREATE TEMP TABLE {self.table} AS {sql}", params)
@@ -777,10 +839,29 @@ class Enumerator:
         return self.table
 
     def universe(self) -> pa.Table:
-        """The plan's universe: (ent_no, entity_id, name as the reader may see it) per entity."""
-        sight = self.plan.space.sight
-        return self._arrow(f"SELECT ent_no, entity_id, {sight.name()} AS name FROM rel_entities WHERE workspace_id = ? "
-                           f"AND list_contains(?, kind) AND {sight.entity()}", [self.plan.space.workspace_id, self.plan.kinds])
+        """The plan's universe: (ent_no, entity_id, name as the reader may see it) per entity, by
+        entity id — held with the columns until the workspace's next write (or a change of the names
+        the reader sees, which moves the map version)."""
+        space = self.plan.space
+        sight = space.sight
+
+        def read(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            con.complete()
+            return con.sql(f"SELECT ent_no, entity_id, {sight.name()} AS name FROM rel_entities WHERE workspace_id = ? "
+                           f"AND list_contains(?, kind) AND {sight.entity()} ORDER BY entity_id",
+                           params=[space.workspace_id, self.plan.kinds]).to_arrow_table()
+        if self.columns is None:
+            return read(self.con)
+        key = (space.workspace_id, self.version, "universe", tuple(self.plan.kinds), sight.scopes, space.map_version)
+        return self.columns.get(key, lambda: self._apart(read), self._later) or read(self.con)
+
+    def _apart(self, read):
+        """`read(con)` on a cursor of its own (the column cache may run it on another thread)."""
+        con = self.con.cursor()
+        try:
+            return read(con)
+        finally:
+            con.close()
 
     def _final(self, tables: dict[str, pa.Table]) -> pa.Table:
         """`_statement`'s SELECT computed in NumPy from each relation's aggregate: the same columns,
@@ -852,7 +933,24 @@ class Enumerator:
                 opt += (status[f"g{g.index}"] == MATCHED).astype(np.int32)
         cols["status"] = pa.array(overall, pa.int8())
         cols["opt"] = pa.array(opt, pa.int32())
-        return pa.table(cols)
+        table = pa.table(cols).replace_schema_metadata({SORTED: b"entity_id"})
+        self._held = self._hold(table)
+        return table
+
+    def _hold(self, table: pa.Table) -> Held | None:
+        """The arrays the lists, ranking and page read, from a statuses table `_final` made (in
+        entity id order, as its metadata says); None for one made in SQL."""
+        if (table.schema.metadata or {}).get(SORTED) != b"entity_id":
+            return None
+
+        def col(name: str) -> np.ndarray:
+            return table.column(name).to_numpy()
+
+        units = [f"g{g.index}" for g in self.plan.groups] + [f"s{b.index}" for b in self.plan.singles]
+        flags = [f"{k}_{r.name}" for r in self.plan.relations for k in ("cov", "live")]
+        return Held(table, {n: col(n) for n in ["status", "opt", *units, *flags]},
+                    {n: np.nan_to_num(table.column(n).to_numpy().astype(np.float64), nan=np.inf)
+                     for n in self.threshold_columns()})
 
     def _verdict_table(self, rel: Relation) -> pa.Table | None:
         """A relation's per-entity verdicts (its aggregate: masks, row counters, distances) for these
@@ -949,6 +1047,9 @@ class Enumerator:
             self.table = self._temp
 
     def drop(self) -> None:
+        if self._later and self.columns is not None:
+            self.columns.start(self._later)
+            self._later = []
         try:
             self.con.execute(f"DROP TABLE IF EXISTS {self._temp}")
         except duckdb.Error:
@@ -977,6 +1078,19 @@ class Enumerator:
             return f"NOT cov_{spec[1]}"
         raise ValueError(spec)
 
+    def _mask(self, spec: tuple) -> np.ndarray:
+        """`_where` over the held arrays."""
+        cols, kind = self._held.columns, spec[0]
+        if kind == "status":
+            return cols["status"] == STATUS[spec[1]]
+        if kind == "unit":
+            return cols[spec[1]] == STATUS[spec[2]]
+        if kind == "absent":
+            return cols[f"cov_{spec[1]}"] & ~cols[f"live_{spec[1]}"]
+        if kind == "uncovered":
+            return ~cols[f"cov_{spec[1]}"]
+        raise ValueError(spec)
+
     def threshold_columns(self) -> list[str]:
         cols = {b.index: f"g{g.index}_d{b.index}" for g in self.plan.groups for b in g.bound if b.thresholded}
         return [cols[i] for i in sorted(cols)]
@@ -990,6 +1104,8 @@ class Enumerator:
 
     def matched_ids(self, limit: int, restrict: list[str] | None = None) -> list[str]:
         """The matched entities' ids in ranking order, at most `limit`."""
+        if self._held is not None and restrict is None and self.table != self._temp:
+            return self._held.ids(self._held.ranked(self.threshold_columns())[:int(limit)])
         where, params = f"status = {MATCHED}", []
         if restrict is not None:
             where, params = f"{where} AND list_contains(?, entity_id)", [restrict]
@@ -1002,6 +1118,11 @@ class Enumerator:
         """Every bounded list in one statement: per key up to `limit` (entity id, entity number), by id."""
         out: dict[str, list[tuple[str, int]]] = {k: [] for k in specs}
         if limit == 0 or not specs:
+            return out
+        if self._held is not None and restrict is None and self.table != self._temp:
+            for key, spec in specs.items():
+                at = np.flatnonzero(self._mask(spec))[:int(limit)]
+                out[key] = list(zip(self._held.ids(at), self._held.numbers(at)))
             return out
         keys, parts, params = list(specs), [], []
         for i, key in enumerate(keys):
@@ -1049,6 +1170,18 @@ class Enumerator:
 
     def page(self, limit: int, offset: int, restrict: list[str] | None = None) -> list[tuple]:
         """One page of the matched, ranked: (entity_id, rank, opt, ent_no, name, *threshold distances)."""
+        if self._held is not None and restrict is None and self.table != self._temp:
+            held, dist = self._held, self.threshold_columns()
+            at = held.ranked(dist)[int(offset):int(offset) + int(limit)]
+            if not len(at):
+                return []
+            t = held.table
+            take = pa.array(at, pa.int64())
+            columns = [t.column(c).take(take).to_pylist() for c in ("entity_id", "ent_no", "name", *dist)]
+            ranks = range(int(offset) + 1, int(offset) + 1 + len(at))
+            opts = held.columns["opt"][at].tolist()
+            return [(eid, rank, opt, number, name, *rest)
+                    for eid, rank, opt, number, name, *rest in zip(columns[0], ranks, opts, *columns[1:])]
         params: list = []
         where = ""
         if restrict is not None:

@@ -165,6 +165,42 @@ class RelationColumns:
         return arrays
 
 
+DIRECT = 1 << 22   # combinations indexed directly up to this many; beyond, only those that occur
+
+
+def combine(factors: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, list[np.ndarray], int]:
+    """Per-row codes of several inputs (each with its number of values) as one code per row for
+    their combination: (per-row combination code, per input its value at each combination, how
+    many combinations). Mixed radix while the product of the sizes is small, else the combinations
+    that occur, numbered by first appearance."""
+    if not factors:
+        return np.zeros(0, np.int32), [], 1
+    n = len(factors[0][0])
+    size = int(np.prod([card for _, card in factors], dtype=np.float64))
+    if size == 0:     # an input with no values: no rows
+        return np.zeros(0, np.int32), [np.zeros(0, np.int32) for _ in factors], 0
+    if size <= DIRECT:
+        dtype = np.int32 if size < 2**31 else np.int64
+        key = np.zeros(n, dtype)
+        levels, stride = [], size
+        every = np.arange(size, dtype=dtype)
+        for codes, card in factors:
+            key *= card
+            key += codes
+            stride //= card
+            levels.append((every // stride) % card)
+        return key, levels, size
+    key = factors[0][0].astype(np.int64)
+    for codes, card in factors[1:]:
+        key = key * card + codes
+        key = pc.dictionary_encode(pa.array(key)).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if len(factors) == 1:
+        key = pc.dictionary_encode(pa.array(key)).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    running = np.maximum.accumulate(key) if n else key
+    first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]]) if n else np.zeros(0, np.int64)
+    return key, [codes[first] for codes, _ in factors], len(first)
+
+
 def tri(array: pa.Array, codes: np.ndarray) -> "Tri":
     """A boolean Arrow array over distinct values (NULL allowed), spread to the rows by their codes."""
     t = pc.fill_null(array, False).to_numpy(zero_copy_only=False)
@@ -178,19 +214,24 @@ def floats(array: pa.Array, codes: np.ndarray) -> np.ndarray:
 
 
 class ColumnCache:
-    """RelationColumns per (workspace, version, table) within a byte budget (0: off)."""
+    """RelationColumns (and other per-version tables) per (workspace, version, ...) within a byte
+    budget (0: off). `background` (the default): a missing entry is read on a thread of its own and
+    the asking search goes on without it (judged in SQL), so the first search after a write never
+    waits for the read; `background=False` reads it in the asking search."""
 
-    def __init__(self, budget_mb: float):
+    def __init__(self, budget_mb: float, background: bool = True):
         self.budget = int(budget_mb * 2**20)
-        self._items: OrderedDict[tuple, RelationColumns] = OrderedDict()
+        self.background = background
+        self._items: OrderedDict[tuple, object] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self._building: dict[tuple, threading.Lock] = {}
+        self._building: dict[tuple, threading.Thread | None] = {}
         self.builds = 0
 
-    def get(self, key: tuple, build) -> RelationColumns | None:
-        """The columns under `key`, read by `build()` the first time (one reader at a time per key;
-        others wait for it). None when off or over the budget."""
+    def get(self, key: tuple, build, later: list | None = None):
+        """The entry under `key`, or None while it is being read (or when off, or over the budget).
+        In the background, a missing entry's read starts now — or, given `later`, is appended
+        there for the caller to `start` once it is done (so the read does not slow that caller)."""
         if self.budget <= 0:
             return None
         with self._lock:
@@ -198,24 +239,70 @@ class ColumnCache:
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit
-            gate = self._building.setdefault(key, threading.Lock())
-        with gate:
-            with self._lock:
-                hit = self._items.get(key)
-                if hit is not None:
-                    return hit
-            cols = build()
-            self.builds += 1
-            with self._lock:
-                self._building.pop(key, None)
-                if cols.nbytes > self.budget:
+            if key in self._building:
+                return None if self.background else self._wait(key)
+            if self.background:
+                if later is not None:
+                    if all(k != key for k, _ in later):
+                        later.append((key, build))
                     return None
-                self._items[key] = cols
-                self._bytes += cols.nbytes
-                while self._bytes > self.budget:
-                    _, gone = self._items.popitem(last=False)
-                    self._bytes -= gone.nbytes
-            return cols
+                self._start(key, build)
+                return None
+            self._building[key] = None
+        self._build(key, build)
+        with self._lock:
+            return self._items.get(key)
+
+    def start(self, reads: list) -> None:
+        """Start the background reads a caller deferred (`get(..., later=)`), unless begun or held."""
+        with self._lock:
+            for key, build in reads:
+                if key not in self._building and key not in self._items:
+                    self._start(key, build)
+
+    def _start(self, key: tuple, build) -> None:
+        thread = threading.Thread(target=self._build, args=(key, build), daemon=True, name="relation-columns")
+        self._building[key] = thread
+        thread.start()
+
+    def _wait(self, key: tuple):
+        thread = self._building.get(key)
+        self._lock.release()
+        try:
+            if thread is not None:
+                thread.join()
+        finally:
+            self._lock.acquire()
+        return self._items.get(key)
+
+    def _build(self, key: tuple, build) -> None:
+        try:
+            value = build()
+        except Exception:   # a read that fails (a store closing under it): the searches stay in SQL
+            value = None
+        with self._lock:
+            self._building.pop(key, None)
+            if value is None:
+                return
+            self.builds += 1
+            size = value.nbytes
+            if size > self.budget:
+                return
+            self._items[key] = value
+            self._bytes += size
+            while self._bytes > self.budget:
+                _, gone = self._items.popitem(last=False)
+                self._bytes -= gone.nbytes
+
+    def settle(self) -> None:
+        """Wait for every read in progress (tests, benches, closing)."""
+        while True:
+            with self._lock:
+                threads = [t for t in self._building.values() if t is not None]
+            if not threads:
+                return
+            for t in threads:
+                t.join()
 
     def forget(self, workspace_id: str) -> None:
         with self._lock:

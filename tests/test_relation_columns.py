@@ -29,6 +29,7 @@ def client(tmp_path_factory):
     from docs.examples import make_client
 
     cl = make_client(tmp_path_factory.mktemp("relation-columns"))
+    cl.corpus.relations.columns.background = False   # read in the asking search: judged in memory at once
     yield cl
     cl.corpus.close()
 
@@ -110,7 +111,11 @@ def _sorted(table: pa.Table) -> dict:
 @pytest.mark.parametrize("as_of", [None, "2020-01", "2019", "2024-06"])
 @pytest.mark.parametrize("scopes", [None, ("hr",)])
 @pytest.mark.parametrize("plan_no", range(len(PLANS)))
-def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, scopes):
+@pytest.mark.parametrize("direct", [True, False], ids=["mixed-radix", "occurring"])
+def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, scopes, direct, monkeypatch):
+    if not direct:   # every combination of inputs numbered as it occurs (what a wide one takes)
+        monkeypatch.setattr("indexes.relation_columns.DIRECT", 0)
+    client.corpus.relations.verdicts.clear()
     rstore, plan = _plan(client, workspace, PLANS[plan_no], as_of, scopes)
     en = rstore.enumerator(plan)
     try:
@@ -132,6 +137,17 @@ def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, sco
         en.run()                                      # whichever way it runs, the statuses are the SQL's
         assert _sorted(en._arrow(f"SELECT * FROM {en.table}")) == expected
         assert len(expected["ent_no"][1]) > 0
+        # the lists, the ranking and the page read off the held arrays equal the SQL's over the table
+        specs = {f"{kind}:{s}": (kind, s) for kind in ("status",) for s in ("matched", "none", "not_recorded",
+                                                                               "undetermined")}
+        specs.update({f"g{g.index}:{s}": ("unit", f"g{g.index}", s) for g in plan.groups for s in ("none", "matched")})
+        specs.update({f"abs:{r.name}": ("absent", r.name) for r in plan.relations})
+        specs.update({f"unc:{r.name}": ("uncovered", r.name) for r in plan.relations})
+        answers = [(en.lists(specs, 7), en.matched_ids(1000), en.page(5, 0), en.page(5, 3), en.page(5, 10_000))]
+        assert (en._held is not None) == judged_all
+        en._held = None
+        answers.append((en.lists(specs, 7), en.matched_ids(1000), en.page(5, 0), en.page(5, 3), en.page(5, 10_000)))
+        assert answers[0] == answers[1]
     finally:
         en.drop()
 
@@ -200,3 +216,47 @@ def test_three_valued_evaluation_follows_sql(sql, t, f):
 def test_what_the_evaluator_cannot_read_is_refused(sql):
     with pytest.raises(Unsupported):
         evaluate(compile_sql(sql), {"a": Tri(True, False), "b": Tri(True, False)})
+
+
+def test_a_relation_with_no_rows_is_judged_as_in_sql(client, tmp_path):
+    src = export(tmp_path / "roles-only.duckdb", ["a", "b"], roles=[role("a"), role("b", function="Finance")],
+                 screenings=[], screened=[])
+    ws = new_workspace(client)
+    load(client, ws, load_body(src, screening_coverage=False))
+    rstore, plan = _plan(client, ws, PLANS[0], "2020-01", None)
+    en = rstore.enumerator(plan)
+    try:
+        for rel in plan.relations:
+            agg, params = en._aggregate(rel)
+            assert _sorted(en.judged(rel)) == _sorted(en._arrow(agg, params))
+            en._tables[rel.name] = en.judged(rel)
+        sql, params = en._statement(cached_ok=False)
+        assert _sorted(en._final(en._tables)) == _sorted(en._arrow(sql, params))
+    finally:
+        en.drop()
+
+
+def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_sql(client, workspace):
+    rstore = client.corpus.relations
+    cols = rstore.columns
+    before = search(client, workspace, PLANS[0])
+    cols.background = True
+    try:
+        rstore.changed(workspace)
+        _, plan = _plan(client, workspace, PLANS[0], None, None)
+        en = rstore.enumerator(plan)
+        try:
+            assert en.judged(plan.relations[0]) is None      # not held yet: this search is judged in SQL
+        finally:
+            en.drop()
+        cols.settle()
+        en = rstore.enumerator(plan)
+        try:
+            assert en.judged(plan.relations[0]) is not None   # read meanwhile, on its own thread
+        finally:
+            en.drop()
+        after = search(client, workspace, PLANS[0])
+    finally:
+        cols.settle()
+        cols.background = False
+    assert {k: v for k, v in before.items() if k != "request_id"} == {k: v for k, v in after.items() if k != "request_id"}

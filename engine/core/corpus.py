@@ -401,6 +401,7 @@ class Corpus:
             return
         try:
             self.querylog.close()
+            self.relations.columns.settle()   # a relation's rows being read into columns
             self.flush()
         finally:
             self.store.close()

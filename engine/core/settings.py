@@ -236,8 +236,9 @@ class RelationsSettings(BaseModel):
     columns_mb: float = Field(512, ge=0, description=(
         "Memory for each relation's current rows of a workspace held as columns (entity numbers, "
         "dictionary-coded slots) until the workspace's next load or correction: a search judges them "
-        "in NumPy instead of SQL. Read on a relation's first search after a write; a relation over "
-        "the budget is judged in SQL (0: off)."))
+        "in NumPy instead of SQL. Read on a thread of its own when a search first needs it after a write "
+        "(that search, and any before the read ends, are judged in SQL); a relation over the budget is "
+        "judged in SQL (0: off)."))
 
 
 # The user config file for the settings being built; set by load_settings().
