@@ -22,6 +22,7 @@ size plus ~60 bytes a chunk (about 47 MB for 100k chunks of 400 characters).
 from __future__ import annotations
 
 import threading
+from operator import itemgetter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -80,8 +81,9 @@ class HotView:
         q, pos, hit = self._positions(chunk_ids)
         if not hit.any():
             return {}
-        page_ids = self.cols["page_id"]
-        return {int(c): page_ids[r] for c, r in zip(q[hit].tolist(), self.chunk_row[pos[hit]].tolist())}
+        rows = self.chunk_row[pos[hit]].tolist()
+        pages = itemgetter(*rows)(self.cols["page_id"])   # one C-level gather from the list
+        return dict(zip(q[hit].tolist(), pages if len(rows) > 1 else (pages,)))
 
     def chunk_offsets(self, chunk_ids) -> dict[int, tuple[int, int]]:
         """chunk id -> (char_start, char_end) in its page, for the chunks that exist."""
@@ -101,8 +103,8 @@ class HotView:
                 zip(q[hit].tolist(), self.chunk_text[p].tolist(), self.chunk_section[p].tolist())}
 
     def last_seen(self, page_ids) -> dict[str, datetime]:
-        col = self.cols["last_seen"]
-        return {pid: col[r] for pid in page_ids if (r := self.row_of.get(pid)) is not None}
+        col, row_of = self.cols["last_seen"], self.row_of
+        return {pid: col[r] for pid in page_ids if (r := row_of.get(pid)) is not None}
 
     def page_rows(self, page_ids) -> dict[str, dict]:
         """Page rows (without body) with their entities' canonical forms, sorted — the shape of

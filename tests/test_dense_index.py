@@ -154,3 +154,30 @@ def test_search_threads_are_set_per_thread(shared_corpus):
     t.start()
     t.join()
     assert seen == [default] and faiss.omp_get_max_threads() == default   # 0 leaves it; others untouched
+
+
+def test_the_dense_arm_on_the_calling_thread_searches_with_one_thread_and_restores_the_callers(shared_corpus):
+    """The dense arm runs on the calling thread (the sparse arm on the pool): FAISS's threads are
+    index.search_threads during its call and the caller's own setting again after it."""
+    import threading
+
+    import faiss
+
+    from engine.refind.search import SearchRequest, SearchService
+
+    svc = SearchService(shared_corpus)
+    default = faiss.omp_get_max_threads()
+    seen = []
+    dense = shared_corpus.dense(shared_corpus.settings.models.active)
+    original = dense.search
+
+    def spy(*a, **k):
+        seen.append((threading.get_ident(), faiss.omp_get_max_threads()))
+        return original(*a, **k)
+
+    dense.search = spy
+    try:
+        svc.search(SearchRequest(query="python"), log=False)
+    finally:
+        del dense.search
+    assert seen and set(seen) == {(threading.get_ident(), 1)} and faiss.omp_get_max_threads() == default

@@ -155,3 +155,24 @@ def test_the_pipelines_inlined_decay_is_decay_factor_bit_for_bit():
         got = {sp.page_id: sp.factor for sp in _decay(rolled, seen, now, p)}
         assert got == {pid: decay_factor(ls, now, half_life, weight) for pid, ls in seen.items()}
         assert got["future"] == 1.0 and got["p299"] < 1.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rrf_scores_are_fuses_scores_bit_for_bit_in_the_same_order(seed):
+    import random
+
+    from engine.refind.fusion import rrf_scores
+
+    rng = random.Random(seed)
+
+    def arm(n):   # best first, with ties (a few distinct scores) and ids shared with the other arm
+        scores = sorted((rng.choice([0.1, 0.25, 0.5, 0.75, rng.random()]) for _ in range(n)), reverse=True)
+        ids = rng.sample(range(3 * n), n)
+        return list(zip(ids, scores))
+
+    arms = {"dense": arm(rng.randint(0, 120)), "sparse": arm(rng.randint(0, 120))}
+    weights = {"dense": rng.choice([1.0, 0.3, 2.0]), "sparse": rng.choice([1.0, 0.7])}
+    k = rng.choice([60.0, 1.0, 10.5])
+    expected = [(f.chunk_id, f.score) for f in fuse(arms, weights, "rrf", k)]
+    got = rrf_scores(arms, weights, k)
+    assert got == expected and all(a[1].hex() == b[1].hex() for a, b in zip(got, expected))
