@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -287,6 +288,9 @@ def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: dat
     return out
 
 
+_caller = threading.local()   # per calling thread: FAISS's OpenMP threads there before a search set them
+
+
 class SearchService:
     def __init__(self, corpus: Corpus, search_settings=None):
         """`search_settings` overrides the corpus's [search] defaults (replay under another config)."""
@@ -385,7 +389,9 @@ class SearchService:
         threads = self.corpus.settings.index.search_threads
         if threads <= 0:
             return fn(*args)
-        before = faiss.omp_get_max_threads()
+        before = getattr(_caller, "faiss_threads", None)
+        if before is None:   # asked once per thread (~0.1 ms a call); only set_search_threads changes it
+            before = _caller.faiss_threads = faiss.omp_get_max_threads()
         set_search_threads(threads)
         try:
             return fn(*args)
