@@ -226,6 +226,7 @@ class ColumnCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self._building: dict[tuple, threading.Thread | None] = {}
+        self._epoch: dict[str, int] = {}   # per workspace, moved by forget: a read begun before is not kept
         self.builds = 0
 
     def get(self, key: tuple, build, later: list | None = None):
@@ -249,7 +250,8 @@ class ColumnCache:
                 self._start(key, build)
                 return None
             self._building[key] = None
-        self._build(key, build)
+            epoch = self._epoch.get(key[0], 0)
+        self._build(key, build, epoch)
         with self._lock:
             return self._items.get(key)
 
@@ -261,7 +263,8 @@ class ColumnCache:
                     self._start(key, build)
 
     def _start(self, key: tuple, build) -> None:
-        thread = threading.Thread(target=self._build, args=(key, build), daemon=True, name="relation-columns")
+        thread = threading.Thread(target=self._build, args=(key, build, self._epoch.get(key[0], 0)), daemon=True,
+                                  name="relation-columns")
         self._building[key] = thread
         thread.start()
 
@@ -275,14 +278,14 @@ class ColumnCache:
             self._lock.acquire()
         return self._items.get(key)
 
-    def _build(self, key: tuple, build) -> None:
+    def _build(self, key: tuple, build, epoch: int) -> None:
         try:
             value = build()
         except Exception:   # a read that fails (a store closing under it): the searches stay in SQL
             value = None
         with self._lock:
             self._building.pop(key, None)
-            if value is None:
+            if value is None or self._epoch.get(key[0], 0) != epoch:   # the workspace was written meanwhile
                 return
             self.builds += 1
             size = value.nbytes
@@ -306,6 +309,7 @@ class ColumnCache:
 
     def forget(self, workspace_id: str) -> None:
         with self._lock:
+            self._epoch[workspace_id] = self._epoch.get(workspace_id, 0) + 1
             for key in [k for k in self._items if k[0] == workspace_id]:
                 self._bytes -= self._items.pop(key).nbytes
 

@@ -260,3 +260,39 @@ def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_
         cols.settle()
         cols.background = False
     assert {k: v for k, v in before.items() if k != "request_id"} == {k: v for k, v in after.items() if k != "request_id"}
+
+
+class _Sized:
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+
+def test_the_column_cache_reads_in_the_background_and_drops_a_read_a_write_overtook():
+    import threading
+
+    from indexes.relation_columns import ColumnCache
+
+    cache = ColumnCache(1)   # 1 MB
+    gate = threading.Event()
+
+    def slow():
+        gate.wait(5)
+        return _Sized(100)
+
+    later: list = []
+    assert cache.get(("ws", 1, "t"), slow, later) is None and len(later) == 1   # deferred to the caller
+    cache.start(later)
+    assert cache.get(("ws", 1, "t"), slow) is None                            # being read
+    cache.forget("ws")                                                        # a write meanwhile
+    gate.set()
+    cache.settle()
+    assert cache.get(("ws", 1, "t"), lambda: None) is None and cache.builds == 0   # not kept
+    cache.settle()
+    got = cache.get(("ws", 2, "t"), lambda: _Sized(100))
+    cache.settle()
+    assert got is None and cache.get(("ws", 2, "t"), lambda: _Sized(100)).nbytes == 100
+    cache.get(("ws", 3, "big"), lambda: _Sized(2 * 2**20))                   # over the budget: never kept
+    cache.settle()
+    assert cache.get(("ws", 3, "big"), lambda: None) is None
+    cache.settle()
+    assert ColumnCache(0).get(("ws", 1, "t"), lambda: _Sized(1)) is None     # off
