@@ -18,6 +18,13 @@ there retired, withheld, valueless or unplaceable rows?) lets the SQL leave out 
 data cannot make true, so clean data is judged with plain comparisons; verdicts are computed once
 per row in layered projections and aggregated per entity as a few bit masks (bit_or) and packed
 counters, keyed by a dense integer entity number.
+
+Two ways to run the same SQL: in DuckDB (above), or — where the relation's rows are held as NumPy
+columns at this workspace version (relation_columns.py) — `judged` evaluates the very same
+per-row SQL text over them (conditions decided once per distinct value, the rest once per
+combination of inputs, a reduceat per entity) and `_final` computes the statuses from the
+aggregates; the lists, ranking and page then read NumPy arrays (`Held`). Both ways give the same
+tables, column for column (tests/test_relation_columns.py).
 """
 from __future__ import annotations
 
