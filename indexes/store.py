@@ -563,7 +563,7 @@ class CorpusStore:
 
     def sample_chunk_texts(self, workspace: str, limit: int) -> list[str]:
         """At most `limit` chunk texts of a workspace, the same ones every time for the same chunks
-        (ordered by a hash of the chunk id)."""
+        (ordered by a hash of the chunk id): the evidence vocabulary's sample, the benchmarks'."""
         return [r[0] for r in self.cursor().execute(
             """SELECT c.text FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = ?
                ORDER BY hash(c.chunk_id), c.chunk_id LIMIT ?""", [workspace, int(limit)]).fetchall()]
@@ -739,12 +739,6 @@ class CorpusStore:
             "SELECT DISTINCT page_id FROM changes WHERE generation > ? ORDER BY 1", [generation]
         ).fetchall()
         return [r[0] for r in rows]
-
-    def sample_chunk_texts(self, workspace: str, n: int) -> list[str]:
-        """`n` chunk texts of a workspace in a fixed pseudo-random order (benchmarks' samples)."""
-        return [r[0] for r in self.cursor().execute(
-            "SELECT text FROM chunks c JOIN pages p USING (page_id) WHERE p.workspace_id = ? "
-            "ORDER BY hash(c.chunk_id) LIMIT ?", [workspace, n]).fetchall()]
 
     def counts(self) -> dict:
         cur = self.cursor()
