@@ -8,7 +8,8 @@ sizes, not on meaning. The query is embedded by the real model. For every query 
 Engine.search (its own per-stage timings) and, separately, the bare tantivy and FAISS
 calls with the same depth; the overhead ratio is p50(total) / (p50(embed) + p50(bare sparse) +
 p50(bare dense)). The dense index is whatever the default settings pick at that size ("auto":
-flat, or HNSW from index.hnsw_above vectors). Memory: the process RSS added by building and
+flat, or HNSW from index.hnsw_above vectors). After the warm-up the heap is frozen as the server
+freezes it once started (`[server] gc_freeze`). Memory: the process RSS added by building and
 searching the corpus (psutil), and the data dir's size on disk. Rerank is not in this table: its
 cost depends on the number of candidates and their length, not on corpus size (bench/rerank.md).
 Writes bench/results/search.{json,md,png}.
@@ -30,6 +31,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.core import heap  # noqa: E402
 from engine.core.corpus import open_corpus  # noqa: E402
 from engine.ingest.pipeline import chunk_id_for  # noqa: E402
 from engine.app import Engine  # noqa: E402
@@ -130,6 +132,8 @@ def main():
             set_search_threads(base.index.search_threads)   # the bare FAISS call as the search's arm makes it
             for q in queries[:5]:  # warm-up
                 engine.search(SearchRequest(query=q))
+            if base.server.gc_freeze:   # as `refindery serve` does once started (engine/core/heap.py)
+                heap.freeze()
             stages: dict[str, list[float]] = {}
             bare_sparse, bare_dense = [], []
             for q in queries[5:]:

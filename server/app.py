@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from engine.app import Engine
+from engine.core import heap
 from engine.core.corpus import Corpus
 from engine.core.errors import ModelUnavailable
 from engine.core.settings import Settings, load_settings
@@ -27,11 +28,12 @@ FLUSH_EVERY_S = 30.0
 ROUTERS = (ops, pages, search, clusters, relations, evidence, keys)
 
 
-def create_app(settings: Settings | None = None, corpus: Corpus | None = None, engine: Engine | None = None
-               ) -> FastAPI:
+def create_app(settings: Settings | None = None, corpus: Corpus | None = None, engine: Engine | None = None,
+               freeze_heap: bool = False) -> FastAPI:
     """`engine` (or a `corpus` to wrap): serve one already open (the CLI's MCP, tests, examples; its
     owner closes it), else the lifespan opens the data dir of `settings` (or of the default settings)
-    and closes it at shutdown."""
+    and closes it at shutdown. `freeze_heap` (`refindery serve`: the process is the server's own):
+    once started, the heap is frozen when `[server] gc_freeze` says so (engine/core/heap.py)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -42,6 +44,9 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
             await run_in_threadpool(engine.load_model)
         except ModelUnavailable as exc:
             log.warning("search will answer 503 until the model is installed: %s", exc)
+        if freeze_heap and engine.corpus.settings.server.gc_freeze:
+            frozen = await run_in_threadpool(heap.freeze)
+            log.info("%d objects moved out of the garbage collector's scans", frozen)
 
         async def flusher():
             while True:

@@ -46,7 +46,7 @@ def cmd_serve(args) -> int:
 
     settings = _settings(args)
     if args.uds:
-        uvicorn.run(create_app(settings), uds=args.uds, log_level="info")
+        uvicorn.run(create_app(settings, freeze_heap=True), uds=args.uds, log_level="info")
         return 0
     host = args.host or settings.server.host
     port = args.port or settings.server.port
@@ -55,7 +55,7 @@ def cmd_serve(args) -> int:
               "write everything. Create one first (refindery keys create --workspace '*'), or serve on "
               "127.0.0.1.", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(settings, freeze_heap=True), host=host, port=port, log_level="info")
     return 0
 
 

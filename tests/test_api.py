@@ -151,3 +151,26 @@ def test_upserts_are_saved_when_the_server_stops(make_corpus):
         assert corpus.dense(corpus.settings.models.active).dirty  # not saved per request
     dense = corpus.dense(corpus.settings.models.active)
     assert not dense.dirty and dense.generation == corpus.store.generation()
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_server_freezes_its_heap_once_started_when_configured(tmp_path, on):
+    """`refindery serve` (create_app(freeze_heap=True)) moves what it holds out of the garbage
+    collector's scans after startup when `[server] gc_freeze` is on; the app others embed never does."""
+    import gc
+
+    from engine.core.settings import load_settings
+    from server.app import create_app
+
+    settings = load_settings(data_dir=str(tmp_path / "data"), server={"gc_freeze": on})
+    gc.unfreeze()
+    try:
+        with TestClient(create_app(settings, freeze_heap=True)) as c:
+            assert c.get("/v1/status").status_code == 200
+            assert (gc.get_freeze_count() > 0) == on
+        gc.unfreeze()
+        with TestClient(create_app(settings)) as c:       # embedded (tests, notebooks): never
+            assert c.get("/v1/status").status_code == 200
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()

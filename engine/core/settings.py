@@ -225,6 +225,9 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(16_000_000, ge=1024)
     rate_limit_per_minute: int = Field(600, ge=0)
     rate_limit_burst: int = Field(60, ge=1)
+    gc_freeze: bool = Field(True, description=(
+        "Once the server has started (store view read, model loaded), move every object it holds into "
+        "Python's permanent GC generation, so the collector stops re-scanning them during requests."))
 
 
 class RelationsSettings(BaseModel):
