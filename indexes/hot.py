@@ -24,7 +24,6 @@ from __future__ import annotations
 import threading
 from operator import itemgetter
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import numpy as np
 
@@ -56,6 +55,7 @@ class HotView:
     chunk_text: np.ndarray | None = None     # object: each chunk's text (None: texts not held)
     chunk_section: np.ndarray | None = None  # object: each chunk's section path, a tuple (None for NULL)
     text_bytes: int = 0                      # UTF-8 bytes of the held texts
+    seen_us: np.ndarray | None = None        # int64: each page row's last_seen in microseconds since 1970
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -85,6 +85,24 @@ class HotView:
         pages = itemgetter(*rows)(self.cols["page_id"])   # one C-level gather from the list
         return dict(zip(q[hit].tolist(), pages if len(rows) > 1 else (pages,)))
 
+    def chunk_rows(self, chunk_ids) -> np.ndarray:
+        """The page row of each chunk id (int32; -1 for a chunk the view does not hold)."""
+        q, pos, hit = self._positions(chunk_ids)
+        if not len(pos):
+            return np.full(len(q), -1, dtype=np.int32)
+        return np.where(hit, self.chunk_row[pos], np.int32(-1))
+
+    def page_ids_of(self, rows) -> list[str]:
+        """The page id of each page row."""
+        rows = rows.tolist() if isinstance(rows, np.ndarray) else list(rows)
+        if len(rows) < 2:
+            return [self.cols["page_id"][r] for r in rows]
+        return list(itemgetter(*rows)(self.cols["page_id"]))
+
+    def last_seen_us(self, rows) -> np.ndarray:
+        """Each page row's last_seen, int64 microseconds since 1970 (naive UTC, as stored)."""
+        return self.seen_us[rows]
+
     def chunk_offsets(self, chunk_ids) -> dict[int, tuple[int, int]]:
         """chunk id -> (char_start, char_end) in its page, for the chunks that exist."""
         q, pos, hit = self._positions(chunk_ids)
@@ -101,10 +119,6 @@ class HotView:
         p = pos[hit]
         return {c: (t, None if sec is None else list(sec)) for c, t, sec in
                 zip(q[hit].tolist(), self.chunk_text[p].tolist(), self.chunk_section[p].tolist())}
-
-    def last_seen(self, page_ids) -> dict[str, datetime]:
-        col, row_of = self.cols["last_seen"], self.row_of
-        return {pid: col[r] for pid in page_ids if (r := row_of.get(pid)) is not None}
 
     def page_rows(self, page_ids) -> dict[str, dict]:
         """Page rows (without body) with their entities' canonical forms, sorted — the shape of
@@ -214,7 +228,8 @@ def _build(read: HotRead) -> HotView:
                    np.asarray(chunks["chunk_id"][keep][order], dtype=np.int64), chunk_row[keep][order],
                    np.asarray(chunks["char_start"][keep][order], dtype=np.int32),
                    np.asarray(chunks["char_end"][keep][order], dtype=np.int32), ws,
-                   chunk_text=text, chunk_section=section, text_bytes=text_bytes)
+                   chunk_text=text, chunk_section=section, text_bytes=text_bytes,
+                   seen_us=np.asarray(read.last_seen_us, dtype=np.int64))
 
 
 def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
@@ -227,6 +242,7 @@ def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
     ents = list(old.page_entities)
     ws = dict(old.workspace_pages)
     dead = old.dead
+    seen_us = old.seen_us.tolist()
     old_rows: dict[str, int] = {}
     for pid in read.changed:                  # drop them all first (a deleted page stays dropped)
         r = row_of.pop(pid, None)
@@ -241,10 +257,12 @@ def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
             for c in PAGE_COLUMNS:
                 cols[c].append(pages[c][i])
             ents.append(())
+            seen_us.append(0)
         else:
             for c in PAGE_COLUMNS:
                 cols[c][r] = pages[c][i]
             dead -= 1
+        seen_us[r] = int(read.last_seen_us[i])
         ents[r] = tuple(read.links.get(pid, ()))
         row_of[pid] = r
         w = pages["workspace_id"][i]
@@ -279,4 +297,5 @@ def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
     if texts and text_bytes > text_budget:   # grown past the budget: let them go until a full read
         text, section, text_bytes = None, None, 0
     return HotView(read.generation, row_of, cols, ents, read.names, chunk_ids, chunk_row, start, end, ws, dead,
-                   chunk_text=text, chunk_section=section, text_bytes=text_bytes)
+                   chunk_text=text, chunk_section=section, text_bytes=text_bytes,
+                   seen_us=np.asarray(seen_us, dtype=np.int64))

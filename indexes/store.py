@@ -157,6 +157,7 @@ class HotRead:
     chunks: dict[str, np.ndarray]      # chunk_id, page_id, char_start, char_end (+ text, section_path)
     names: dict[str, str]              # entity id -> canonical
     texts: bool = False                # chunks has text and section_path
+    last_seen_us: np.ndarray | None = None   # pages' last_seen as int64 microseconds since 1970 (naive UTC)
 
 
 def _pylist(col) -> list:
@@ -553,7 +554,9 @@ class CorpusStore:
         except BaseException:
             cur.rollback()
             raise
-        return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names, texts)
+        seen_us = np.ma.getdata(pages["last_seen"]).astype("datetime64[us]").astype(np.int64)
+        return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names, texts,
+                       seen_us)
 
     def workspace_chunk_pages(self, workspace: str) -> list[tuple[int, str]]:
         """(chunk id, page id) of every chunk of a workspace, by chunk id."""

@@ -43,7 +43,13 @@ def _views_agree(store: CorpusStore, hot: HotPages) -> None:
         assert delta.workspace_page_ids(ws) == store.filtered_pages(ws)
         assert np.array_equal(delta.chunk_ids_of_pages(store.filtered_pages(ws)),
                               store.chunk_ids_of_pages(store.filtered_pages(ws)))
-    assert delta.last_seen(sorted(full.row_of)) == store.last_seen_of(sorted(full.row_of))
+    pids = sorted(full.row_of)   # recency reads last_seen as microseconds since 1970, by page row
+    us = delta.last_seen_us(np.array([delta.row_of[p] for p in pids], dtype=np.int64)).tolist()
+    epoch = datetime(1970, 1, 1)
+    assert dict(zip(pids, us)) == {p: (t - epoch) // timedelta(microseconds=1)
+                                   for p, t in store.last_seen_of(pids).items()}
+    rows = delta.chunk_rows(ids + [max(ids, default=0) + 1])   # a chunk the view does not hold: -1
+    assert rows[-1] == -1 and delta.page_ids_of(rows[:-1]) == [store.chunk_pages(ids)[c] for c in ids]
     if hot.text_budget:   # the snippets' texts and section paths, held in memory, are the store's
         assert delta.chunk_text is not None and full.chunk_text is not None
         assert delta.snippet_chunks(ids) == full.snippet_chunks(ids) == store.snippet_chunks(ids)

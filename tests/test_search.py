@@ -437,3 +437,32 @@ def test_snippets_from_the_views_texts_are_the_stores(corpus, monkeypatch):
     assert corpus.hot().chunk_text is None
     read = [svc.search(r, now=now, log=False).model_dump(exclude={"query_id", "timings_ms"}) for r in reqs]
     assert held == read and all(h["pages"] and h["pages"][0]["snippets"] for h in held)
+
+
+def test_pinned_pages_count_once_in_total_and_page_as_a_stable_slice(make):
+    """Pinned pages come first and are counted once: `total` is the pages ranked plus the pinned
+    ones the ranking did not hold, and every offset is a slice of one order."""
+    corpus = make()
+    ingest(corpus, [
+        page("https://zoo.example/opening", "The zoo opens at nine.", seen_at="2026-05-01T00:00:00Z"),
+        page("https://zoo.example/penguins", "Penguins swim in cold water.", seen_at="2026-05-02T00:00:00Z"),
+        page("https://other.example/trip", "A zoo far away, and its keepers.", seen_at="2026-05-03T00:00:00Z"),
+        page("https://other.example/keepers", "Keepers of the zoo feed lions.", seen_at="2026-05-04T00:00:00Z"),
+        page("https://third.example/cats", "Cats sleep all day.", seen_at="2026-05-05T00:00:00Z"),
+    ])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        def run(**kw):   # BM25 alone: the penguins page does not say "zoo" and is pinned, not ranked
+            r = c.post("/v1/search", json={"query": "zoo.example", "dense_weight": 0, **kw})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        plain, whole = run(pin=False, k=50), run(k=50)
+        ranked = [p["page_id"] for p in plain["pages"]]
+        pinned = [p["page_id"] for p in whole["pages"] if p["pinned"]]
+        assert len(pinned) == 2 and len(set(pinned) & set(ranked)) == 1 and len(ranked) == 3
+        assert whole["total"] == len(whole["pages"]) == 4 and plain["total"] == 3
+        assert [p["page_id"] for p in whole["pages"]] == pinned + [pid for pid in ranked if pid not in pinned]
+        for k in (1, 2, 3):
+            parts = [run(k=k, offset=o) for o in range(0, 4, k)]
+            assert [p["page_id"] for part in parts for p in part["pages"]] == [p["page_id"] for p in whole["pages"]]
+            assert {part["total"] for part in parts} == {4}

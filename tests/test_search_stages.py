@@ -1,14 +1,18 @@
 """Each stage of the search pipeline in isolation: fusion, rollup, decay, pinning, slicing."""
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta
 
+import numpy as np
 import pytest
 
-from engine.refind.fusion import extra_arm, fuse, normalise, rrf, tied_ranks
+from engine.refind.fusion import extra_arm, fuse, normalise, rrf, rrf_arrays, tied_ranks
 from engine.refind.pinning import pin_intent
-from engine.refind.recency import decay_factor
-from engine.refind.rollup import rollup
+from engine.refind.ranking import rank_pages
+from engine.refind.recency import age_days, ages_days, decay_factor, decay_factors
+from engine.refind.rollup import rollup_rows
+from indexes.hot import HotView
 
 
 def test_rrf_counts_ranks_from_one_with_weights():
@@ -80,15 +84,18 @@ def test_an_extra_arm_joins_in_the_requests_fusion():
                                           ("sum", {"p1": 0.6, "p2": 0.7}),
                                           ("mean_top2", {"p1": 0.3, "p2": 0.35})])
 def test_rollup_variants(how, expected):
-    pages = {1: "p1", 2: "p1", 3: "p2", 4: "p2"}
-    out = rollup([(1, 0.5), (2, 0.1), (3, 0.4), (4, 0.3)], pages.get, how)
-    assert {p: pytest.approx(v) for p, v, _ in out} == expected
-    assert dict((p, c) for p, _, c in out) == {"p1": [1, 2], "p2": [3, 4]}
+    # chunks 1..5 best first; chunk 5 has no page (-1) and is left out
+    ids = np.array([1, 3, 4, 2, 5])
+    rolled = rollup_rows(np.array([0, 1, 1, 0, -1]), np.array([0.5, 0.4, 0.3, 0.1, 0.05]), how)
+    names = {0: "p1", 1: "p2"}
+    assert {names[r]: pytest.approx(v) for r, v in zip(rolled.pages.tolist(), rolled.values.tolist())} == expected
+    assert {names[r]: ids[rolled.chunk_positions(i)].tolist() for i, r in enumerate(rolled.pages.tolist())} == \
+        {"p1": [1, 2], "p2": [3, 4]}
 
 
 def test_rollup_rejects_unknown_mode():
     with pytest.raises(ValueError):
-        rollup([], lambda c: None, "median")
+        rollup_rows(np.zeros(0, dtype=np.int32), np.zeros(0), "median")
 
 
 def test_decay_halves_per_half_life_and_is_off_at_zero():
@@ -125,7 +132,8 @@ def test_highlight_spans_mark_exactly_the_words_whose_stem_is_a_query_term(demo_
     from engine.refind.highlight import highlight_spans, query_terms, word_spans
 
     texts = [r.get("body_text") or "" for r in demo_subset][:40]
-    texts += ["Data databases DATA-data data_data (data) dataData", "İstanbul data İ data", "", "ünïcödé Über über"]
+    texts += ["Data databases DATA-data data_data (data) dataData", "İstanbul data İ data", "", "ünïcödé Über über",
+              "data data\tdata\n(data),data. _data_ 3data data3 DATA's data-\x00data", "data", " data ", "-data"]
     rng = random.Random(7)
     checked = 0
     for text in texts:
@@ -138,31 +146,89 @@ def test_highlight_spans_mark_exactly_the_words_whose_stem_is_a_query_term(demo_
     assert checked > 50   # most cases mark something
 
 
-def test_the_pipelines_inlined_decay_is_decay_factor_bit_for_bit():
-    """engine/refind/search.py's _decay computes the recency factor inline for speed; it must be
-    exactly recency.decay_factor (explain reports the factor, and ties would reorder on one ulp)."""
-    from datetime import datetime, timedelta
-
-    from engine.refind.recency import decay_factor
-    from engine.refind.search import Params, _decay
-
+def test_decay_over_arrays_is_decay_factor_bit_for_bit():
+    """The search computes ages and factors over arrays (recency.ages_days, decay_factors); they must
+    be exactly age_days and decay_factor (explain reports the factor, and ties would reorder on one
+    ulp) — ages past 285 years (2**53 microseconds) and future last_seen included."""
     now = datetime(2026, 6, 1, 12, 0, 0)
-    seen = {f"p{i}": now - timedelta(seconds=37 * i * i, microseconds=13 * i) for i in range(300)}
-    seen["future"] = now + timedelta(days=2)          # seen after `now`: no decay
-    rolled = [(pid, 0.5 + i / 1000, [i]) for i, pid in enumerate(seen)]
-    for half_life, weight in ((30.0, 0.05), (0.7, 1.0), (3650.0, 0.3)):
-        p = Params(workspace="default", recency_half_life_days=half_life, recency_weight=weight)
-        got = {sp.page_id: sp.factor for sp in _decay(rolled, seen, now, p)}
-        assert got == {pid: decay_factor(ls, now, half_life, weight) for pid, ls in seen.items()}
-        assert got["future"] == 1.0 and got["p299"] < 1.0
+    seen = [now - timedelta(seconds=37 * i * i, microseconds=13 * i) for i in range(300)]
+    seen += [now + timedelta(days=2), datetime(1, 1, 1), datetime(1700, 3, 4, 5, 6, 7, 891011), datetime(9999, 1, 1)]
+    epoch = datetime(1970, 1, 1)
+    us = np.array([(t - epoch) // timedelta(microseconds=1) for t in seen], dtype=np.int64)
+    ages = ages_days((now - epoch) // timedelta(microseconds=1), us)
+    assert [max(0.0, a).hex() for a in ages.tolist()] == [age_days(t, now).hex() for t in seen]
+    for half_life, weight in ((30.0, 0.05), (0.7, 1.0), (3650.0, 0.3), (0.0, 0.5), (30.0, 0.0)):
+        got = decay_factors(ages, half_life, weight).tolist()
+        assert [g.hex() for g in got] == [decay_factor(t, now, half_life, weight).hex() for t in seen]
+        assert got[300] == 1.0 and (got[299] < 1.0 or not half_life or not weight)
+
+
+def _rank_pages_reference(chunks, page_of, how, last_seen, now, half_life, weight):
+    """The list implementation the search ran before it ranked over arrays (kept as the reference)."""
+    per_page = {}
+    for cid, score in chunks:   # given best first
+        if (pid := page_of.get(cid)) is not None:
+            per_page.setdefault(pid, []).append((score, cid))
+    out = []
+    for pid, items in per_page.items():
+        value = items[0][0] if how == "max" else sum(s for s, _ in items) if how == "sum" else \
+            sum(s for s, _ in items[:2]) / min(2, len(items))
+        factor = decay_factor(last_seen[pid], now, half_life, weight) if half_life > 0 and weight > 0 else 1.0
+        out.append((pid, value * factor, value, factor, [c for _, c in items], [s for s, _ in items]))
+    out.sort(key=lambda t: (-t[1], t[0]))
+    return out
+
+
+def _view(page_ids, last_seen, chunk_page):
+    """A HotView over these pages (rows in the given order) and chunks."""
+    ids = np.array(sorted(chunk_page), dtype=np.int64)
+    row_of = {p: i for i, p in enumerate(page_ids)}
+    epoch = datetime(1970, 1, 1)
+    n = len(ids)
+    return HotView(0, row_of, {"page_id": list(page_ids)}, [()] * len(page_ids), {}, ids,
+                   np.array([row_of[chunk_page[c]] for c in ids.tolist()], dtype=np.int32),
+                   np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32), {},
+                   seen_us=np.array([(last_seen[p] - epoch) // timedelta(microseconds=1) for p in page_ids],
+                                    dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("how", ["max", "sum", "mean_top2"])
+def test_pages_ranked_over_arrays_are_the_list_implementations_bit_for_bit(seed, how):
+    """rollup_rows + rank_pages against the list implementation: the same pages in the same order
+    (ties by page id, and many: equal chunk scores, equal last_seen), the same scores, rollup values
+    and factors bit for bit, the same chunks best first; chunks without a page left out."""
+    rng = random.Random(seed)
+    now = datetime(2026, 6, 1)
+    pages = [f"p{rng.randrange(10**6):06d}" for _ in range(rng.randint(1, 60))]
+    pages = list(dict.fromkeys(pages))
+    rng.shuffle(pages)   # rows not in page id order
+    last_seen = {p: now - timedelta(days=rng.choice([0, 1, 1, 30, rng.random() * 900]), seconds=rng.choice([0, 7]))
+                 for p in pages}
+    last_seen[pages[0]] = now + timedelta(days=3)   # seen after now
+    chunk_page = {c: rng.choice(pages) for c in rng.sample(range(10**5), rng.randint(1, 200))}
+    scores = {c: rng.choice([0.5, 0.25, 1 / 61, 1 / 62 + 1 / 63, rng.random()]) for c in chunk_page}
+    chunks = sorted(scores.items(), key=lambda t: (-t[1], t[0]))
+    chunks += [(10**6 + i, 0.001) for i in range(3)]   # written after the view: no page
+    view = _view(pages, last_seen, chunk_page)
+    ids = np.array([c for c, _ in chunks], dtype=np.int64)
+    sc = np.array([s for _, s in chunks], dtype=np.float64)
+    for half_life, weight in ((30.0, 0.05), (0.0, 0.05), (2.0, 1.0)):
+        expected = _rank_pages_reference(chunks, chunk_page, how, last_seen, now, half_life, weight)
+        for top in (None, 0, 1, rng.randint(1, 12), len(expected) - 1, len(expected), len(expected) + 5):
+            rolled = rollup_rows(view.chunk_rows(ids), sc, how)
+            ranked = rank_pages(rolled, ids, sc, view, now, half_life, weight, top)
+            shown = expected if top is None else expected[:top]   # only the first `top` put in order
+            assert ranked.page_ids == [e[0] for e in shown] and ranked.total == len(expected)
+            for e in shown:
+                sp = ranked.page(e[0])
+                got = (sp.page_id, sp.score, sp.rollup, sp.factor, sp.chunk_ids, sp.chunk_scores)
+                assert got == e and [x.hex() for x in got[1:4]] == [x.hex() for x in e[1:4]]
+            assert ranked.page("nope") is None
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_rrf_scores_are_fuses_scores_bit_for_bit_in_the_same_order(seed):
-    import random
-
-    from engine.refind.fusion import rrf_scores
-
+def test_rrf_arrays_are_fuses_scores_bit_for_bit_in_the_same_order(seed):
     rng = random.Random(seed)
 
     def arm(n):   # best first, with ties (a few distinct scores) and ids shared with the other arm
@@ -174,5 +240,7 @@ def test_rrf_scores_are_fuses_scores_bit_for_bit_in_the_same_order(seed):
     weights = {"dense": rng.choice([1.0, 0.3, 2.0]), "sparse": rng.choice([1.0, 0.7])}
     k = rng.choice([60.0, 1.0, 10.5])
     expected = [(f.chunk_id, f.score) for f in fuse(arms, weights, "rrf", k)]
-    got = rrf_scores(arms, weights, k)
+    ids, scores = rrf_arrays(arms, weights, k)
+    got = list(zip(ids.tolist(), scores.tolist()))
     assert got == expected and all(a[1].hex() == b[1].hex() for a, b in zip(got, expected))
+    assert ids.dtype == np.int64 and scores.dtype == np.float64

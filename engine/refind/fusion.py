@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 METHODS = ("rrf", "linear")
 NORMALIZERS = ("minmax", "zscore", "l2", "dbsf")
 
@@ -95,11 +97,12 @@ def fuse(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | N
     return sorted(fused.values(), key=lambda f: (-f.score, f.chunk_id))
 
 
-def rrf_scores(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | None = None,
-               k: float = 60.0) -> list[tuple[int, float]]:
-    """fuse(arms, weights, "rrf", k) as [(chunk_id, score)] only — the same scores, bit for bit, in
-    the same order — without a Fused per chunk: what a search needs unless it explains or reranks
-    (a third of fuse's time at 200 candidates)."""
+def rrf_arrays(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | None = None,
+               k: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
+    """fuse(arms, weights, "rrf", k) as two arrays — the chunk ids (int64) and their fused scores
+    (float64), best first — the same scores, bit for bit, in the same order, without a Fused per
+    chunk: what a search needs unless it explains or reranks (fuse's arithmetic, inlined; the
+    terms summed in a dict — cheaper than NumPy's unique + bincount at a few hundred chunks)."""
     weights = weights or {}
     score: dict[int, float] = {}
     get = score.get
@@ -111,11 +114,10 @@ def rrf_scores(arms: dict[str, list[tuple[int, float]]], weights: dict[str, floa
                 rank = i
             prev = s
             score[cid] = get(cid, 0.0) + w / (k + rank)   # rrf_term, inlined
-    return sorted(score.items(), key=_best_first)
-
-
-def _best_first(item: tuple[int, float]) -> tuple[float, int]:
-    return -item[1], item[0]
+    ids = np.fromiter(score.keys(), dtype=np.int64, count=len(score))
+    fused = np.fromiter(score.values(), dtype=np.float64, count=len(score))
+    order = np.lexsort((ids, -fused))   # best first, ties by chunk id
+    return ids[order], fused[order]
 
 
 def rrf(arms: dict[str, list[tuple[int, float]]], weights: dict[str, float] | None = None,

@@ -4,12 +4,15 @@ marked is what the sparse arm matched: "transactions" marks "transaction" and "T
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import lru_cache
 
 from indexes.sparse import index_terms, stems
 
 # tantivy's simple tokenizer splits on anything that is not alphanumeric; so does this.
 _WORD = re.compile(r"[^\W_]+")
+# ... which, in ASCII, is every character but a letter or a digit: each of them as a space.
+_ASCII_GAPS = str.maketrans({chr(i): " " for i in range(128) if not chr(i).isalnum()})
 
 
 @lru_cache(maxsize=65536)
@@ -40,14 +43,27 @@ def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
 
     The distinct words that could match are stemmed once each and the few that match are found
     with str.find (a search hydrates up to k pages' snippets; stemming every word of every snippet
-    cost ~0.1 ms a snippet). Exactly the words word_spans finds (a test holds them equal)."""
+    cost ~0.1 ms a snippet). An ASCII text is split with str.translate instead of a regular
+    expression (~2× faster). Exactly the words word_spans finds (a test holds them equal)."""
     if not terms:
         return []
     low = text.lower()
     if len(low) != len(text):   # a character whose lower case is longer: offsets would shift
         return word_spans(text, terms)
+    first = _first_letters(terms)
+    if low.isascii():
+        spaced = " " + low.translate(_ASCII_GAPS) + " "   # words between single spaces, offsets + 1
+        spans = []
+        for w in [w for w in set(spaced.split()) if w[0] in first and _stem(w) in terms]:
+            n, word = len(w), " " + w + " "
+            i = spaced.find(word)
+            while i >= 0:
+                spans.append((i, i + n))
+                i = spaced.find(word, i + n + 1)
+        spans.sort()
+        return spans
     spans = []
-    for w in [w for w in set(_words_from(_first_letters(terms)).findall(low)) if _stem(w) in terms]:
+    for w in [w for w in set(_words_from(first).findall(low)) if _stem(w) in terms]:
         n, i = len(w), low.find(w)
         while i >= 0:
             j = i + n
@@ -56,6 +72,39 @@ def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
             i = low.find(w, i + 1)
     spans.sort()
     return spans
+
+
+def highlight_all(texts: list[str], terms: frozenset[str]) -> list[list[tuple[int, int]]]:
+    """highlight_spans of each text (the snippets of one response), the ASCII ones in one pass:
+    joined by spaces, split and stemmed once (a word repeated across snippets is looked at once),
+    the spans found in the joined text and handed back to their texts."""
+    if not terms:
+        return [[] for _ in texts]
+    out: list[list[tuple[int, int]]] = []
+    joined, mine, starts, at = [], [], [], 1
+    for i, text in enumerate(texts):
+        low = text.lower()
+        if len(low) == len(text) and low.isascii():
+            joined.append(low)
+            mine.append(i)
+            starts.append(at)          # where it starts in `spaced` below
+            at += len(low) + 1
+            out.append([])
+        else:
+            out.append(highlight_spans(text, terms))
+    if joined:
+        spaced = " " + " ".join(joined).translate(_ASCII_GAPS) + " "
+        first = _first_letters(terms)
+        for w in [w for w in set(spaced.split()) if w[0] in first and _stem(w) in terms]:
+            n, word = len(w), " " + w + " "
+            i = spaced.find(word)
+            while i >= 0:
+                j = bisect_right(starts, i + 1) - 1
+                out[mine[j]].append((i + 1 - starts[j], i + 1 - starts[j] + n))
+                i = spaced.find(word, i + n + 1)
+        for i in mine:
+            out[i].sort()
+    return out
 
 
 def word_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:

@@ -1,41 +1,53 @@
-"""Roll chunk scores up to pages: "max" (default), "sum", or "mean_top2"."""
+"""Roll chunk scores up to pages: "max" (default), "sum", or "mean_top2".
+
+The search rolls up over arrays: each chunk's page as an integer (its row in the search's
+in-memory view) and the chunks best first.
+"""
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
 
 ROLLUPS = ("max", "sum", "mean_top2")
 
 
-def rollup(scored_chunks: Iterable[tuple[int, float]], page_of: Callable[[int], str | None],
-           how: str = "max") -> list[tuple[str, float, list[int]]]:
-    """[(page_id, page score, chunk ids best first)] best first; ties break by page id. Chunks given
-    best first (by score, then chunk id — as the search passes them) are not sorted again per page."""
+@dataclass(frozen=True)
+class Rolled:
+    """Chunks rolled up to pages. `pages[i]` (a page's integer key) scores `values[i]`; its chunks,
+    best first, are `chunk_positions(i)` — positions in the chunk arrays the rollup was given."""
+    pages: np.ndarray        # the pages' keys, ascending
+    values: np.ndarray       # float64
+    order: np.ndarray        # chunk positions grouped by page (pages ascending), best first in each
+    starts: np.ndarray       # where each page's group starts in `order`
+    counts: np.ndarray
+
+    def chunk_positions(self, i: int) -> np.ndarray:
+        s = int(self.starts[i])
+        return self.order[s: s + int(self.counts[i])]
+
+
+def rollup_rows(rows: np.ndarray, scores: np.ndarray, how: str = "max") -> Rolled:
+    """Chunks given best first (by score, then chunk id): `rows[i]` the page of the i-th (-1: no
+    page, the chunk is left out), `scores[i]` its score. The values are bit for bit those of a
+    rollup over Python lists (the reference in tests/test_search_stages.py): max is a page's first
+    chunk's score, sum adds its chunks' best first (np.bincount adds in order, as Python's sum
+    does), mean_top2 is (first + second) / 2, or the first alone."""
     if how not in ROLLUPS:
         raise ValueError(f"unknown rollup {how!r}; use one of {', '.join(ROLLUPS)}")
-    per_page: dict[str, list[tuple[float, int]]] = {}
-    get = per_page.get
-    ordered, prev_score, prev_cid = True, None, None
-    for cid, score in scored_chunks:
-        if ordered and prev_score is not None and (score > prev_score or (score == prev_score and cid < prev_cid)):
-            ordered = False
-        prev_score, prev_cid = score, cid
-        pid = page_of(cid)
-        if pid is not None:
-            items = get(pid)
-            if items is None:
-                per_page[pid] = [(score, cid)]
-            else:
-                items.append((score, cid))
-    out = []
-    for pid, items in per_page.items():
-        if not ordered:
-            items.sort(key=lambda t: (-t[0], t[1]))
-        if how == "max":
-            value = items[0][0]
-        elif how == "sum":
-            value = sum(s for s, _ in items)
-        else:
-            value = sum(s for s, _ in items[:2]) / min(2, len(items))
-        out.append((pid, value, [c for _, c in items]))
-    out.sort(key=lambda t: (-t[1], t[0]))
-    return out
+    kept = np.flatnonzero(rows >= 0)
+    pages, first, where, counts = np.unique(rows[kept], return_index=True, return_inverse=True, return_counts=True)
+    s = scores[kept]
+    order = kept[np.argsort(where, kind="stable")]
+    starts = np.cumsum(counts) - counts
+    if how == "max":
+        values = s[first]
+    elif how == "sum":
+        values = np.bincount(where, weights=s, minlength=len(pages))
+    else:
+        top = scores[order[starts]]
+        two = counts >= 2
+        second = scores[order[np.minimum(starts + 1, len(order) - 1)]] if len(order) else top
+        values = np.where(two, (top + second) / 2, top)
+    return Rolled(pages, np.asarray(values, dtype=np.float64), order, starts, counts)
+

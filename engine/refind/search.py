@@ -37,12 +37,13 @@ from engine.core.values import Int64
 from engine.core.errors import (EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable,
                                RerankerNotConfigured)
 from engine.core.querylog import LogEntry
-from engine.refind.fusion import Fused, contributions, extra_arm, fuse, rrf_scores
-from engine.refind.highlight import highlight_spans, query_terms
+from engine.refind.fusion import Fused, contributions, extra_arm, fuse, rrf_arrays
+from engine.refind.highlight import highlight_all, query_terms
 from engine.core.urls import is_public_suffix
 from engine.refind.pinning import pin_intent
 from engine.refind.recency import age_days
-from engine.refind.rollup import rollup
+from engine.refind.ranking import RankedPages, rank_pages
+from engine.refind.rollup import Rolled, rollup_rows
 from engine.core.clock import utcnow
 
 
@@ -212,17 +213,21 @@ class ArmResults:
 
 @dataclass
 class Candidates:
-    """What candidate generation leaves: the fused chunks best first as (chunk id, score), the page
-    of each, both arms' lists (for trace and explain) and the depth the arms were run at. `fused`
-    (each chunk's ranks and arm scores) is made when explain or the reranker asks for it."""
-    ranked: list[tuple[int, float]]
-    chunk_page: dict[int, str]
+    """What candidate generation leaves: the fused chunks best first (their ids and scores, and each
+    one's page as its row in `view`; -1 for a chunk the view does not hold) and their pages, both arms' lists (for
+    trace and explain) and the depth the arms were run at. `fused` (each chunk's ranks and arm
+    scores), `ranked` and `chunk_page` are made when explain, the reranker or the log ask for them."""
+    ids: np.ndarray
+    scores: np.ndarray
+    rows: np.ndarray
+    rolled: Rolled              # ... rolled up to pages (the request's rollup)
     dense: list[tuple[int, float]]
     sparse: list[tuple[int, float]]
     depth: Params
     view: HotView
     fusion: tuple = ()          # fuse()'s arguments after the arms' lists
     _fused: list[Fused] | None = None
+    _chunk_page: dict[int, str] | None = None
 
     @property
     def fused(self) -> list[Fused]:
@@ -230,16 +235,18 @@ class Candidates:
             self._fused = fuse(*self.fusion)
         return self._fused
 
+    @property
+    def ranked(self) -> list[tuple[int, float]]:
+        """The fused chunks best first as (chunk id, score)."""
+        return list(zip(self.ids.tolist(), self.scores.tolist()))
 
-@dataclass(slots=True)
-class ScoredPage:
-    """A page after rollup and recency: its final score, the rollup value it came from, the decay
-    factor, and its chunks best first."""
-    page_id: str
-    score: float
-    rollup: float
-    factor: float
-    chunk_ids: list[int]
+    @property
+    def chunk_page(self) -> dict[int, str]:
+        """chunk id -> page id, for the fused chunks the view holds."""
+        if self._chunk_page is None:
+            held = self.rows >= 0
+            self._chunk_page = dict(zip(self.ids[held].tolist(), self.view.page_ids_of(self.rows[held])))
+        return self._chunk_page
 
 
 class StageTimer:
@@ -270,22 +277,6 @@ class StageTimer:
 def _recency_on(p: Params) -> bool:
     """Recency is off at a half-life or a weight of 0 (the one place that says so)."""
     return p.recency_half_life_days > 0 and p.recency_weight > 0
-
-
-def _decay(rolled: list[tuple[str, float, list[int]]], last_seen: dict, now: datetime, p: Params) -> list[ScoredPage]:
-    """Each rolled-up page times its recency factor, best first (ties by page id)."""
-    if not _recency_on(p):
-        out = [ScoredPage(pid, value, value, 1.0, cids) for pid, value, cids in rolled]
-    else:
-        # decay_factor (engine/refind/recency.py) inlined over the pages: one request's constants once
-        w, half_life = p.recency_weight, p.recency_half_life_days   # the same arithmetic, bit for bit
-        out = []
-        for pid, value, cids in rolled:
-            age = (now - last_seen[pid]).total_seconds() / 86400.0
-            factor = 1.0 - w * (1.0 - 0.5 ** (age / half_life)) if age > 0 else 1.0
-            out.append(ScoredPage(pid, value * factor, value, factor, cids))
-    out.sort(key=lambda sp: (-sp.score, sp.page_id))
-    return out
 
 
 _caller = threading.local()   # per calling thread: FAISS's OpenMP threads there before a search set them
@@ -426,7 +417,7 @@ class SearchService:
                     params=req.model_dump(mode="json", exclude_none=True), models=[model or self.corpus.settings.models.active],
                     error_type=exc.type, error_title=exc.title))
             raise
-        if log:
+        if log and self.corpus.querylog.enabled:   # the entry's rows are built only for a log that keeps them
             self.corpus.querylog.record(self.log_entry("search", req, resp, trace))
         return resp
 
@@ -441,12 +432,15 @@ class SearchService:
 
     @staticmethod
     def trace_rows(resp: "SearchResponse", trace: dict, include_sparse: bool = True):
-        cp = trace.get("chunk_page", {})
+        """The log's rows of one run of the pipeline: each arm's candidates, the fused (and reranked)
+        chunks and the pages returned, from the `trace` the run filled."""
+        c: Candidates | None = trace.get("candidates")
+        cp = c.chunk_page if c is not None else {}
         m = resp.model
-        cands = [(m, "dense", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("dense", []), start=1)]
+        cands = [(m, "dense", i, c, cp.get(c), s) for i, (c, s) in enumerate(c.dense if c else [], start=1)]
         if include_sparse:
-            cands += [("", "sparse", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("sparse", []), start=1)]
-        fused = [(m, "fused", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("fused", []), start=1)]
+            cands += [("", "sparse", i, c, cp.get(c), s) for i, (c, s) in enumerate(c.sparse if c else [], start=1)]
+        fused = [(m, "fused", i, c, cp.get(c), s) for i, (c, s) in enumerate(c.ranked if c else [], start=1)]
         fused += [(m, "reranked", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("reranked", []), start=1)]
         results = [(m, h.rank, h.page_id, h.score, h.pinned) for h in resp.pages]
         return cands, fused, results
@@ -463,35 +457,40 @@ class SearchService:
             snapshot = self.corpus.chunk_page_snapshot()  # one generation check for the whole request
             restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
         cands = self._candidates(req.query, model, p, restriction, sparse, snapshot, timer)
-        trace.update(workspace=p.workspace, dense=cands.dense, sparse=cands.sparse, chunk_page=cands.chunk_page,
-                     fused=cands.ranked)
-        chunk_scores, rerank_scores = dict(cands.ranked), {}
-        ranked = cands.ranked   # best first, ties by chunk id
+        trace.update(workspace=p.workspace, candidates=cands)
+        ids, scores, rolled, rerank_scores = cands.ids, cands.scores, cands.rolled, {}   # best first, ties by chunk id
         if p.rerank:
             with timer("rerank"):
                 chunk_scores, rerank_scores = self._rerank(req.query, p, cands)
-            ranked = trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
-        with timer("rollup"):
-            rolled = rollup(ranked, cands.chunk_page.get, p.rollup)
+                reranked = trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
+                ids = np.array([c for c, _ in reranked], dtype=np.int64)
+                scores = np.array([s for _, s in reranked], dtype=np.float64)
+            with timer("rollup"):
+                rolled = rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
             pinned = {pid: kind for pid, kind in (self._pins(intent, p.workspace, restriction) if intent else [])
                       if pid in cands.view.row_of}   # a page written after this request's view waits for the next
-            last_seen = cands.view.last_seen([pid for pid, _, _ in rolled]) if _recency_on(p) else {}
         with timer("decay"):
-            scored = _decay(rolled, last_seen, now, p)
-        by_id = {sp.page_id: sp for sp in scored}
-        order = list(pinned) + [sp.page_id for sp in scored if sp.page_id not in pinned]
+            on = _recency_on(p)
+            # only the pages up to the slice's end are put in order (pinned ones may come out of them)
+            ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
+                                p.recency_weight if on else 0.0, top=p.offset + p.k + len(pinned))
+        order, total = ranked.page_ids, ranked.total
+        if pinned:
+            order = list(pinned) + [pid for pid in order if pid not in pinned]
+            rows = np.fromiter((cands.view.row_of[pid] for pid in pinned), dtype=np.int64, count=len(pinned))
+            total += len(pinned) - int(np.isin(rows, rolled.pages).sum())   # a pinned page is counted once
         window = order[p.offset: p.offset + p.k]
         with timer("hydrate"):
-            hits = self._hydrate(req.query, window, by_id, pinned, cands, chunk_scores, rerank_scores, p, now)
+            hits = self._hydrate(req.query, window, ranked, pinned, cands, rerank_scores, p, now)
         suggestions = None
         if p.suggestions and order:
             with timer("suggestions"):
                 suggestions = self._suggestions(order[0], model, scopes)
         timer.stop("total")
         return SearchResponse(query_id=uuid.uuid4().hex, query=req.query, model=model, k=p.k, offset=p.offset,
-                              total=len(order), pages=hits, suggestions=suggestions,
+                              total=total, pages=hits, suggestions=suggestions,
                               depth={"dense": cands.depth.dense_top_n if p.dense_weight > 0 else 0,
                                      "sparse": cands.depth.sparse_top_n if p.sparse_weight > 0 else 0},
                               timings_ms=timer.as_dict())
@@ -515,18 +514,20 @@ class SearchService:
                         p.normalizer)
                 fused = None
                 if p.fusion == "rrf":
-                    ranked = rrf_scores(*args[:2], p.rrf_k)
+                    ids, scores = rrf_arrays(*args[:2], p.rrf_k)
                 else:
                     fused = fuse(*args)
-                    ranked = [(f.chunk_id, f.score) for f in fused]
+                    ids = np.array([f.chunk_id for f in fused], dtype=np.int64)
+                    scores = np.array([f.score for f in fused], dtype=np.float64)
             with timer("hydrate"):
-                chunk_page = self.corpus.chunk_pages([c for c, _ in ranked], snapshot)
-            n_pages = len(set(chunk_page.values()))
+                rows = snapshot.chunk_rows(ids)   # each chunk's page (-1: written after this request's view)
+            with timer("rollup"):
+                rolled = rollup_rows(rows, scores, p.rollup)
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
-            if n_pages >= settings.min_candidate_pages or not cut_off or \
+            if len(rolled.pages) >= settings.min_candidate_pages or not cut_off or \
                     max(depth.dense_top_n, depth.sparse_top_n) >= settings.max_top_n:
-                return Candidates(ranked, chunk_page, arms.dense, arms.sparse, depth, snapshot, args, fused)
+                return Candidates(ids, scores, rows, rolled, arms.dense, arms.sparse, depth, snapshot, args, fused)
             depth.dense_top_n = min(depth.dense_top_n * 2, settings.max_top_n)
             depth.sparse_top_n = min(depth.sparse_top_n * 2, settings.max_top_n)
 
@@ -547,12 +548,12 @@ class SearchService:
             return {f.chunk_id: f.score + arm[f.chunk_id] for f in top}, rerank_scores
         return dict(rerank_scores), rerank_scores
 
-    def _hydrate(self, query: str, window: list[str], by_id: dict[str, ScoredPage], pinned: dict[str, str],
-                 cands: Candidates, chunk_scores: dict[int, float], rerank_scores: dict[int, float], p: Params,
-                 now: datetime) -> list[PageHit]:
+    def _hydrate(self, query: str, window: list[str], ranked: RankedPages, pinned: dict[str, str],
+                 cands: Candidates, rerank_scores: dict[int, float], p: Params, now: datetime) -> list[PageHit]:
         """The returned pages only, read in full: their rows, their top chunks as snippets (with the
         highlighted query words), and explain when asked."""
         meta = cands.view.page_rows(window)
+        by_id = {pid: sp for pid in window if (sp := ranked.page(pid)) is not None}
         snippets_n = self.corpus.settings.search.snippets_per_page
         shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]]
         chunk_meta = cands.view.snippet_chunks(shown)   # in memory when the view holds the texts
@@ -561,16 +562,18 @@ class SearchService:
         fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused} if p.explain else {}
         offsets = cands.view.chunk_offsets(list(chunk_meta))
         terms = query_terms(query) if p.highlight else frozenset()
+        marked = [c for c in shown if c in chunk_meta]
+        marks = dict(zip(marked, highlight_all([chunk_meta[c][0] for c in marked], terms)))
         hits = []
         for i, pid in enumerate(window):
             m = meta[pid]
             sp = by_id.get(pid)
-            cids = sp.chunk_ids if sp else []
+            cids, cscores = (sp.chunk_ids, sp.chunk_scores) if sp else ([], [])
             snippets = [Snippet(chunk_id=c, text=chunk_meta[c][0], section_path=list(chunk_meta[c][1] or []),
                                 char_start=offsets[c][0], char_end=offsets[c][1],
-                                score=chunk_scores[c], highlights=highlight_spans(chunk_meta[c][0], terms))
-                        for c in cids[:snippets_n] if c in chunk_meta and c in offsets]
-            explain = self._explain(cids, fused_by_id, rerank_scores, chunk_scores, p, sp, m, now,
+                                score=score, highlights=marks[c])
+                        for c, score in zip(cids[:snippets_n], cscores) if c in chunk_meta and c in offsets]
+            explain = self._explain(cids, cscores, fused_by_id, rerank_scores, p, sp, m, now,
                                     pinned.get(pid)) if p.explain else None
             hits.append(PageHit(
                 rank=p.offset + i + 1, page_id=pid, url=m["url"], title=m["title"], domain=m["domain"],
@@ -604,22 +607,22 @@ class SearchService:
         return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
 
     @staticmethod
-    def _explain(cids, fused_by_id, rerank_scores, chunk_scores, p: Params, entry, m, now, pinned) -> PageExplain:
+    def _explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m, now, pinned) -> PageExplain:
         chunks = []
-        for c in cids:
+        for c, score in zip(cids, cscores):
             f = fused_by_id.get(c)
             contrib = {}
             if f is not None:
                 contrib = contributions(f, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k, p.fusion)
                 if p.rerank and p.rerank_fusion == "rrf" and c in rerank_scores:
-                    contrib["rerank"] = chunk_scores[c] - f.score
-                    contrib["total"] = chunk_scores[c]
+                    contrib["rerank"] = score - f.score
+                    contrib["total"] = score
             chunks.append(ChunkExplain(
                 chunk_id=c,
                 dense=ArmHit(rank=f.ranks["dense"], score=f.arm_scores["dense"]) if f and "dense" in f.ranks else None,
                 sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
                 rrf=contrib, normalised=dict(f.normalised) if f and p.fusion == "linear" else None,
-                rerank=rerank_scores.get(c), score=chunk_scores[c]))
+                rerank=rerank_scores.get(c), score=score))
         decay = None
         if _recency_on(p):
             decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
