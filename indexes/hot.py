@@ -10,19 +10,27 @@ change is large, read again whole. A view is immutable once published, so a sear
 the whole request without a lock.
 
 The chunks' texts and section paths (what the k returned pages show as snippets) are held too while
-all the texts take at most `[search] snippet_texts_mb` (default 256 MB; 0: never): then a search
-reads nothing of the store at all. Above it — decided at each full read, and a view brought forward
-past it lets its texts go until the next — the snippets of the k pages are read from the store
-(CorpusStore.snippet_chunks, one query, ~1–2 ms on 2 cores).
+all the texts take at most `[search] snippet_texts_mb` (default 256 MB): then a search reads nothing
+of the store at all. Above it — decided at each full read; a view brought forward past it moves its
+texts — they are in a `TextFile`: an unlinked file in the data dir written by the full read straight
+from DuckDB's Arrow buffers (~2.6 s for 1M chunks, 415 MB), appended to by the views brought forward,
+read with os.pread per snippet (~10 µs from the OS's page cache, which holds the parts read often
+outside the process: no RSS). Before it, the k pages' snippets were read from DuckDB, one query per
+search, ~2 ms at 1M chunks. At 0 the texts are neither held nor on file, and read from the store.
 
-Memory: about 1.2 KB per page plus 20 bytes per chunk — measured 144 MB at 100k pages / 1M chunks,
-25 MB at 10k / 100k; a full read takes 0.6 s at 1M chunks (bench-data, 2 cores). Texts add their
-size plus ~60 bytes a chunk (about 47 MB for 100k chunks of 400 characters).
+Memory: about 1.2 KB per page plus 28 bytes per chunk — measured 144 MB at 100k pages / 1M chunks,
+25 MB at 10k / 100k; a full read takes 0.6 s at 1M chunks (bench-data, 2 cores). Texts held add their
+size plus ~60 bytes a chunk (about 47 MB for 100k chunks of 400 characters); texts on file 32 bytes a
+chunk.
 """
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import threading
 from operator import itemgetter
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +64,8 @@ class HotView:
     chunk_section: np.ndarray | None = None  # object: each chunk's section path, a tuple (None for NULL)
     text_bytes: int = 0                      # UTF-8 bytes of the held texts
     seen_us: np.ndarray | None = None        # int64: each page row's last_seen in microseconds since 1970
+    text_file: "TextFile | None" = None     # the texts not held, on disk (None: in memory or not at all)
+    text_at: np.ndarray | None = None        # int64 (chunks, 4): each chunk's text and section in text_file
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -112,9 +122,14 @@ class HotView:
 
     def snippet_chunks(self, chunk_ids) -> dict[int, tuple[str, list[str] | None]] | None:
         """chunk id -> (text, section path) for the chunks that exist — CorpusStore.snippet_chunks's
-        answer — or None when this view does not hold the texts."""
+        answer — from memory or the view's text file, or None when this view has neither."""
         if self.chunk_text is None:
-            return None
+            if self.text_file is None:
+                return None
+            q, pos, hit = self._positions(chunk_ids)
+            read = self.text_file.read
+            return {c: (read(tp, tl).decode(), json.loads(read(sp, sl)) if sl else None)
+                    for c, (tp, tl, sp, sl) in zip(q[hit].tolist(), self.text_at[pos[hit]].tolist())}
         q, pos, hit = self._positions(chunk_ids)
         p = pos[hit]
         return {c: (t, None if sec is None else list(sec)) for c, t, sec in
@@ -151,11 +166,95 @@ class HotView:
         return self.chunk_ids[np.isin(self.chunk_row, rows)]
 
 
+class TextFile:
+    """The chunks' texts and section paths (JSON) a view does not hold in memory, in an unlinked file
+    of the data dir: written by a full read, appended to by the views brought forward from it (only
+    appended, so an older view still reads what it was made with), read with os.pread — the OS's
+    page cache keeps the parts read often in memory, outside the process. It goes with the last view
+    using it, and with the process: nothing is left in the data dir."""
+
+    def __init__(self, folder: Path | str):
+        fd, path = tempfile.mkstemp(prefix=".hot-texts-", dir=folder)
+        os.unlink(path)
+        self.fd = fd
+        self.size = 0
+        self._lock = threading.Lock()
+
+    def append(self, data) -> int:
+        """Write `data` at the end; its offset."""
+        view = memoryview(data).cast("B")
+        with self._lock:
+            at = self.size
+            done = 0
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:], at + done)
+            self.size += len(view)
+            return at
+
+    def read(self, at: int, n: int) -> bytes:
+        return os.pread(self.fd, n, at)
+
+    def __del__(self):
+        fd, self.fd = getattr(self, "fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class _Spill:
+    """Receives a full read's texts (CorpusStore.hot_read's `spill`): each Arrow batch's string
+    buffers go to the text file as they are, with each chunk's offsets and lengths kept."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.file: TextFile | None = None
+        self.ids: list[np.ndarray] = []
+        self.at: list[np.ndarray] = []
+
+    def __call__(self, batch) -> None:
+        if self.file is None:
+            self.file = TextFile(self.folder)
+        cols = []
+        for j in (1, 2):
+            arr = batch.column(j)
+            kind = np.int64 if str(arr.type).startswith("large") else np.int32
+            offsets = np.frombuffer(arr.buffers()[1], dtype=kind)[arr.offset: arr.offset + len(arr) + 1].astype(np.int64)
+            data = arr.buffers()[2]
+            first, last = int(offsets[0]), int(offsets[-1])
+            at = self.file.append(memoryview(data)[first:last]) if data is not None and last > first else self.file.size
+            cols += [at + offsets[:-1] - first, np.diff(offsets)]
+        self.ids.append(batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64))
+        self.at.append(np.stack(cols, axis=1))
+
+    def positions(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """(len(chunk_ids), 4) int64: text offset, length, section offset, length of each chunk id."""
+        ids = np.concatenate(self.ids) if self.ids else np.zeros(0, dtype=np.int64)
+        at = np.concatenate(self.at) if self.at else np.zeros((0, 4), dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        where = np.searchsorted(ids[order], chunk_ids)
+        return at[order][where] if len(chunk_ids) else np.zeros((0, 4), dtype=np.int64)
+
+
+def _append_texts(file: TextFile, texts, sections) -> np.ndarray:
+    """Chunks' texts and section paths appended to `file` in one write: their (n, 4) positions."""
+    parts, sizes = [], []
+    for text, sec in zip(texts, sections):
+        t = (text or "").encode()
+        s = json.dumps(list(sec)).encode() if sec is not None else b""
+        parts += [t, s]
+        sizes += [len(t), len(s)]
+    at = file.append(b"".join(parts))
+    n = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+    starts = at + np.concatenate([[0], np.cumsum(n.ravel())[:-1]]).reshape(-1, 2) if len(n) else n
+    return np.stack([starts[:, 0], n[:, 0], starts[:, 1], n[:, 1]], axis=1) if len(n) else \
+        np.zeros((0, 4), dtype=np.int64)
+
+
 class HotPages:
     """Publishes the HotView of the store's current generation (see the module's docstring)."""
 
     def __init__(self, store: CorpusStore, text_budget: int = 0):
-        """`text_budget`: the most bytes of chunk text the views hold (0: none; see the module's docstring)."""
+        """`text_budget`: the most bytes of chunk text the views hold in memory (0: none, and no text
+        file either; see the module's docstring)."""
         self.store = store
         self.text_budget = text_budget
         self._view: HotView | None = None
@@ -180,16 +279,17 @@ class HotPages:
         """One read of the store, in one transaction: the changed pages when `old` can be brought
         forward, everything otherwise."""
         since = max_changed = None
-        if old is not None:
+        if old is not None and not _text_file_wasteful(old):
             since = old.generation
             max_changed = int(min(max(1000, FULL_RELOAD_SHARE * old.pages),
                                   max(0, MAX_DEAD_SHARE * max(old.pages, 1000) - old.dead)))
-        read = self.store.hot_read(since, max_changed, self.text_budget)
+        spill = _Spill(self.store.path.parent) if self.text_budget > 0 else None
+        read = self.store.hot_read(since, max_changed, self.text_budget, spill)
         if read.changed is None:
             self.full_reads += 1
-            return _build(read)
+            return _build(read, spill if read.spilled else None)
         self.delta_reads += 1
-        return _apply_delta(old, read, self.text_budget)
+        return _apply_delta(old, read, self.text_budget, self.store.path.parent)
 
 
 def _sections(col) -> np.ndarray:
@@ -206,7 +306,16 @@ def _text_bytes(texts) -> int:
     return sum(len(t.encode()) for t in texts if t is not None)
 
 
-def _build(read: HotRead) -> HotView:
+def _text_file_wasteful(view: HotView) -> bool:
+    """Whether most of a view's text file is what later views replaced (then the next read is whole,
+    and writes a new file)."""
+    if view.text_file is None:
+        return False
+    live = int(view.text_at[:, 1].sum() + view.text_at[:, 3].sum()) if len(view.text_at) else 0
+    return view.text_file.size > 2 * live + 2**26
+
+
+def _build(read: HotRead, spill: _Spill | None = None) -> HotView:
     pages, chunks = read.pages, read.chunks
     cols = {c: list(pages[c]) for c in PAGE_COLUMNS}
     row_of = {pid: i for i, pid in enumerate(cols["page_id"])}
@@ -224,18 +333,22 @@ def _build(read: HotRead) -> HotView:
         text = np.asarray(chunks["text"], dtype=object)[keep][order]
         section = _sections(chunks["section_path"])[keep][order]
         text_bytes = _text_bytes(text)
-    return HotView(read.generation, row_of, cols, ents, read.names,
-                   np.asarray(chunks["chunk_id"][keep][order], dtype=np.int64), chunk_row[keep][order],
+    chunk_ids = np.asarray(chunks["chunk_id"][keep][order], dtype=np.int64)
+    text_file = text_at = None
+    if spill is not None and spill.file is not None:
+        text_file, text_at = spill.file, spill.positions(chunk_ids)
+    return HotView(read.generation, row_of, cols, ents, read.names, chunk_ids, chunk_row[keep][order],
                    np.asarray(chunks["char_start"][keep][order], dtype=np.int32),
                    np.asarray(chunks["char_end"][keep][order], dtype=np.int32), ws,
                    chunk_text=text, chunk_section=section, text_bytes=text_bytes,
-                   seen_us=np.asarray(read.last_seen_us, dtype=np.int64))
+                   seen_us=np.asarray(read.last_seen_us, dtype=np.int64), text_file=text_file, text_at=text_at)
 
 
-def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
+def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0, folder: Path | None = None) -> HotView:
     """`old` brought to the read's generation: the changed pages' rows replaced (a deleted page's row
     goes dead), their chunks dropped and read again; every other row and chunk is kept, never re-read.
-    Texts stay held while they fit `text_budget` (and were held, and came with the read)."""
+    Texts stay held while they fit `text_budget`; grown past it, they move to a text file in `folder`
+    (the new ones are appended to the file of a view that has one)."""
     pages, chunks = read.pages, read.chunks
     cols = {c: list(v) for c, v in old.cols.items()}
     row_of = dict(old.row_of)
@@ -272,12 +385,16 @@ def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
     texts = old.chunk_text is not None and read.texts
     text, section = (old.chunk_text, old.chunk_section) if texts else (None, None)
     text_bytes = old.text_bytes if texts else 0
+    on_file = old.text_file is not None and read.texts
+    text_file, text_at = (old.text_file, old.text_at) if on_file else (None, None)
     if old_rows:
         keep = ~np.isin(chunk_row, np.fromiter(old_rows.values(), dtype=np.int32, count=len(old_rows)))
         chunk_ids, chunk_row, start, end = chunk_ids[keep], chunk_row[keep], start[keep], end[keep]
         if texts:
             text_bytes -= _text_bytes(text[~keep])
             text, section = text[keep], section[keep]
+        if on_file:
+            text_at = text_at[keep]
     new_rows = np.fromiter((row_of.get(p, -1) for p in chunks["page_id"]), dtype=np.int32,
                            count=len(chunks["page_id"]))
     if (new_rows >= 0).any():
@@ -294,8 +411,14 @@ def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0) -> HotView:
             text_bytes += _text_bytes(new_text)
             text = np.insert(text, at, new_text)
             section = np.insert(section, at, _sections(chunks["section_path"])[k][o])
-    if texts and text_bytes > text_budget:   # grown past the budget: let them go until a full read
+        if on_file:
+            new_at = _append_texts(text_file, np.asarray(chunks["text"], dtype=object)[k][o].tolist(),
+                                   _sections(chunks["section_path"])[k][o].tolist())
+            text_at = np.insert(text_at, at, new_at, axis=0)
+    if texts and text_bytes > text_budget:   # grown past the budget: to a file (once; a full read then spills)
+        text_file = TextFile(folder if folder is not None else tempfile.gettempdir())
+        text_at = _append_texts(text_file, text.tolist(), section.tolist())
         text, section, text_bytes = None, None, 0
     return HotView(read.generation, row_of, cols, ents, read.names, chunk_ids, chunk_row, start, end, ws, dead,
                    chunk_text=text, chunk_section=section, text_bytes=text_bytes,
-                   seen_us=np.asarray(seen_us, dtype=np.int64))
+                   seen_us=np.asarray(seen_us, dtype=np.int64), text_file=text_file, text_at=text_at)

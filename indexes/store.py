@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import duckdb
 import numpy as np
@@ -158,6 +158,7 @@ class HotRead:
     names: dict[str, str]              # entity id -> canonical
     texts: bool = False                # chunks has text and section_path
     last_seen_us: np.ndarray | None = None   # pages' last_seen as int64 microseconds since 1970 (naive UTC)
+    spilled: bool = False              # a full read whose texts went to hot_read's `spill`
 
 
 def _pylist(col) -> list:
@@ -513,12 +514,16 @@ class CorpusStore:
             left -= len(body or "")
         return out
 
-    def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0) -> "HotRead":
+    def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0,
+                 spill: Callable[[Any], None] | None = None) -> "HotRead":
         """What the search's in-memory view (indexes/hot.py) needs, read in one transaction: the
         pages changed after generation `since` — their rows, entity links and chunks — or, when
         `since` is None, older than the pruned change rows, or more than `max_changed` pages
         changed, every page (`changed` None). The chunks' texts and section paths come too when
-        `text_budget` > 0 and, for a full read, all the chunks' texts take at most that many bytes."""
+        `text_budget` > 0 and, for a full read, all the chunks' texts take at most that many bytes;
+        a full read whose texts take more hands them to `spill` instead, when given, as Arrow record
+        batches of (chunk_id, text, section path as JSON text, '' for none), in the same transaction
+        (HotRead.spilled)."""
         cur = self.cursor()
         cur.begin()
         try:
@@ -550,13 +555,19 @@ class CorpusStore:
                 chunks = cur.execute(f"SELECT {chunk_cols} FROM chunks "
                                      "WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [changed]).fetchnumpy()
             names = dict(cur.execute("SELECT entity_id, canonical FROM entities").fetchall())
+            spilled = changed is None and text_budget > 0 and not texts and spill is not None
+            if spilled:
+                cur.execute("SET enable_progress_bar = false")
+                for batch in cur.sql("SELECT chunk_id, text, coalesce(CAST(to_json(section_path) AS VARCHAR), '') "
+                                     "FROM chunks").to_arrow_reader(100_000):
+                    spill(batch)
             cur.commit()
         except BaseException:
             cur.rollback()
             raise
         seen_us = np.ma.getdata(pages["last_seen"]).astype("datetime64[us]").astype(np.int64)
         return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names, texts,
-                       seen_us)
+                       seen_us, spilled)
 
     def workspace_chunk_pages(self, workspace: str) -> list[tuple[int, str]]:
         """(chunk id, page id) of every chunk of a workspace, by chunk id."""

@@ -5,6 +5,7 @@ entity edits, cluster refits, quarantine); after each, the view brought forward 
 must equal a view read whole, and both must equal what the store's own queries return."""
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -50,13 +51,18 @@ def _views_agree(store: CorpusStore, hot: HotPages) -> None:
                                    for p, t in store.last_seen_of(pids).items()}
     rows = delta.chunk_rows(ids + [max(ids, default=0) + 1])   # a chunk the view does not hold: -1
     assert rows[-1] == -1 and delta.page_ids_of(rows[:-1]) == [store.chunk_pages(ids)[c] for c in ids]
-    if hot.text_budget:   # the snippets' texts and section paths, held in memory, are the store's
-        assert delta.chunk_text is not None and full.chunk_text is not None
+    if hot.text_budget:   # the snippets' texts and section paths, in memory or the text file, are the store's
         assert delta.snippet_chunks(ids) == full.snippet_chunks(ids) == store.snippet_chunks(ids)
-        assert delta.text_bytes == full.text_bytes == sum(len(t.encode()) for t, _ in store.snippet_chunks(ids).values())
+        size = sum(len(t.encode()) for t, _ in store.snippet_chunks(ids).values())
+        if size <= hot.text_budget:
+            assert delta.chunk_text is not None and full.chunk_text is not None
+            assert delta.text_bytes == full.text_bytes == size
+        else:   # past the budget: on disk (the one read whole spilled them; the delta's were moved)
+            assert delta.chunk_text is None and full.chunk_text is None
+            assert delta.text_file is not None and full.text_file is not None
 
 
-@pytest.mark.parametrize("text_budget", [0, 2**20])
+@pytest.mark.parametrize("text_budget", [0, 2**20, 64])
 def test_the_view_brought_forward_from_change_rows_equals_one_read_whole(tmp_path, text_budget):
     store = CorpusStore(tmp_path / "store.duckdb")
     for ws in ("default", "other"):
@@ -124,15 +130,20 @@ def test_texts_are_held_only_while_they_fit_the_budget(tmp_path):
     store.apply([_write(n, first_chunk=10 * n) for n in range(1, 4)], [])
     ids = HotPages(store).view().chunk_ids.tolist()
     size = sum(len(t.encode()) for t, _ in store.snippet_chunks(ids).values())
-    assert HotPages(store).view().snippet_chunks(ids) is None            # 0: never held
-    assert HotPages(store, size - 1).view().snippet_chunks(ids) is None  # one byte short: not held
+    assert HotPages(store).view().snippet_chunks(ids) is None            # 0: neither held nor on file
+    short = HotPages(store, size - 1).view()                               # one byte short: on file
+    assert short.chunk_text is None and short.text_file is not None
+    assert short.snippet_chunks(ids) == store.snippet_chunks(ids)
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".hot-texts")]   # unlinked: nothing left behind
     hot = HotPages(store, size)                                          # exactly: held
     assert hot.view().snippet_chunks(ids) == store.snippet_chunks(ids)
-    assert hot.view().text_bytes == size
-    # a write that takes them past the budget: the view brought forward lets them go ...
+    assert hot.view().text_bytes == size and hot.view().text_file is None
+    # a write that takes them past the budget: the view brought forward moves them to a file ...
     store.apply([_write(7, first_chunk=700)], [])
     v = hot.view()
-    assert hot.full_reads == 1 and v.chunk_text is None and v.text_bytes == 0
+    assert hot.full_reads == 1 and v.chunk_text is None and v.text_bytes == 0 and v.text_file is not None
+    ids7 = v.chunk_ids.tolist()
+    assert v.snippet_chunks(ids7) == store.snippet_chunks(ids7) and 700 in ids7
     assert v.chunk_pages([700]) == {700: "default:p7"}                    # ... and keeps everything else
     # ... until a full read finds they fit again (the budget raised here by hand)
     hot.text_budget = 2**20

@@ -437,6 +437,13 @@ def test_snippets_from_the_views_texts_are_the_stores(corpus, monkeypatch):
     assert corpus.hot().chunk_text is None
     read = [svc.search(r, now=now, log=False).model_dump(exclude={"query_id", "timings_ms"}) for r in reqs]
     assert held == read and all(h["pages"] and h["pages"][0]["snippets"] for h in held)
+    # texts past the budget: the view reads them from its text file (nothing of the store)
+    from indexes.hot import HotPages
+
+    on_file = HotPages(corpus.store, 1).view()
+    assert on_file.chunk_text is None and on_file.text_file is not None and on_file.generation == view.generation
+    monkeypatch.setattr(corpus._hot, "_view", on_file)
+    assert [svc.search(r, now=now, log=False).model_dump(exclude={"query_id", "timings_ms"}) for r in reqs] == held
 
 
 def test_pinned_pages_count_once_in_total_and_page_as_a_stable_slice(make):

@@ -140,8 +140,9 @@ class SearchSettings(BaseModel):
     snippets_per_page: int = Field(2, ge=1)
     snippet_texts_mb: float = Field(256, ge=0, description=(
         "Chunk texts (the snippets' source) held in the search's in-memory view while all of them take at "
-        "most this many MB: a search then reads nothing of the store. Above it (or 0) the k returned pages' "
-        "snippets are read from the store, one query a search."))
+        "most this many MB: a search then reads nothing of the store. Above it they are kept in a file of "
+        "the view's (unlinked, in the data dir; read through the OS's page cache); at 0 the k returned "
+        "pages' snippets are read from the store, one query a search."))
     highlight: bool = Field(True, description="Snippet `highlights` (offsets of the words matching a query term).",
                             json_schema_extra=REQUEST)
 
