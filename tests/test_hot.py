@@ -50,7 +50,8 @@ def _views_agree(store: CorpusStore, hot: HotPages) -> None:
     assert dict(zip(pids, us)) == {p: (t - epoch) // timedelta(microseconds=1)
                                    for p, t in store.last_seen_of(pids).items()}
     rows = delta.chunk_rows(ids + [max(ids, default=0) + 1])   # a chunk the view does not hold: -1
-    assert rows[-1] == -1 and delta.page_ids_of(rows[:-1]) == [store.chunk_pages(ids)[c] for c in ids]
+    pages = store.chunk_pages(ids)
+    assert rows[-1] == -1 and delta.page_ids_of(rows[:-1]) == [pages[c] for c in ids]
     if hot.text_budget:   # the snippets' texts and section paths, in memory or the text file, are the store's
         assert delta.snippet_chunks(ids) == full.snippet_chunks(ids) == store.snippet_chunks(ids)
         size = sum(len(t.encode()) for t, _ in store.snippet_chunks(ids).values())
