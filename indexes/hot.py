@@ -217,7 +217,8 @@ class _Spill:
         for j in (1, 2):
             arr = batch.column(j)
             kind = np.int64 if str(arr.type).startswith("large") else np.int32
-            offsets = np.frombuffer(arr.buffers()[1], dtype=kind)[arr.offset: arr.offset + len(arr) + 1].astype(np.int64)
+            offsets = np.frombuffer(arr.buffers()[1], dtype=kind)[arr.offset: arr.offset + len(arr) + 1]
+            offsets = offsets.astype(np.int64)
             data = arr.buffers()[2]
             first, last = int(offsets[0]), int(offsets[-1])
             at = self.file.append(memoryview(data)[first:last]) if data is not None and last > first else self.file.size

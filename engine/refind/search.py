@@ -214,9 +214,10 @@ class ArmResults:
 @dataclass
 class Candidates:
     """What candidate generation leaves: the fused chunks best first (their ids and scores, and each
-    one's page as its row in `view`; -1 for a chunk the view does not hold) and their pages, both arms' lists (for
-    trace and explain) and the depth the arms were run at. `fused` (each chunk's ranks and arm
-    scores), `ranked` and `chunk_page` are made when explain, the reranker or the log ask for them."""
+    one's page as its row in `view`; -1 for a chunk the view does not hold) rolled up to pages, both
+    arms' lists (for trace and explain) and the depth the arms were run at. `fused` (each chunk's
+    ranks and arm scores), `ranked` and `chunk_page` are made when explain, the reranker or the log
+    ask for them."""
     ids: np.ndarray
     scores: np.ndarray
     rows: np.ndarray
@@ -434,13 +435,14 @@ class SearchService:
     def trace_rows(resp: "SearchResponse", trace: dict, include_sparse: bool = True):
         """The log's rows of one run of the pipeline: each arm's candidates, the fused (and reranked)
         chunks and the pages returned, from the `trace` the run filled."""
-        c: Candidates | None = trace.get("candidates")
-        cp = c.chunk_page if c is not None else {}
+        run: Candidates | None = trace.get("candidates")
+        cp = run.chunk_page if run is not None else {}
+        dense, sparse, ranked = (run.dense, run.sparse, run.ranked) if run is not None else ([], [], [])
         m = resp.model
-        cands = [(m, "dense", i, c, cp.get(c), s) for i, (c, s) in enumerate(c.dense if c else [], start=1)]
+        cands = [(m, "dense", i, c, cp.get(c), s) for i, (c, s) in enumerate(dense, start=1)]
         if include_sparse:
-            cands += [("", "sparse", i, c, cp.get(c), s) for i, (c, s) in enumerate(c.sparse if c else [], start=1)]
-        fused = [(m, "fused", i, c, cp.get(c), s) for i, (c, s) in enumerate(c.ranked if c else [], start=1)]
+            cands += [("", "sparse", i, c, cp.get(c), s) for i, (c, s) in enumerate(sparse, start=1)]
+        fused = [(m, "fused", i, c, cp.get(c), s) for i, (c, s) in enumerate(ranked, start=1)]
         fused += [(m, "reranked", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("reranked", []), start=1)]
         results = [(m, h.rank, h.page_id, h.score, h.pinned) for h in resp.pages]
         return cands, fused, results
