@@ -79,12 +79,14 @@ def test_snippets_carry_the_spans_of_the_query_terms(shared_client):
 
 
 def test_highlight_offsets_count_characters_and_follow_the_analyzer():
-    from engine.refind.highlight import highlight_spans, query_terms
+    from engine.refind.highlight import highlight_all, query_terms
 
     text = "Café naïve — the CAFÉS' transactional_log: transactions, transact; trans-action"
-    spans = highlight_spans(text, query_terms("cafés transaction"))
+    plain = "Cafe naive - the CAFES' transactional_log: transactions, transact; trans-action"   # ASCII
+    spans, ascii_spans = highlight_all([text, plain], query_terms("cafés transaction"))
     assert [text[a:b] for a, b in spans] == ["Café", "CAFÉS", "transactional", "transactions", "transact"]
-    assert highlight_spans(text, query_terms("")) == []
+    assert [plain[a:b] for a, b in ascii_spans] == ["transactional", "transactions", "transact"]
+    assert highlight_all([text, plain], query_terms("")) == [[], []]
 
 
 def test_facets_list_what_the_filters_take(shared_client, shared_corpus, demo_subset):

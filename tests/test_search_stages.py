@@ -124,12 +124,12 @@ def test_ordinary_queries_pin_nothing(query):
     assert pin_intent(query) is None
 
 
-def test_highlight_spans_mark_exactly_the_words_whose_stem_is_a_query_term(demo_subset):
+def test_highlights_mark_exactly_the_words_whose_stem_is_a_query_term(demo_subset):
     """The fast highlighter (distinct words stemmed once, found with str.find) against the word-by-
     word reference, over the demo pages' text and queries made of their own words, odd cases added."""
     import random
 
-    from engine.refind.highlight import highlight_spans, query_terms, word_spans
+    from engine.refind.highlight import highlight_all, query_terms, word_spans
 
     texts = [r.get("body_text") or "" for r in demo_subset][:40]
     texts += ["Data databases DATA-data data_data (data) dataData", "İstanbul data İ data", "", "ünïcödé Über über",
@@ -141,8 +141,10 @@ def test_highlight_spans_mark_exactly_the_words_whose_stem_is_a_query_term(demo_
         for _ in range(5):
             query = " ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) + " data über"
             terms = query_terms(query)
-            assert highlight_spans(text, terms) == word_spans(text, terms), (query, text[:80])
+            assert highlight_all([text], terms) == [word_spans(text, terms)], (query, text[:80])
             checked += bool(word_spans(text, terms))
+        # a response's snippets at once (ASCII ones joined, the others alone), handed back to each
+        assert highlight_all(texts, terms) == [word_spans(t, terms) for t in texts]
     assert checked > 50   # most cases mark something
 
 

@@ -38,32 +38,14 @@ def _words_from(first: str) -> re.Pattern:
     return re.compile(r"(?<![^\W_])[" + "".join(re.escape(c) for c in first) + r"][^\W_]*")
 
 
-def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
-    """[start, end) character offsets of the words of `text` whose stem is in `terms`.
-
-    The distinct words that could match are stemmed once each and the few that match are found
-    with str.find (a search hydrates up to k pages' snippets; stemming every word of every snippet
-    cost ~0.1 ms a snippet). An ASCII text is split with str.translate instead of a regular
-    expression (~2× faster). Exactly the words word_spans finds (a test holds them equal)."""
-    if not terms:
-        return []
+def _other_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
+    """highlight_all's spans of a text that is not ASCII: the words that can match (their first letter is
+    a query stem's) found by a regular expression, stemmed once each, found again with str.find."""
     low = text.lower()
     if len(low) != len(text):   # a character whose lower case is longer: offsets would shift
         return word_spans(text, terms)
-    first = _first_letters(terms)
-    if low.isascii():
-        spaced = " " + low.translate(_ASCII_GAPS) + " "   # words between single spaces, offsets + 1
-        spans = []
-        for w in [w for w in set(spaced.split()) if w[0] in first and _stem(w) in terms]:
-            n, word = len(w), " " + w + " "
-            i = spaced.find(word)
-            while i >= 0:
-                spans.append((i, i + n))
-                i = spaced.find(word, i + n + 1)
-        spans.sort()
-        return spans
     spans = []
-    for w in [w for w in set(_words_from(first).findall(low)) if _stem(w) in terms]:
+    for w in [w for w in set(_words_from(_first_letters(terms)).findall(low)) if _stem(w) in terms]:
         n, i = len(w), low.find(w)
         while i >= 0:
             j = i + n
@@ -75,23 +57,27 @@ def highlight_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
 
 
 def highlight_all(texts: list[str], terms: frozenset[str]) -> list[list[tuple[int, int]]]:
-    """highlight_spans of each text (the snippets of one response), the ASCII ones in one pass:
-    joined by spaces, split and stemmed once (a word repeated across snippets is looked at once),
-    the spans found in the joined text and handed back to their texts."""
+    """For each text (the snippets of one response), the [start, end) character offsets of its
+    words whose stem is in `terms` — exactly the words word_spans finds (tests hold them equal).
+
+    The ASCII texts in one pass: lower-cased, joined by spaces, every other character made a space
+    with str.translate, split; each distinct word that could match (its first letter is a stem's: a
+    Snowball stem keeps its word's first letter) stemmed once, and the few that match found with
+    str.find between spaces and handed back to their texts. Stemming every word of every snippet
+    cost ~0.1 ms a snippet; a regular expression over each text, ~2× this. Other texts: _other_spans."""
     if not terms:
         return [[] for _ in texts]
     out: list[list[tuple[int, int]]] = []
     joined, mine, starts, at = [], [], [], 1
     for i, text in enumerate(texts):
-        low = text.lower()
-        if len(low) == len(text) and low.isascii():
-            joined.append(low)
+        if text.isascii():
+            joined.append(text.lower())
             mine.append(i)
             starts.append(at)          # where it starts in `spaced` below
-            at += len(low) + 1
+            at += len(text) + 1
             out.append([])
         else:
-            out.append(highlight_spans(text, terms))
+            out.append(_other_spans(text, terms))
     if joined:
         spaced = " " + " ".join(joined).translate(_ASCII_GAPS) + " "
         first = _first_letters(terms)
@@ -108,5 +94,5 @@ def highlight_all(texts: list[str], terms: frozenset[str]) -> list[list[tuple[in
 
 
 def word_spans(text: str, terms: frozenset[str]) -> list[tuple[int, int]]:
-    """highlight_spans word by word (the reference it is tested against)."""
+    """One text's spans word by word (the reference highlight_all is tested against)."""
     return [(m.start(), m.end()) for m in _WORD.finditer(text) if _stem(m.group()) in terms]
