@@ -2,9 +2,10 @@
 
 Over arrays: the chunks (ids and scores best first, and each one's page as its row in the search's
 in-memory view), the pages as those rows; page ids are read for the pages that get ranked, and a
-page's chunks only for the pages a search returns (`RankedPages.page`). At 200 candidate chunks
-this is ~4× cheaper than the same steps over Python lists and dicts; the figures are bit for bit
-the same (tests/test_search_stages.py holds both ways equal).
+page's chunks only for the pages a search returns (`RankedPages.page`). At ~200 candidate chunks
+and ~180 pages (bench-data, 10k chunks) chunk -> page, rollup and recency take ~110 µs timed warm
+against ~250 µs over Python lists and dicts (~0.1–0.2 ms less of a search's p50); the figures are
+bit for bit the same (tests/test_search_stages.py holds both ways equal).
 """
 from __future__ import annotations
 
