@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from .device import resolve_device
+from .onnx_embedder import OnnxSentenceEncoder
 from .registry import ModelNotFound, ModelRegistry, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -105,20 +106,36 @@ class Embedder:
             self.query_runtime = "onnx" if model is not None else self.backend
             return self.query_runtime
 
-    def encode_query(self, text: str) -> np.ndarray:
+    def encode_query(self, text: str, meanwhile: Callable[[], None] | None = None) -> np.ndarray:
+        """The query's vector (from the LRU cache when it holds it). `meanwhile`, when given, is called
+        once, when the model is about to run — after tokenisation, right before ONNX Runtime's run, which
+        releases the GIL for the whole forward pass — or at once on a cache hit or with the torch
+        runtime: the search starts its BM25 arm there, so that arm's Python holds up neither the
+        tokeniser nor the encoder's start."""
         if self._query_source is not None:
             self.prepare_queries()
         with self._lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
-                return hit
-        vec = (self._query_model or self.model).encode(
+        if hit is not None:
+            if meanwhile is not None:
+                meanwhile()
+            return hit
+        model = self._query_model or self.model
+        kwargs = {}
+        if meanwhile is not None:
+            if isinstance(model, OnnxSentenceEncoder):
+                kwargs["before_run"] = meanwhile
+            else:
+                meanwhile()
+        vec = model.encode(
             [self.spec.query_prefix + text],
             batch_size=1,
             normalize_embeddings=self.spec.normalize,
             convert_to_numpy=True,
             show_progress_bar=False,
+            **kwargs,
         )[0].astype(np.float32)
         if self._cache_size:
             with self._lock:
@@ -160,8 +177,6 @@ def _load_weights(path: Path, device: str, max_seq_length: int | None):
 
 
 def _load_onnx(path: Path, onnx_path: Path, max_seq_length: int | None, threads: int):
-    from .onnx_embedder import OnnxSentenceEncoder
-
     key = (str(Path(onnx_path).resolve()), f"onnx:{max_seq_length}:{threads}")
     model = _WEIGHTS.get(key)
     if model is None:

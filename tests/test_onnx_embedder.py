@@ -153,3 +153,47 @@ def test_a_query_export_that_will_not_load_leaves_queries_on_torch_or_fails_when
     assert np.allclose(emb.encode_query(QUERIES[0]), ref, atol=1e-6)
     with pytest.raises(ValueError, match='query_runtime = "onnx" asked for'):
         EmbedderPool(registry, "cpu", query_runtime="onnx", query_threads=1).get("all-minilm-l6-v2")
+
+
+def test_the_encoder_calls_back_once_between_tokenising_and_running_the_model(pool):
+    """encode_query(text, meanwhile): the search starts its BM25 arm in `meanwhile`, which ONNX
+    Runtime's query path calls once, after the tokeniser and right before the model's run — at once
+    on a cache hit; the vector is the same as without it."""
+    from models.embedder import EmbedderPool
+    from models.registry import ModelRegistry
+
+    emb = EmbedderPool(pool.registry, "cpu", query_cache_size=4, query_threads=2).get("all-minilm-l6-v2")
+    assert emb.prepare_queries() == "onnx"
+    model, events = emb._query_model, []
+
+    class Spy:   # records when onnxruntime and the tokenizer are called, and passes through
+        def __init__(self, inner, name):
+            self.inner, self.name = inner, name
+
+        def __call__(self, *a, **kw):
+            events.append(self.name)
+            return self.inner(*a, **kw)
+
+        def run(self, *a, **kw):
+            events.append(self.name)
+            return self.inner.run(*a, **kw)
+
+        def __getattr__(self, key):
+            return getattr(self.inner, key)
+
+    session, tokenizer = model.session, model.tokenizer
+    model.session, model.tokenizer = Spy(session, "run"), Spy(tokenizer, "tokenize")
+    try:
+        vec = emb.encode_query(QUERIES[0], lambda: events.append("meanwhile"))
+        assert events == ["tokenize", "meanwhile", "run"]
+        events.clear()
+        again = emb.encode_query(QUERIES[0], lambda: events.append("meanwhile"))   # the query cache's
+        assert events == ["meanwhile"] and np.array_equal(again, vec)
+    finally:
+        model.session, model.tokenizer = session, tokenizer
+    assert np.array_equal(vec, model.encode([QUERIES[0]])[0])
+    torch_only = EmbedderPool(ModelRegistry(pool.registry.path, pool.registry.cache_dir), "cpu",
+                              query_runtime="torch", query_cache_size=0).get("all-minilm-l6-v2")
+    calls = []
+    assert np.allclose(torch_only.encode_query(QUERIES[0], lambda: calls.append(1)), vec, atol=1e-4)
+    assert calls == [1]

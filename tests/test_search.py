@@ -473,3 +473,27 @@ def test_pinned_pages_count_once_in_total_and_page_as_a_stable_slice(make):
             parts = [run(k=k, offset=o) for o in range(0, 4, k)]
             assert [p["page_id"] for part in parts for p in part["pages"]] == [p["page_id"] for p in whole["pages"]]
             assert {part["total"] for part in parts} == {4}
+
+
+def test_the_bm25_arm_answers_the_same_whenever_it_starts(corpus):
+    """The BM25 arm starts as the encoder starts, or after the query is encoded when it has kept within
+    FAISS's time (SearchService.arms, by the arms' recent times): the same responses either way, both
+    arms run, and the service learns to start it late when it is the shorter arm."""
+    svc, now = SearchService(corpus), datetime(2026, 7, 1)
+    reqs = [SearchRequest(query=q, k=8, explain=True) for q in ("sqlite storage engine", "python packaging")]
+    clock = svc._clock
+    assert not clock.sparse_fits_beside_dense()   # nothing measured yet: it starts with the encoder
+
+    def run(sparse_ms, dense_ms):
+        clock._sparse, clock._dense = sparse_ms, dense_ms
+        out = [svc.search(r, now=now, log=False) for r in reqs]
+        assert all("sparse" in r.timings_ms and "dense" in r.timings_ms for r in out)
+        return [r.model_dump(exclude={"query_id", "timings_ms"}) for r in out]
+
+    early, late = run(5.0, 1.0), run(1.0, 5.0)
+    assert early == late and all(r["pages"] for r in early)
+    clock._sparse, clock._dense = 1000.0, 0.0
+    for _ in range(200):
+        clock.sparse(0.1)
+        clock.dense(1.0)
+    assert clock.sparse_fits_beside_dense()

@@ -20,7 +20,8 @@ from typing import Any
 
 import faiss
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, create_model, field_serializer,
+                      field_validator)
 
 from indexes.dense import set_search_threads
 from indexes.hot import HotView
@@ -159,6 +160,9 @@ class PageHit(BaseModel):
         return (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).isoformat().replace("+00:00", "Z")
 
 
+_PAGE_HITS = TypeAdapter(list[PageHit])
+
+
 class SimilarPage(BaseModel):
     page_id: str
     url: str
@@ -187,11 +191,13 @@ class SearchResponse(BaseModel):
 
 
 REQUEST_PARAMS = tuple(request_fields(SearchSettings))
+_REQUEST_SET = frozenset(REQUEST_PARAMS)
 
 
 class Params(SearchSettings):
     """One search's parameters: the [search] settings with the request's overrides, its workspace and
-    whether it explains (SearchService.params)."""
+    whether it explains (SearchService.params). Frozen: one is shared by the searches asking the same."""
+    model_config = ConfigDict(frozen=True)
     workspace: str
     explain: bool = False
 
@@ -280,6 +286,28 @@ def _recency_on(p: Params) -> bool:
     return p.recency_half_life_days > 0 and p.recency_weight > 0
 
 
+class _ArmClock:
+    """Recent times of the two arms (exponential moving averages, ms): whether the BM25 arm is
+    expected to end within FAISS's time, so that it can start after the query's encoding."""
+
+    def __init__(self, alpha: float = 0.1):
+        self.alpha = alpha
+        self._sparse: float | None = None
+        self._dense: float | None = None
+
+    def _mix(self, old: float | None, ms: float) -> float:
+        return ms if old is None else old + self.alpha * (ms - old)
+
+    def sparse(self, ms: float) -> None:
+        self._sparse = self._mix(self._sparse, ms)
+
+    def dense(self, ms: float) -> None:
+        self._dense = self._mix(self._dense, ms)
+
+    def sparse_fits_beside_dense(self) -> bool:
+        return self._sparse is not None and self._dense is not None and self._sparse <= self._dense
+
+
 _caller = threading.local()   # per calling thread: FAISS's OpenMP threads there before a search set them
 
 
@@ -291,12 +319,23 @@ class SearchService:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm",
                                         initializer=set_search_threads,
                                         initargs=(corpus.settings.index.search_threads,))
+        self._clock = _ArmClock()
+        self._params: dict[tuple, Params] = {}
 
     # Parameters and filters ----------------------------------------------------------------------
     def params(self, req: SearchRequest) -> Params:
-        overrides = {k: v for k, v in req.model_dump(include=set(REQUEST_PARAMS)).items() if v is not None}
-        return Params(**(self.defaults.model_dump() | overrides),
-                      workspace=req.workspace or self.corpus.settings.default_workspace, explain=req.explain)
+        """The request's parameters: the [search] settings with its overrides. Made once per distinct
+        set of overrides (a Params is frozen, so one can be shared; validating one cost ~20 µs)."""
+        overrides = tuple(sorted((k, v) for k in req.model_fields_set & _REQUEST_SET
+                                 if (v := getattr(req, k)) is not None))
+        key = (overrides, req.workspace or self.corpus.settings.default_workspace, req.explain)
+        p = self._params.get(key)
+        if p is None:
+            if len(self._params) >= 1024:
+                self._params.clear()
+            p = self._params[key] = Params(**(self.defaults.model_dump() | dict(overrides)),
+                                           workspace=key[1], explain=req.explain)
+        return p
 
     def restriction(self, workspace: str, filters: SearchFilters | None, snapshot=None,
                     scopes: tuple[str, ...] | None = None) -> Restriction:
@@ -344,13 +383,18 @@ class SearchService:
             raise IndexUnavailable(str(exc), index="sparse") from exc
         return hits, (time.perf_counter() - t) * 1000
 
-    def run_dense(self, query: str, model: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float, float]:
+    def run_dense(self, query: str, model: str, p: Params, r: Restriction, meanwhile=None,
+                  before_dense=None) -> tuple[list[tuple[int, float]], float, float]:
+        """The query's encoding and the FAISS search; `meanwhile` is called once when the encoder is
+        about to run (Embedder.encode_query), `before_dense` between the encoding and the search."""
         t = time.perf_counter()
         try:
-            vec = self.corpus.embedder(model).encode_query(query)
+            vec = self.corpus.embedder(model).encode_query(query, meanwhile)
         except ModelNotFound as exc:
             raise ModelUnavailable(str(exc), model=exc.name, install=exc.install) from exc
         t2 = time.perf_counter()
+        if before_dense is not None:
+            before_dense()
         try:
             hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids, r.sparse)
         except MilvusUnavailable as exc:
@@ -360,21 +404,43 @@ class SearchService:
     def arms(self, query: str, model: str, p: Params, r: Restriction,
              sparse: list[tuple[int, float]] | None = None) -> ArmResults:
         """Both arms concurrently: the sparse arm on the pool, the dense arm (the query's encoding and
-        FAISS: the longer one) on the calling thread meanwhile — one hand-off fewer than both on the
-        pool (alternated at 10k / 1M chunks: 6.6–7.2 vs 7.6 ms, 22.3–22.4 vs 23.0–23.4 ms p50). An arm
-        whose weight is 0 is not run. A precomputed sparse list (compare shares one across embedders)
-        is used as given. (The other way round, the sparse arm on the calling thread and the dense
-        arm on the pool, was measured slower: 13.5 vs 9.0 ms p50 at 100k chunks, 2 cores.)"""
+        FAISS) on the calling thread — one hand-off fewer than both on the pool. When the sparse arm
+        starts is chosen from the two arms' recent times (`_ArmClock`): while it has taken no longer
+        than FAISS, it starts once the query is encoded and runs beside FAISS, which searches on one
+        thread (the encoder's threads stop spinning as its run returns), so the other core is free;
+        when it takes longer (a large BM25 index), it starts as the encoder starts, to overlap as
+        much as it can. Measured at 100k chunks (alternated, 2 cores): 8.6 ms p50 started after the
+        encoding against 9.3–9.4 started before it; at 1M, 20.6 against 19.2–19.6; at 10k within
+        noise. (Started before the query is tokenised its Python takes the GIL the tokeniser needs;
+        started as the encoder runs it takes a core from it: the two cost about the same.) An arm
+        whose weight is 0 is not run. A precomputed sparse list (compare shares one across
+        embedders) is used as given. (The other way round, the sparse arm on the calling thread and
+        the dense arm on the pool, was measured slower: 13.5 vs 9.0 ms p50 at 100k chunks.)"""
         out = ArmResults()
-        fs = None
+        started = []
+
+        def start_sparse():
+            if not started:
+                started.append(self._pool.submit(self.run_sparse, query, p, r))
+
+        run_sparse = sparse is None and p.sparse_weight > 0
         if sparse is not None:
             out.sparse = sparse
-        elif p.sparse_weight > 0:
-            fs = self._pool.submit(self.run_sparse, query, p, r)
         if p.dense_weight > 0:
-            out.dense, out.timings["embed"], out.timings["dense"] = self._on_caller(self.run_dense, query, model, p, r)
-        if fs is not None:
-            out.sparse, out.timings["sparse"] = fs.result()
+            late = run_sparse and self._clock.sparse_fits_beside_dense()
+            try:
+                out.dense, out.timings["embed"], out.timings["dense"] = self._on_caller(
+                    self.run_dense, query, model, p, r, start_sparse if run_sparse and not late else None,
+                    start_sparse if late else None)
+            except BaseException:
+                for f in started:   # an arm started is waited for, not left running past the request
+                    f.cancel() or f.exception()
+                raise
+            self._clock.dense(out.timings["dense"])
+        if run_sparse:
+            start_sparse()   # (with the dense arm off, or an encoder that did not call back)
+            out.sparse, out.timings["sparse"] = started[0].result()
+            self._clock.sparse(out.timings["sparse"])
         return out
 
     def _on_caller(self, fn, *args):
@@ -386,6 +452,8 @@ class SearchService:
         before = getattr(_caller, "faiss_threads", None)
         if before is None:   # asked once per thread (~0.1 ms a call); only set_search_threads changes it
             before = _caller.faiss_threads = faiss.omp_get_max_threads()
+        if before == threads:   # (each call releases the GIL, and may wait to take it back)
+            return fn(*args)
         set_search_threads(threads)
         try:
             return fn(*args)
@@ -503,7 +571,7 @@ class SearchService:
         was cut off at its depth, the depth doubles (up to max_top_n). The rule never looks at k or
         offset, so every page of a query is a slice of one and the same ranking."""
         settings = self.corpus.settings.search
-        depth = p.model_copy()
+        depth = p
         timer.add("fusion", 0.0)
         while True:
             arms = self.arms(query, model, depth, restriction, sparse)
@@ -530,8 +598,8 @@ class SearchService:
             if len(rolled.pages) >= settings.min_candidate_pages or not cut_off or \
                     max(depth.dense_top_n, depth.sparse_top_n) >= settings.max_top_n:
                 return Candidates(ids, scores, rows, rolled, arms.dense, arms.sparse, depth, snapshot, args, fused)
-            depth.dense_top_n = min(depth.dense_top_n * 2, settings.max_top_n)
-            depth.sparse_top_n = min(depth.sparse_top_n * 2, settings.max_top_n)
+            depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
+                                             "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
 
     def _rerank(self, query: str, p: Params, cands: Candidates) -> tuple[dict[int, float], dict[int, float]]:
         """The cross-encoder over the top rerank_n candidate chunks: (chunk scores, rerank scores). With
@@ -571,18 +639,19 @@ class SearchService:
             m = meta[pid]
             sp = by_id.get(pid)
             cids, cscores = (sp.chunk_ids, sp.chunk_scores) if sp else ([], [])
-            snippets = [Snippet(chunk_id=c, text=chunk_meta[c][0], section_path=list(chunk_meta[c][1] or []),
-                                char_start=offsets[c][0], char_end=offsets[c][1],
-                                score=score, highlights=marks[c])
+            snippets = [{"chunk_id": c, "text": chunk_meta[c][0], "section_path": list(chunk_meta[c][1] or []),
+                         "char_start": offsets[c][0], "char_end": offsets[c][1], "score": score,
+                         "highlights": marks[c]}
                         for c, score in zip(cids[:snippets_n], cscores) if c in chunk_meta and c in offsets]
             explain = self._explain(cids, cscores, fused_by_id, rerank_scores, p, sp, m, now,
                                     pinned.get(pid)) if p.explain else None
-            hits.append(PageHit(
-                rank=p.offset + i + 1, page_id=pid, url=m["url"], title=m["title"], domain=m["domain"],
-                score=sp.score if sp else 0.0, first_seen=m["first_seen"], last_seen=m["last_seen"],
-                published=m["published"], cluster_id=m["cluster_id"], entities=m["entities"], pinned=pinned.get(pid),
-                snippets=snippets, explain=explain))
-        return hits
+            hits.append({
+                "rank": p.offset + i + 1, "page_id": pid, "url": m["url"], "title": m["title"], "domain": m["domain"],
+                "score": sp.score if sp else 0.0, "first_seen": m["first_seen"], "last_seen": m["last_seen"],
+                "published": m["published"], "cluster_id": m["cluster_id"], "entities": m["entities"],
+                "pinned": pinned.get(pid), "snippets": snippets, "explain": explain})
+        # validated in one call (~25 % less than a model per hit and per snippet)
+        return _PAGE_HITS.validate_python(hits)
 
     def _suggestions(self, source_page: str, model: str, scopes: tuple[str, ...] | None) -> Suggestions:
         from engine.refind.similar import similar_pages
