@@ -10,7 +10,7 @@ import pytest
 from engine.refind.fusion import extra_arm, fuse, normalise, rrf, rrf_arrays, tied_ranks
 from engine.refind.pinning import pin_intent
 from engine.refind.ranking import rank_pages
-from engine.refind.recency import age_days, ages_days, decay_factor, decay_factors
+from engine.refind.recency import decay_factor, factors_us
 from engine.refind.rollup import rollup_rows
 from indexes.hot import HotView
 
@@ -148,19 +148,17 @@ def test_highlights_mark_exactly_the_words_whose_stem_is_a_query_term(demo_subse
     assert checked > 50   # most cases mark something
 
 
-def test_decay_over_arrays_is_decay_factor_bit_for_bit():
-    """The search computes ages and factors over arrays (recency.ages_days, decay_factors); they must
-    be exactly age_days and decay_factor (explain reports the factor, and ties would reorder on one
-    ulp) — ages past 285 years (2**53 microseconds) and future last_seen included."""
+def test_decay_from_microseconds_is_decay_factor_bit_for_bit():
+    """The search decays pages from their last_seen in microseconds (recency.factors_us); the factors
+    must be exactly decay_factor's (explain reports the factor, and ties would reorder on one ulp) —
+    ages past 285 years (2**53 microseconds) and future last_seen included."""
     now = datetime(2026, 6, 1, 12, 0, 0)
     seen = [now - timedelta(seconds=37 * i * i, microseconds=13 * i) for i in range(300)]
     seen += [now + timedelta(days=2), datetime(1, 1, 1), datetime(1700, 3, 4, 5, 6, 7, 891011), datetime(9999, 1, 1)]
     epoch = datetime(1970, 1, 1)
-    us = np.array([(t - epoch) // timedelta(microseconds=1) for t in seen], dtype=np.int64)
-    ages = ages_days((now - epoch) // timedelta(microseconds=1), us)
-    assert [max(0.0, a).hex() for a in ages.tolist()] == [age_days(t, now).hex() for t in seen]
-    for half_life, weight in ((30.0, 0.05), (0.7, 1.0), (3650.0, 0.3), (0.0, 0.5), (30.0, 0.0)):
-        got = decay_factors(ages, half_life, weight).tolist()
+    us = [(t - epoch) // timedelta(microseconds=1) for t in seen]
+    for half_life, weight in ((30.0, 0.05), (0.7, 1.0), (3650.0, 0.3), (0.0, 0.5), (30.0, 0.0), (1e-3, 0.5)):
+        got = factors_us((now - epoch) // timedelta(microseconds=1), us, half_life, weight)
         assert [g.hex() for g in got] == [decay_factor(t, now, half_life, weight).hex() for t in seen]
         assert got[300] == 1.0 and (got[299] < 1.0 or not half_life or not weight)
 
@@ -199,7 +197,9 @@ def _view(page_ids, last_seen, chunk_page):
 def test_pages_ranked_over_arrays_are_the_list_implementations_bit_for_bit(seed, how):
     """rollup_rows + rank_pages against the list implementation: the same pages in the same order
     (ties by page id, and many: equal chunk scores, equal last_seen), the same scores, rollup values
-    and factors bit for bit, the same chunks best first; chunks without a page left out."""
+    and factors bit for bit, the same chunks best first; chunks without a page left out. (With a cut,
+    rank_pages decays only the pages that can reach it: any page it leaves out must be one the
+    reference ranks below the cut.)"""
     rng = random.Random(seed)
     now = datetime(2026, 6, 1)
     pages = [f"p{rng.randrange(10**6):06d}" for _ in range(rng.randint(1, 60))]
@@ -210,12 +210,14 @@ def test_pages_ranked_over_arrays_are_the_list_implementations_bit_for_bit(seed,
     last_seen[pages[0]] = now + timedelta(days=3)   # seen after now
     chunk_page = {c: rng.choice(pages) for c in rng.sample(range(10**5), rng.randint(1, 200))}
     scores = {c: rng.choice([0.5, 0.25, 1 / 61, 1 / 62 + 1 / 63, rng.random()]) for c in chunk_page}
+    if seed % 3 == 2:   # linear fusion's z-scores can be negative: decay then raises a page's score
+        scores = {c: s - 0.5 for c, s in scores.items()}
     chunks = sorted(scores.items(), key=lambda t: (-t[1], t[0]))
     chunks += [(10**6 + i, 0.001) for i in range(3)]   # written after the view: no page
     view = _view(pages, last_seen, chunk_page)
     ids = np.array([c for c, _ in chunks], dtype=np.int64)
     sc = np.array([s for _, s in chunks], dtype=np.float64)
-    for half_life, weight in ((30.0, 0.05), (0.0, 0.05), (2.0, 1.0)):
+    for half_life, weight in ((30.0, 0.05), (0.0, 0.05), (2.0, 1.0), (90.0, 0.4)):
         expected = _rank_pages_reference(chunks, chunk_page, how, last_seen, now, half_life, weight)
         for top in (None, 0, 1, rng.randint(1, 12), len(expected) - 1, len(expected), len(expected) + 5):
             rolled = rollup_rows(view.chunk_rows(ids), sc, how)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import numpy as np
-
 
 def age_days(last_seen: datetime, now: datetime) -> float:
     return max(0.0, (now - last_seen).total_seconds() / 86400.0)
@@ -23,23 +21,18 @@ def decay_factor(last_seen: datetime, now: datetime, half_life_days: float, weig
     return 1.0 - weight * (1.0 - 0.5 ** (age_days(last_seen, now) / half_life_days))
 
 
-def ages_days(now_us: int, seen_us: np.ndarray) -> np.ndarray:
-    """age_days before its clamp (negative for a future last_seen) of many pages at once, from
-    microseconds since 1970, bit for bit: a difference under 2**53 µs (285 years) is exact in a
-    float, and dividing it is then rounded as timedelta.total_seconds() rounds; a longer one is
-    divided in Python."""
-    d = now_us - np.asarray(seen_us, dtype=np.int64)
-    out = d.astype(np.float64) / 1e6
-    far = np.flatnonzero(np.abs(d) >= 2**53)
-    if len(far):
-        out[far] = [x / 10**6 for x in d[far].tolist()]
-    return out / 86400.0
-
-
-def decay_factors(ages: np.ndarray, half_life_days: float, weight: float = 1.0) -> np.ndarray:
-    """decay_factor of each age (ages_days) at once, bit for bit: the power is Python's (NumPy's
-    vectorised one may differ in the last bit, and ties would reorder on one ulp)."""
+def factors_us(now_us: int, seen_us: list[int], half_life_days: float, weight: float = 1.0) -> list[float]:
+    """decay_factor of many pages at once, bit for bit, from microseconds since 1970 (the search's
+    in-memory view keeps last_seen so): a difference under 2**53 µs (285 years) is exact in a float,
+    and dividing it is then rounded as timedelta.total_seconds() rounds; a longer one is divided as
+    an integer. Plain Python: a search decays the few pages that can still reach its slice, and
+    NumPy's calls cost more than they save at that size (its power may also differ in the last bit,
+    and ties would reorder on one ulp)."""
     if not half_life_days or half_life_days <= 0 or weight <= 0:
-        return np.ones(len(ages))
-    halves = np.array([0.5 ** r if r > 0 else 1.0 for r in (ages / half_life_days).tolist()], dtype=np.float64)
-    return np.where(ages > 0, 1.0 - weight * (1.0 - halves), 1.0)
+        return [1.0] * len(seen_us)
+    out = []
+    for s in seen_us:
+        d = now_us - s
+        age = (float(d) / 1e6 if -2**53 < d < 2**53 else d / 10**6) / 86400.0
+        out.append(1.0 - weight * (1.0 - 0.5 ** (age / half_life_days)) if age > 0 else 1.0)
+    return out

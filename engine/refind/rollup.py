@@ -36,18 +36,23 @@ def rollup_rows(rows: np.ndarray, scores: np.ndarray, how: str = "max") -> Rolle
     if how not in ROLLUPS:
         raise ValueError(f"unknown rollup {how!r}; use one of {', '.join(ROLLUPS)}")
     kept = np.flatnonzero(rows >= 0)
-    pages, first, where, counts = np.unique(rows[kept], return_index=True, return_inverse=True, return_counts=True)
-    s = scores[kept]
-    order = kept[np.argsort(where, kind="stable")]
-    starts = np.cumsum(counts) - counts
+    r = rows[kept]
+    by_page = np.argsort(r, kind="stable")      # grouped by page; best first within each (stable)
+    grouped = r[by_page]
+    head = np.empty(len(grouped), dtype=bool)   # where each page's group starts
+    head[:1] = True
+    np.not_equal(grouped[1:], grouped[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    counts = np.diff(starts, append=len(grouped))
+    pages = grouped[starts]
+    order = kept[by_page]
+    top = scores[order[starts]]
+    # (one sort and a dozen small calls: np.unique with its index, inverse and counts took ~2x as long)
     if how == "max":
-        values = s[first]
+        values = top
     elif how == "sum":
-        values = np.bincount(where, weights=s, minlength=len(pages))
+        values = np.bincount(np.cumsum(head) - 1, weights=scores[order], minlength=len(pages))
     else:
-        top = scores[order[starts]]
-        two = counts >= 2
         second = scores[order[np.minimum(starts + 1, len(order) - 1)]] if len(order) else top
-        values = np.where(two, (top + second) / 2, top)
+        values = np.where(counts >= 2, (top + second) / 2, top)
     return Rolled(pages, np.asarray(values, dtype=np.float64), order, starts, counts)
-
