@@ -115,22 +115,30 @@ class HotView:
 
     def chunk_offsets(self, chunk_ids) -> dict[int, tuple[int, int]]:
         """chunk id -> (char_start, char_end) in its page, for the chunks that exist."""
-        q, pos, hit = self._positions(chunk_ids)
-        p = pos[hit]
-        return {int(c): (int(s), int(e)) for c, s, e in zip(q[hit].tolist(), self.chunk_start[p].tolist(),
-                                                           self.chunk_end[p].tolist())}
+        return self._offsets(*self._positions(chunk_ids))
 
     def snippet_chunks(self, chunk_ids) -> dict[int, tuple[str, list[str] | None]] | None:
         """chunk id -> (text, section path) for the chunks that exist — CorpusStore.snippet_chunks's
         answer — from memory or the view's text file, or None when this view has neither."""
+        return self._texts(*self._positions(chunk_ids))
+
+    def snippets(self, chunk_ids) -> tuple[dict[int, tuple[str, list[str] | None]] | None, dict[int, tuple[int, int]]]:
+        """snippet_chunks and chunk_offsets of the same chunks, with one lookup of their positions."""
+        found = self._positions(chunk_ids)
+        return self._texts(*found), self._offsets(*found)
+
+    def _offsets(self, q, pos, hit) -> dict[int, tuple[int, int]]:
+        p = pos[hit]
+        return {int(c): (int(s), int(e)) for c, s, e in zip(q[hit].tolist(), self.chunk_start[p].tolist(),
+                                                           self.chunk_end[p].tolist())}
+
+    def _texts(self, q, pos, hit) -> dict[int, tuple[str, list[str] | None]] | None:
         if self.chunk_text is None:
             if self.text_file is None:
                 return None
-            q, pos, hit = self._positions(chunk_ids)
             read = self.text_file.read
             return {c: (read(tp, tl).decode(), json.loads(read(sp, sl)) if sl else None)
                     for c, (tp, tl, sp, sl) in zip(q[hit].tolist(), self.text_at[pos[hit]].tolist())}
-        q, pos, hit = self._positions(chunk_ids)
         p = pos[hit]
         return {c: (t, None if sec is None else list(sec)) for c, t, sec in
                 zip(q[hit].tolist(), self.chunk_text[p].tolist(), self.chunk_section[p].tolist())}

@@ -20,7 +20,7 @@ from typing import Any
 
 import faiss
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, create_model, field_serializer,
+from pydantic import (BaseModel, ConfigDict, Field, SkipValidation, TypeAdapter, create_model, field_serializer,
                       field_validator)
 
 from indexes.dense import set_search_threads
@@ -104,7 +104,8 @@ class Snippet(BaseModel):
     char_start: int
     char_end: int
     score: float
-    highlights: list[tuple[int, int]] = Field(
+    # (made by the search itself: not validated again — ~25 µs a response at ~250 marked words)
+    highlights: SkipValidation[list[tuple[int, int]]] = Field(
         default_factory=list, description="[start, end) offsets in `text` of the words matching a query term "
                                           "(compared by the BM25 index's stems), for marking.")
 
@@ -626,11 +627,10 @@ class SearchService:
         by_id = {pid: sp for pid in window if (sp := ranked.page(pid)) is not None}
         snippets_n = self.corpus.settings.search.snippets_per_page
         shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]]
-        chunk_meta = cands.view.snippet_chunks(shown)   # in memory when the view holds the texts
+        chunk_meta, offsets = cands.view.snippets(shown)   # texts in memory or on file when the view holds them
         if chunk_meta is None:
             chunk_meta = self.corpus.store.snippet_chunks(shown)
         fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused} if p.explain else {}
-        offsets = cands.view.chunk_offsets(list(chunk_meta))
         terms = query_terms(query) if p.highlight else frozenset()
         marked = [c for c in shown if c in chunk_meta]
         marks = dict(zip(marked, highlight_all([chunk_meta[c][0] for c in marked], terms)))
