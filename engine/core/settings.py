@@ -24,8 +24,9 @@ class ModelsSettings(BaseModel):
     device: str = "auto"
     batch_size: int = Field(16, ge=1)
     cpu_threads: int = Field(0, ge=0, le=1024, description=(
-        "torch intra-op threads for the process (0: torch's default, one per core). 1 serves more concurrent "
-        "searches per second on a few cores; ingest encodes faster with more."))
+        "torch intra-op threads for the process (0: torch's default, one per core). With queries on ONNX Runtime "
+        "(whose threads stop spinning after each query) 1 serves about as many concurrent searches as the default "
+        "on 2 cores and encodes one query ~2x slower; ingest encodes faster with more."))
     query_runtime: Literal["auto", "torch", "onnx"] = Field("auto", description=(
         "how one query is encoded on CPU: auto runs it through an fp32 ONNX export of the model's own weights "
         "(made once into the models cache; ~3x faster for one query, the same vectors) where that reproduces "
