@@ -115,8 +115,8 @@ class LoadWriter:
     def insert_rows(self, shape: TableShape, subject: str, relation: str, entity_column: str,
                     slots: list[SlotRead], data: pa.Table, source_key: str, db_table: str) -> dict:
         """Write a source table's rows (`data`: its columns plus `__key`, and optionally `__source`,
-        a source key per row, `__ord`, the row's number in its row id, and `__scope`, the document
-        scope of the document the row was read from) as the relation's rows,
+        a source key per row, `__ord`, the row's number in its row id, `__row`, its ordinal in the
+        source, and `__scope`, the document scope of the document the row was read from) as the relation's rows,
         registering their entities first; returns what was written (rows, entities, unattributed,
         withheld, retired_by_corrections, unknown_surfaces)."""
         con, table = self.con, shape.name
@@ -155,6 +155,7 @@ class LoadWriter:
         source = "coalesce(s.__source, ?)" if "__source" in names else "?"
         scope = "s.__scope" if "__scope" in names else "CAST(NULL AS VARCHAR)"
         numbered = "load_src" if "__ord" in names else "(SELECT *, row_number() OVER () AS __ord FROM load_src)"
+        src_row = "s.__row" if "__row" in names else "CAST(NULL AS BIGINT)"
         try:
             # Register the entities first, so each row is written with its entity number and the
             # load's rows lie clustered by entity: a page of matches then reads few row groups.
@@ -165,7 +166,7 @@ class LoadWriter:
                 f"INSERT INTO {table} ({', '.join(cols)}) "
                 f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, {source}, ?, s.__key, "
                 f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, {scope}, "
-                + ", ".join(select)
+                + ", ".join([*select, src_row])
                 + f" FROM {numbered} s "
                 f"LEFT JOIN rel_entities e ON e.workspace_id = ? AND e.entity_id = {entity} {' '.join(joins)} "
                 f"ORDER BY e.ent_no NULLS LAST, s.__ord",

@@ -171,6 +171,7 @@ class TableShape:
                 cols.append((f"n_{slot}", "DOUBLE"))
             elif kind in ("month", "date"):
                 cols += [(f"lo_{slot}", "DATE"), (f"hi_{slot}", "DATE")]
+        cols.append(("src_row", "BIGINT"))   # the row's ordinal in its SQL source (receipts seek it)
         return cols
 
 
@@ -191,12 +192,14 @@ class RelationStore:
         with store.transaction() as con:
             for stmt in DDL:
                 con.execute(stmt)
-            # relation tables from before document scopes gain the column (NULL: every key reads the row)
-            for (table,) in con.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'rel\\_%\\_\\_%' ESCAPE '\\' "
-                    "AND table_name NOT IN (SELECT table_name FROM information_schema.columns WHERE column_name = 'scope')"
-                    ).fetchall():
-                con.execute(f'ALTER TABLE "{table}" ADD COLUMN scope VARCHAR')
+            # relation tables from before document scopes gain the column (NULL: every key reads the
+            # row); from before source ordinals, src_row (NULL: the receipt's cell is found by its key)
+            for column, kind in (("scope", "VARCHAR"), ("src_row", "BIGINT")):
+                for (table,) in con.execute(
+                        "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'rel\\_%\\_\\_%' "
+                        "ESCAPE '\\' AND table_name NOT IN (SELECT table_name FROM information_schema.columns "
+                        "WHERE column_name = ?)", [column]).fetchall():
+                    con.execute(f'ALTER TABLE "{table}" ADD COLUMN {column} {kind}')
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         return self.store.cursor()

@@ -185,41 +185,77 @@ class Source:
         return [c for c in cols if c != ORDINAL]
 
     def read(self, table: str, columns: list[str], key_column: str | None) -> pa.Table:
-        """The named columns of every row, as text, plus `__key` (the key column, or the ordinal)."""
+        """The named columns of every row, as text, plus `__key` (the key column, or the ordinal) and
+        `__row` (the ordinal, as a number: where `cells` looks for the row first)."""
         key = key_column or ORDINAL
         self._refuse_view(table)
         if self.format == "sqlite":
             key_sql = "rowid - 1" if key_column is None else _quote(key_column)
             cur = self._sqlite.execute(
-                f"SELECT CAST({key_sql} AS TEXT), " + ", ".join(f"CAST({_quote(c)} AS TEXT)" for c in columns)
-                + f" FROM {_quote(table)} ORDER BY rowid")
+                f"SELECT rowid - 1, CAST({key_sql} AS TEXT), "
+                + ", ".join(f"CAST({_quote(c)} AS TEXT)" for c in columns) + f" FROM {_quote(table)} ORDER BY rowid")
             rows = cur.fetchall()
-            data = {"__key": [r[0] for r in rows]}
+            data = {"__key": [r[1] for r in rows]}
             for i, c in enumerate(columns):
-                data[c] = [r[i + 1] for r in rows]
-            return pa.table({k: pa.array(v, pa.string()) for k, v in data.items()})
+                data[c] = [r[i + 2] for r in rows]
+            out = {k: pa.array(v, pa.string()) for k, v in data.items()}
+            return pa.table({**out, "__row": pa.array([r[0] for r in rows], pa.int64())})
         sel = ", ".join(f"CAST({_quote(c)} AS VARCHAR) AS {_quote(c)}" for c in columns)
         return self._con.sql(
-            f"SELECT CAST({_quote(key)} AS VARCHAR) AS __key, {sel} FROM {self._relation(table)} "
-            f"ORDER BY {ORDINAL}").to_arrow_table()
+            f"SELECT CAST({_quote(key)} AS VARCHAR) AS __key, {sel}, CAST({ORDINAL} AS BIGINT) AS __row "
+            f"FROM {self._relation(table)} ORDER BY {ORDINAL}").to_arrow_table()
 
-    def cells(self, table: str, key_column: str | None, keys: Iterable[str], columns: list[str]) -> dict[str, dict]:
-        """Re-read cells: {row key: {column: text}} for the rows whose key is among `keys`."""
+    def cells(self, table: str, key_column: str | None, keys: Iterable[str], columns: list[str],
+              rows: dict[str, int | None] | None = None) -> dict[str, dict]:
+        """Re-read cells: {row key: {column: text}} for the rows whose key is among `keys`.
+
+        `rows`: the ordinal each key was loaded from, where known. Those rows are read first, by
+        position (a DuckDB table's rowid, a Parquet file's row number, a SQLite rowid: no scan of
+        the table), and taken only where the key there is still the key; every other key (moved,
+        gone, or loaded before ordinals were kept) is looked for by key, as always."""
         keys = list(dict.fromkeys(keys))
         if not keys:
             return {}
-        placeholders = ", ".join("?" for _ in keys)
+        found: dict[str, dict] = {}
+        wanted = {rows[k]: k for k in keys if rows and rows.get(k) is not None}
+        if wanted and self.format != "csv":   # a CSV has no position to seek: read by key
+            for ordinal, key, *cells in self._at(table, key_column, list(wanted), columns):
+                if wanted.get(ordinal) == key:
+                    found[key] = {c: cell_text(v) for c, v in zip(columns, cells)}
+        rest = [k for k in keys if k not in found]
+        if not rest:
+            return found
+        placeholders = ", ".join("?" for _ in rest)
         if self.format == "sqlite":
             key_sql = "CAST(rowid - 1 AS TEXT)" if key_column is None else f"CAST({_quote(key_column)} AS TEXT)"
             cur = self._sqlite.execute(
                 f"SELECT {key_sql}, " + ", ".join(f"CAST({_quote(c)} AS TEXT)" for c in columns)
-                + f" FROM {_quote(table)} WHERE {key_sql} IN ({placeholders})", keys)
-            rows = cur.fetchall()
+                + f" FROM {_quote(table)} WHERE {key_sql} IN ({placeholders})", rest)
+            read = cur.fetchall()
         else:
             key_sql = f"CAST({_quote(key_column or ORDINAL)} AS VARCHAR)"
             sel = ", ".join(f"CAST({_quote(c)} AS VARCHAR)" for c in columns)
             # a list parameter unnested is a hash semi-join: twice as fast as 50 placeholders
-            rows = self._con.execute(
+            read = self._con.execute(
                 f"SELECT {key_sql}, {sel} FROM {self._relation(table)} WHERE {key_sql} IN (SELECT unnest(?))",
-                [keys]).fetchall()
-        return {r[0]: {c: cell_text(r[i + 1]) for i, c in enumerate(columns)} for r in rows}
+                [rest]).fetchall()
+        found.update({r[0]: {c: cell_text(r[i + 1]) for i, c in enumerate(columns)} for r in read})
+        return found
+
+    def _at(self, table: str, key_column: str | None, ordinals: list[int], columns: list[str]) -> list[tuple]:
+        """(ordinal, key as text, *cells) of the rows at these ordinals, by a seek where the format has one."""
+        if self.format == "sqlite":
+            key_sql = "rowid - 1" if key_column is None else _quote(key_column)
+            return self._sqlite.execute(
+                f"SELECT rowid - 1, CAST({key_sql} AS TEXT), " + ", ".join(f"CAST({_quote(c)} AS TEXT)" for c in columns)
+                + f" FROM {_quote(table)} WHERE rowid IN ({', '.join('?' for _ in ordinals)})",
+                [o + 1 for o in ordinals]).fetchall()
+        sel = ", ".join(f"CAST({_quote(c)} AS VARCHAR)" for c in columns)
+        key = f"CAST({_quote(key_column or ORDINAL)} AS VARCHAR)"
+        if self.format == "duckdb":   # on the table itself: a filter on rowid is a seek, not a scan
+            return self._con.execute(
+                f"SELECT rowid AS {ORDINAL}, {key.replace(_quote(ORDINAL), 'rowid')}, {sel} "
+                f"FROM {self._alias}.{_quote(table)} WHERE rowid = ANY(?::BIGINT[])", [ordinals]).fetchall()
+        return self._con.execute(
+            f"SELECT {ORDINAL}, {key}, {sel} FROM {self._relation(table)} WHERE {ORDINAL} = ANY(?::BIGINT[])",
+            [ordinals]).fetchall()

@@ -159,6 +159,56 @@ def test_receipts_are_re_read_on_delivery(client, tmp_path):
     assert rec["byte_verified"] is False and "source unreadable" in rec["error"]
 
 
+def test_a_receipt_is_sought_where_its_row_was_and_found_by_key_once_the_source_moves_it(client, tmp_path):
+    # each row's receipt is read at the row's place in the source first (no scan), but taken from
+    # there only while the key there is still the row's: here the export is rewritten with its rows
+    # swapped (k1 changed), then with k1 gone — what sits at k1's old place is k2's row, which says Sales
+    src = export(tmp_path / "x.duckdb", ["a", "b"], roles=[role("a", role_id="k1"), role("b", role_id="k2")])
+    ws = new_workspace(client)
+    load(client, ws, load_body(src))
+
+    def receipts() -> dict[str, dict]:
+        return {m["entity_id"]: m["rows"][0]["slot_receipts"]["function"] for m in search(client, ws, SALES)["matches"]}
+
+    assert {e: r["byte_verified"] for e, r in receipts().items()} == {"a": True, "b": True}
+    export(src, ["a", "b"], roles=[role("b", role_id="k2"), role("a", function="Marketing", role_id="k1")])
+    got = receipts()
+    assert (got["a"]["byte_verified"], got["a"]["read_now"]) == (False, "Marketing")
+    assert got["b"]["byte_verified"] is True and "read_now" not in got["b"]
+    export(src, ["a", "b"], roles=[role("b", role_id="k2")])
+    got = receipts()
+    assert (got["a"]["byte_verified"], got["a"]["read_now"]) == (False, None)
+    assert got["b"]["byte_verified"] is True
+
+
+def test_rows_loaded_before_source_ordinals_were_kept_are_verified_by_key(tmp_path):
+    from docs.examples import make_client
+
+    src = export(tmp_path / "x.duckdb", ["a", "b"], roles=[role("a"), role("b")])
+    cl = make_client(tmp_path / "data")
+    try:
+        ws = new_workspace(cl)
+        load(cl, ws, load_body(src))
+        with cl.corpus.relations.transaction() as con:   # the shape of a data dir from before ordinals
+            tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.columns "
+                                                "WHERE column_name = 'src_row'").fetchall()]
+            roles = next(t for t in tables if t.endswith("__held_role"))
+            for table in tables:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN src_row")
+    finally:
+        cl.corpus.close()
+    cl = make_client(tmp_path / "data")
+    try:
+        body = search(cl, ws, SALES)
+        assert [m["rows"][0]["slot_receipts"]["function"]["byte_verified"] for m in body["matches"]] == [True, True]
+        con = cl.corpus.relations.cursor()
+        assert con.execute(f"SELECT count(*), count(src_row) FROM {roles}").fetchone() == (2, 0)
+        load(cl, ws, load_body(src))     # a re-load keeps them
+        assert con.execute(f"SELECT count(src_row) FROM {roles} WHERE current").fetchone() == (2,)
+    finally:
+        cl.corpus.close()
+
+
 def test_region_re_reads_one_receipt(client, tmp_path):
     ws = loaded(client, tmp_path, ["a"], roles=[role("a")])
     row_id = search(client, ws, SALES)["matches"][0]["rows"][0]["row_id"]
