@@ -698,8 +698,7 @@ class Enumerator:
             sees = [(plan.space.sight.row("r"), [])]
             visible = tri(cols.decide(con, cols.scope, sees)[0], cols.scope.codes).t
             cov_visible = tri(cols.decide(con, cols.cov_scope, sees)[0], cols.cov_scope.codes).t
-        rows = {name: (values[key], how) for name, (values, how) in out.items()}
-        return self._aggregated(cols, rows, visible, cov_visible)
+        return self._aggregated(cols, out, key, visible, cov_visible)
 
     def _time_states(self, rel: Relation, cols: RelationColumns) -> np.ndarray:
         """time_sql's ACTIVE / INACTIVE / UNPLACEABLE per row at as_of. Each date slot's distinct
@@ -750,23 +749,35 @@ class Enumerator:
         return table.astype(np.int8)[key]
 
     @staticmethod
-    def _aggregated(cols: RelationColumns, out: dict, visible: np.ndarray | None,
+    def _aggregated(cols: RelationColumns, out: dict, key: np.ndarray, visible: np.ndarray | None,
                     cov_visible: np.ndarray | None) -> pa.Table:
         """Per entity: OR / sum / min of each column over its (visible) rows, and an all-zero row
-        (NULL distances) for an entity that only has a (visible) coverage row."""
+        (NULL distances) for an entity that only has a (visible) coverage row. `out`: each column's
+        values per combination; `key`: each row's combination."""
         starts, entities = cols.starts, cols.entities
         aggs: dict[str, np.ndarray] = {}
         for name, (values, how) in out.items():
+            if how == "min":
+                # the least of floats (NaN: none) as the least of their ranks among the combinations'
+                # values: an integer reduction, twice as fast as fmin's over the rows' floats
+                order = np.argsort(values, kind="stable")   # NaN last
+                ranks = np.empty(len(values), np.int32)
+                ranks[order] = np.arange(len(values), dtype=np.int32)
+                per_row = ranks[key]
+                if visible is not None:
+                    per_row = np.where(visible, per_row, len(values))
+                least = np.minimum.reduceat(per_row, starts) if len(starts) else per_row[:0]
+                aggs[name] = np.r_[values[order], np.nan][least]
+                continue
+            per_row = values[key]
             if visible is not None:
-                values = np.where(visible, values, np.nan if how == "min" else 0)
+                per_row = np.where(visible, per_row, 0)
             if len(starts) == 0:
-                aggs[name] = values[:0]
+                aggs[name] = per_row[:0]
             elif how == "or":
-                aggs[name] = np.bitwise_or.reduceat(values, starts)
-            elif how == "sum":
-                aggs[name] = np.add.reduceat(values, starts)
+                aggs[name] = np.bitwise_or.reduceat(per_row, starts)
             else:
-                aggs[name] = np.fmin.reduceat(values, starts)
+                aggs[name] = np.add.reduceat(per_row, starts)
         present = entities
         if visible is not None and len(starts):
             keep = np.logical_or.reduceat(visible, starts)
@@ -778,7 +789,7 @@ class Enumerator:
         seen[present] = True
         seen[covered] = True
         every = np.flatnonzero(seen).astype(np.int32)
-        at = np.searchsorted(every, present)
+        at = (np.cumsum(seen) - 1)[present]   # each present entity's place among every one
         columns: dict[str, pa.Array] = {"ent_no": pa.array(every, pa.int32())}
         for name, (_, how) in out.items():
             if how == "min":
@@ -1171,9 +1182,9 @@ class Enumerator:
             return []
         return self.con.execute(
             "SELECT entity_id, load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
-            f"AND relation = ? AND current AND {self.plan.space.sight.row()} "
-            f"AND ent_no IN ({', '.join(str(int(n)) for n in numbers)}) "
-            "ORDER BY declared_at, load_id", [self.plan.space.workspace_id, relation]).fetchall()
+            f"AND relation = ? AND current AND {self.plan.space.sight.row()} AND ent_no = ANY(?::INTEGER[]) "
+            "ORDER BY declared_at, load_id",
+            [self.plan.space.workspace_id, relation, [int(n) for n in numbers]]).fetchall()
 
     def page(self, limit: int, offset: int, restrict: list[str] | None = None) -> list[tuple]:
         """One page of the matched, ranked: (entity_id, rank, opt, ent_no, name, *threshold distances)."""
@@ -1209,11 +1220,14 @@ class Enumerator:
         return bool(self.con.execute(
             f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> {INACTIVE}", params).fetchone()[0])
 
-    def matching_rows(self, rel: Relation, groups: list, numbers: list[int]) -> list[dict]:
+    def matching_rows(self, rel: Relation, groups: list, numbers: list[int],
+                      con: duckdb.DuckDBPyConnection | None = None) -> list[dict]:
         """These entities' rows of one relation that satisfy at least one of its groups, every
-        column the delivery reads (load, table, row key, each slot's cell and reading), with
-        m<group index> saying which groups each satisfies; by entity, then row."""
-        extra = ["load_id", "db_table", "row_key"]
+        column the delivery reads (load, table, row key, source ordinal, each slot's cell and
+        reading), with m<group index> saying which groups each satisfies; by entity, then row.
+        `con`: a cursor of another thread's (the rows are read from the store, never from this
+        enumeration's own tables)."""
+        extra = ["load_id", "db_table", "row_key", "src_row"]
         for s in rel.slots.values():
             if s.computed and not self.computes(rel):
                 continue
@@ -1222,16 +1236,19 @@ class Enumerator:
                 extra.append(f"t_{s.name}")
             elif s.type == "number":
                 extra.append(f"n_{s.name}")
-        # the entity numbers as a literal IN list: a filter DuckDB pushes into the scan
-        rows_sql, params = self.rows_sql(rel, f"AND r.ent_no IN ({', '.join(str(int(n)) for n in numbers)})",
-                                         tuple(extra))
+        # the entity numbers as one list parameter: a filter DuckDB pushes into the scan (half the
+        # time of a literal IN list, which it plans as a join); sorted here rather than in SQL
+        rows_sql, params = self.rows_sql(rel, "AND r.ent_no = ANY(?::INTEGER[])", tuple(extra))
+        params.append([int(n) for n in numbers])
         matches = {g.index: self.verdicts(rel, g.bound)[2] for g in groups}
         sel = ", ".join(f"{m} AS m{i}" for i, m in matches.items())
         any_match = " OR ".join(f"m{i}" for i in matches)
-        res = self.con.execute(f"SELECT * FROM (SELECT *, {sel} FROM ({rows_sql})) WHERE {any_match} "
-                               f"ORDER BY entity_id, row_id", params)
+        res = (con or self.con).execute(f"SELECT * FROM (SELECT *, {sel} FROM ({rows_sql})) WHERE {any_match}",
+                                        params)
         names = [d[0] for d in res.description]
-        return [dict(zip(names, r)) for r in res.fetchall()]
+        rows = [dict(zip(names, r)) for r in res.fetchall()]
+        rows.sort(key=lambda r: (r["entity_id"], r["row_id"]))
+        return rows
 
     # Criteria read from documents narrow the matched ----------------------------------------------
     def matched(self) -> list[tuple[str, int, str | None]]:

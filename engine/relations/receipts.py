@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from indexes.relations import RelationStore
@@ -120,7 +121,8 @@ class ReceiptReader:
             spec = self.spec(load_id)
             try:
                 with Source(spec["source"], spec["format"]) as src:
-                    now = src.cells(table, m.get("key_column"), [r["row_key"] for r in group], columns)
+                    now = src.cells(table, m.get("key_column"), [r["row_key"] for r in group], columns,
+                                    {r["row_key"]: r.get("src_row") for r in group})
             except SourceError as exc:  # a source moved or gone: nothing verifies
                 error = f"source unreadable: {exc}"
             except Exception as exc:
@@ -143,36 +145,86 @@ class ReceiptReader:
                 row["_receipts"] = receipts
 
 
-def deliver_rows(rstore: RelationStore, en: Enumerator, page: list[dict], groups: list[Group]) -> list[dict]:
+# Delivery reads the store and the sources (DuckDB, which lets go of the GIL) while the caller
+# counts and lists, each relation's rows on a thread of their own: a few threads every search shares.
+_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="refindery-receipts")
+
+
+class Delivery:
+    """The rows of a page's matches being read apart (`deliver_rows_apart`); `result()` waits."""
+
+    def __init__(self, page: list[dict], parts: list[Future]):
+        self.page, self.parts = page, parts
+
+    def result(self) -> list[dict]:
+        return _assemble(self.page, [p.result() for p in self.parts])
+
+
+def deliver_rows_apart(rstore: RelationStore, en: Enumerator, page: list[dict], groups: list[Group]) -> Delivery:
+    """`deliver_rows` with each relation's rows and receipts read on a thread of its own, with a
+    cursor of its own (made here, on the caller's thread — a DuckDB connection is not shared
+    across threads — and closed when that relation's delivery ends)."""
+    parts = []
+    for rel, rel_groups, numbers in _work(en, page, groups):
+        con = en.con.cursor()
+
+        def deliver(rel=rel, rel_groups=rel_groups, numbers=numbers, con=con) -> list[tuple[str, dict]]:
+            try:
+                return _relation_rows(rstore, en, rel, rel_groups, numbers, con)
+            finally:
+                con.close()
+
+        parts.append(_WORKERS.submit(deliver))
+    return Delivery(page, parts)
+
+
+def _work(en: Enumerator, page: list[dict], groups: list[Group]) -> list[tuple]:
+    """(relation, its groups, the page's entity numbers) for every relation a group names."""
     if not page:
         return []
     numbers = [p["ent_no"] for p in page]
-    plan = en.plan
-    reader = ReceiptReader(rstore, plan.space.workspace_id)
-    delivered: dict[str, list[dict]] = defaultdict(list)
-    for rel in plan.relations:
+    out = []
+    for rel in en.plan.relations:
         rel_groups = [g for g in groups if g.relation.name == rel.name]
-        if not rel_groups:
-            continue
-        rows = en.matching_rows(rel, rel_groups, numbers)
-        matches = [g.index for g in rel_groups]
-        reader.attach(rel, rows)
-        for row in rows:
-            satisfied = [i for i in matches if row[f"m{i}"]]
-            slots = {s: slot_value(rel, s, row) for s in sorted(rel.value_slots) if row.get(f"v_{s}") is not None}
-            out = {"row_id": row["row_id"], "relation": rel.name, "slots": slots}
-            receipts = row["_receipts"]
-            if rel.period:
-                pf, pt = rel.period
-                out["period"] = {"from": row.get(f"v_{pf}"), "to": row.get(f"v_{pt}"),
-                                 "receipts": {k: receipts[k] for k in rel.period if k in receipts}}
-            length = rel.length_slot
-            if length and row.get(f"v_{length}") is not None:   # computed from the period's dates
-                out["computed"] = {length: {"value": round(row[f"n_{length}"], 1), "arithmetic": row[f"v_{length}"]}}
-            out.update(satisfies_groups=satisfied, **provenance(row),
-                       slot_receipts={k: v for k, v in receipts.items() if k in slots},
-                       load_id=row["load_id"])
-            delivered[row["entity_id"]].append(out)
+        if rel_groups:
+            out.append((rel, rel_groups, numbers))
+    return out
+
+
+def _relation_rows(rstore: RelationStore, en: Enumerator, rel: Relation, rel_groups: list[Group],
+                   numbers: list[int], con=None) -> list[tuple[str, dict]]:
+    """(entity id, delivered row) for these entities' rows of one relation that satisfy one of its
+    groups, with their receipts re-read. `con`: the cursor the store's rows are read with (default
+    the enumeration's)."""
+    reader = ReceiptReader(rstore, en.plan.space.workspace_id)
+    rows = en.matching_rows(rel, rel_groups, numbers, con)
+    matches = [g.index for g in rel_groups]
+    reader.attach(rel, rows)
+    delivered = []
+    for row in rows:
+        satisfied = [i for i in matches if row[f"m{i}"]]
+        slots = {s: slot_value(rel, s, row) for s in sorted(rel.value_slots) if row.get(f"v_{s}") is not None}
+        out = {"row_id": row["row_id"], "relation": rel.name, "slots": slots}
+        receipts = row["_receipts"]
+        if rel.period:
+            pf, pt = rel.period
+            out["period"] = {"from": row.get(f"v_{pf}"), "to": row.get(f"v_{pt}"),
+                             "receipts": {k: receipts[k] for k in rel.period if k in receipts}}
+        length = rel.length_slot
+        if length and row.get(f"v_{length}") is not None:   # computed from the period's dates
+            out["computed"] = {length: {"value": round(row[f"n_{length}"], 1), "arithmetic": row[f"v_{length}"]}}
+        out.update(satisfies_groups=satisfied, **provenance(row),
+                   slot_receipts={k: v for k, v in receipts.items() if k in slots},
+                   load_id=row["load_id"])
+        delivered.append((row["entity_id"], out))
+    return delivered
+
+
+def _assemble(page: list[dict], parts: list[list[tuple[str, dict]]]) -> list[dict]:
+    delivered: dict[str, list[dict]] = defaultdict(list)
+    for part in parts:
+        for entity_id, row in part:
+            delivered[entity_id].append(row)
     out = []
     for p in page:
         rows = sorted(delivered.get(p["entity_id"], []), key=lambda r: (min(r["satisfies_groups"]), r["row_id"]))

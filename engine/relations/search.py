@@ -30,7 +30,7 @@ from engine.relations.criteria import CriterionReader, read_criteria
 from engine.relations.brief import BriefCompile, compile_brief
 from engine.relations.compile import read_compile_output
 from engine.relations.compact import about_lines, compact_reply
-from engine.relations.receipts import deliver_rows
+from engine.relations.receipts import deliver_rows_apart
 from engine.relations.workspaces import open_space
 from engine.core.clock import utcnow
 
@@ -267,6 +267,10 @@ class Warrant:
 
     def build(self, request_id: str) -> dict:
         req, groups = self.req, self.groups
+        # the page first: its rows and receipts are read on another thread while this one counts
+        page = self.page()
+        self.page_numbers = {p["entity_id"]: p["ent_no"] for p in page}
+        delivery = deliver_rows_apart(self.rstore, self.en, page, groups)
         agg = self.tally()
 
         counts = {"universe": agg["universe"], "matched": agg["matched"], "none": agg["none"],
@@ -286,9 +290,8 @@ class Warrant:
         listings = {s: [{"group": g.index, "relation": g.relation.name, "required": g.required,
                          "entity_ids": self.listed[f"g{g.index}:{s}"], "total": agg[f"g{g.index}_{s}"]}
                         for g in groups] for s in STATUSES}
-        page = self.page()
-        self.page_numbers = {p["entity_id"]: p["ent_no"] for p in page}
-        matches = deliver_rows(self.rstore, self.en, page, groups)
+        groups_out = [self.group(g, agg) for g in groups]
+        matches = delivery.result()
         truncated = len(matches) < counts["matched"]
         if self.criteria:
             for m in matches:   # a match holds every criterion stated: the sentence that says so
@@ -308,7 +311,7 @@ class Warrant:
             "expansion": [b.expansion for b in self.bound],
             "counts": counts,
             "entities": entities,
-            "groups": [self.group(g, agg) for g in groups],
+            "groups": groups_out,
             **listings,
             "matches": matches,
             "truncated": truncated,
