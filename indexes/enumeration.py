@@ -32,6 +32,7 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -249,6 +250,10 @@ class Flags:
             return "FALSE"
         k, i = self.bit(name)
         return f"coalesce(({prefix}{k} >> {i}) & 1 = 1, FALSE)"
+
+
+# Judging a plan's relations side by side (Enumerator._verdict_tables): a few threads every search shares.
+_JUDGES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="refindery-judge")
 
 
 class VerdictCache:
@@ -590,7 +595,7 @@ class Enumerator:
         return (f"SELECT ent_no, {', '.join(f'{agg} AS {n}' for n, _, _, agg in cols)} "
                 f"FROM ({from_rows} UNION ALL {from_cov}) GROUP BY ent_no"), params
 
-    def judged(self, rel: Relation) -> pa.Table | None:
+    def judged(self, rel: Relation, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
         """The relation's aggregate — exactly the table `_aggregate`'s SQL yields, row for row —
         judged over its rows held in memory (indexes/relation_columns.py), or None where that does
         not apply (no column cache, a computed length, anything the evaluator cannot read)."""
@@ -601,16 +606,16 @@ class Enumerator:
             cols = self.columns.get((ws, self.version, table),
                                     lambda: self._apart(lambda con: RelationColumns.read(con, table, rel, ws)),
                                     self._later)
-            return None if cols is None else self._judge(rel, cols)
+            return None if cols is None else self._judge(rel, cols, con or self.con)
         except Unsupported:
             return None
 
-    def _judge(self, rel: Relation, cols: RelationColumns) -> pa.Table:
+    def _judge(self, rel: Relation, cols: RelationColumns, con: duckdb.DuckDBPyConnection) -> pa.Table:
         """Every per-row input of the verdicts (each constrained slot's value, the time state at
         as_of, retired, withheld, undated — only those this search reads) is a small code per row;
         the flags, counters and distances are computed once per combination of those codes
         (`combine`), and spread to the rows by one index each before the per-entity reduction."""
-        plan, con, prof = self.plan, self.con, self.profiles[rel.name]
+        plan, prof = self.plan, self.profiles[rel.name]
 
         def slot(name: str):
             if name not in cols.slots:
@@ -839,11 +844,9 @@ class Enumerator:
         if self.verdict_cache is None and self.columns is None:
             self.con.execute(f"CREATE TEMP TABLE {self.table} AS {sql}", params)
             return self.table
-        for rel in self.plan.relations:
-            table = self._verdict_table(rel)
-            if table is None:
-                break
-            self._tables[rel.name] = table
+        for rel, table in self._verdict_tables().items():
+            if table is not None:
+                self._tables[rel] = table
         if len(self._tables) == len(self.plan.relations):
             final = self._final(self._tables)
             self.table = self._register(final)
@@ -855,6 +858,33 @@ class Enumerator:
         if self.verdict_cache is not None and self.verdict_cache.seen(key):
             self.verdict_cache.put(key, self._arrow(f"SELECT * FROM {self.table}"))
         return self.table
+
+    def _verdict_tables(self) -> dict[str, pa.Table | None]:
+        """Every relation's `_verdict_table`: the first on this thread, each other on a thread of
+        its own with a cursor of its own (made here: a DuckDB connection is not shared across
+        threads), so a two-relation plan is judged on two cores (NumPy and DuckDB let go of the GIL).
+        One that comes back None leaves the search to its SQL statement, which reuses the others."""
+        rels = self.plan.relations
+        if len(rels) < 2 or self.columns is None:
+            out: dict[str, pa.Table | None] = {}
+            for rel in rels:
+                out[rel.name] = self._verdict_table(rel)
+                if out[rel.name] is None:
+                    break
+            return out
+        cons = [self.con.cursor() for _ in rels[1:]]
+
+        def apart(rel: Relation, con: duckdb.DuckDBPyConnection) -> pa.Table | None:
+            try:
+                return self._verdict_table(rel, con)
+            finally:
+                con.close()
+
+        futures = [_JUDGES.submit(apart, rel, con) for rel, con in zip(rels[1:], cons)]
+        out = {rels[0].name: self._verdict_table(rels[0])}
+        for rel, f in zip(rels[1:], futures):
+            out[rel.name] = f.result()
+        return out
 
     def universe(self) -> pa.Table:
         """The plan's universe: (ent_no, entity_id, name as the reader may see it) per entity, by
@@ -970,13 +1000,14 @@ class Enumerator:
                     {n: np.nan_to_num(table.column(n).to_numpy().astype(np.float64), nan=np.inf)
                      for n in self.threshold_columns()})
 
-    def _verdict_table(self, rel: Relation) -> pa.Table | None:
+    def _verdict_table(self, rel: Relation, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
         """A relation's per-entity verdicts (its aggregate: masks, row counters, distances) for these
         constraints, from memory: cached per workspace version — the aggregate's SQL and parameters say
         everything it depends on (constraints, as_of, the reader's scopes), and the version moves with
         every load or correction — else judged over the relation's rows held in memory (`judged`), else
         (the second time these constraints on this relation are asked for, VerdictCache.seen) computed
-        apart in SQL and cached. None: this search computes them inline, in its one statement."""
+        apart in SQL and cached. None: this search computes them inline, in its one statement.
+        `con`: the cursor of the thread this runs on (default the enumeration's)."""
         if rel.name in self._tables:
             return self._tables[rel.name]
         agg, params = self._aggregate(rel)
@@ -984,12 +1015,12 @@ class Enumerator:
         key = (self.plan.space.workspace_id, self.version, agg, repr(params))
         table = cache.get(key) if cache is not None else None
         if table is None:
-            table = self.judged(rel)
+            table = self.judged(rel, con)
             again = cache is not None and cache.seen(key)
             if table is None:
                 if not again:
                     return None
-                table = self._arrow(agg, params)
+                table = self._arrow(agg, params, con)
             if again:
                 cache.put(key, table)
         return table
@@ -1045,9 +1076,10 @@ class Enumerator:
         table = self._verdict_table(rel)
         return None if table is None else self._register(table)
 
-    def _arrow(self, sql: str, params: list | None = None) -> pa.Table:
-        self.con.complete()   # a relation (con.sql) refuses while an earlier statement's result is unread
-        return self.con.sql(sql, params=params).to_arrow_table()
+    def _arrow(self, sql: str, params: list | None = None, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
+        con = con or self.con
+        con.complete()   # a relation (con.sql) refuses while an earlier statement's result is unread
+        return con.sql(sql, params=params).to_arrow_table()
 
     def _register(self, table: pa.Table) -> str:
         """A name for a cached Arrow table on this cursor (unregistered by drop())."""
@@ -1171,10 +1203,61 @@ class Enumerator:
                     dims.append(f"dm_{r.name}_{k}")
                     cols.append(f"mask_{r.name}_{k} & {bits} AS dm_{r.name}_{k}")
         counter_sql = self.counter_sql()
+        if self._held is not None and self.table != self._temp:
+            return dims, self._held_combinations(dims)
         rows = self.con.execute(
             f"SELECT {', '.join(cols)}, count(*), {', '.join(f'sum({counter_sql[c]})' for c in counter_sql)} "
             f"FROM {self.table} GROUP BY ALL").fetchall()
         return dims, rows
+
+    def _held_combinations(self, dims: list[str]) -> list[tuple]:
+        """`combinations`' GROUP BY over the held statuses table, in NumPy: one key per entity from
+        its dimensions' codes (mixed radix, re-numbered by a hash whenever it would grow past 62
+        bits), entities counted and counters summed by bincount over the distinct keys, each
+        combination's values read off one entity that has it. The same rows as the SQL's, in
+        another order (a test compares them)."""
+        t, flags = self._held.table, self.flag_sets
+        n = len(t)
+        if not n:
+            return []
+        detail = {f"dm_{r.name}_{k}": (f"mask_{r.name}_{k}", bits) for r in self.plan.relations
+                  for k, bits in enumerate(flags[r.name].detail_masks()) if bits}
+        key, room = np.zeros(n, np.int64), 1
+        values: list[np.ndarray] = []
+        for d in dims:
+            if d in detail:
+                column, bits = detail[d]
+                v = t.column(column).to_numpy() & bits
+            else:
+                v = self._held.columns[d] if d in self._held.columns else t.column(d).to_numpy()
+            values.append(v)
+            if v.dtype == bool or (len(v) and 0 <= int(v.min()) and int(v.max()) < 256):
+                codes, card = v.astype(np.int64), (2 if v.dtype == bool else int(v.max()) + 1)
+            else:
+                enc = pc.dictionary_encode(pa.array(v))
+                codes, card = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(enc.dictionary)
+            if room * card >= 2 ** 62:   # renumber the combinations so far: at most one per entity
+                enc = pc.dictionary_encode(pa.array(key))
+                key, room = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(enc.dictionary)
+            key = key * card + codes
+            room *= card
+        enc = pc.dictionary_encode(pa.array(key))
+        at, size = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(enc.dictionary)
+        counts = np.bincount(at, minlength=size)
+        one = np.empty(size, np.int64)          # an entity of each combination
+        one[at] = np.arange(n)
+        sums = []
+        for rel in self.plan.relations:   # counter_sql()'s order
+            if self.profiles[rel.name].rows >= 2 ** FIELD:
+                sums += [t.column(f"n_{c}").to_numpy() for c in self.counters(rel)]
+                continue
+            for k, names in enumerate(self.packed(rel)):
+                pk = t.column(f"pk_{rel.name}_{k}").to_numpy()
+                sums += [(pk >> (FIELD * j)) & (2 ** FIELD - 1) for j in range(len(names))]
+        # a counter is below 2**21 per entity: every sum is exact in a double
+        totals = [np.bincount(at, weights=v.astype(np.float64), minlength=size).astype(np.int64) for v in sums]
+        columns = [v[one].tolist() for v in values] + [counts.tolist()] + [x.tolist() for x in totals]
+        return list(zip(*columns))
 
     def coverage(self, relation: str, numbers: list[int]) -> list[tuple]:
         """The current coverage rows of these entities for a relation: who looked, and when."""

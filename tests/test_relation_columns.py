@@ -143,10 +143,16 @@ def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, sco
         specs.update({f"g{g.index}:{s}": ("unit", f"g{g.index}", s) for g in plan.groups for s in ("none", "matched")})
         specs.update({f"abs:{r.name}": ("absent", r.name) for r in plan.relations})
         specs.update({f"unc:{r.name}": ("uncovered", r.name) for r in plan.relations})
-        answers = [(en.lists(specs, 7), en.matched_ids(1000), en.page(5, 0), en.page(5, 3), en.page(5, 10_000))]
+        # (and the counts: the combinations of statuses with their entity counts and counter sums)
+        def answer():
+            dims, combos = en.combinations()
+            return (en.lists(specs, 7), en.matched_ids(1000), en.page(5, 0), en.page(5, 3), en.page(5, 10_000),
+                    dims, sorted(combos))
+
+        answers = [answer()]
         assert (en._held is not None) == judged_all
         en._held = None
-        answers.append((en.lists(specs, 7), en.matched_ids(1000), en.page(5, 0), en.page(5, 3), en.page(5, 10_000)))
+        answers.append(answer())
         assert answers[0] == answers[1]
     finally:
         en.drop()
