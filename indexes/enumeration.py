@@ -675,29 +675,24 @@ class Enumerator:
                 raise Unsupported(f"NULL from {sql!r}")
             return np.broadcast_to(np.asarray(v.t, dtype=bool), (size,))
 
-        out: dict[str, tuple[np.ndarray, str]] = {}   # column -> (per-combination values, how they aggregate)
+        # column -> (how it aggregates, per combination: its flags / counters as booleans, or its floats)
+        out: dict[str, tuple[str, object]] = {}
         flags = self.flag_sets[rel.name]
         for k in range(0, len(flags.flags), BITS):
-            mask = np.zeros(size, np.int64)
-            for bit, (_, sql) in enumerate(flags.flags[k:k + BITS]):
-                mask |= sure(sql).astype(np.int64) << bit
-            out[f"mask{k // BITS}"] = (mask, "or")
+            out[f"mask{k // BITS}"] = ("or", [sure(sql) for _, sql in flags.flags[k:k + BITS]])
         counters = self.counters(rel)
         wide = prof.rows >= 2 ** FIELD
         for k, names in enumerate(self.packed(rel)):
             if wide:
-                out.update({f"n_{n}": (sure(counters[n]).astype(np.int64), "sum") for n in names})
+                out.update({f"n_{n}": ("count", [sure(counters[n])]) for n in names})
                 continue
-            packed = np.zeros(size, np.int64)
-            for j, n in enumerate(names):
-                packed |= sure(counters[n]).astype(np.int64) << (FIELD * j)
-            out[f"pk{k}"] = (packed, "sum")
+            out[f"pk{k}"] = ("pack", [sure(counters[n]) for n in names])
         for name, bound in self.units(rel):
             if name.startswith("g"):
                 for b in bound:
                     if b.thresholded:
                         m = np.broadcast_to(run_sql(f"{name}_m", env).t, (size,))
-                        out[f"{name}_d{b.index}"] = (np.where(m, env[f"d{b.index}"], np.nan), "min")
+                        out[f"{name}_d{b.index}"] = ("min", np.where(m, env[f"d{b.index}"], np.nan))
         visible = cov_visible = None
         if not plan.space.sight.everything:
             sees = [(plan.space.sight.row("r"), [])]
@@ -756,12 +751,35 @@ class Enumerator:
     @staticmethod
     def _aggregated(cols: RelationColumns, out: dict, key: np.ndarray, visible: np.ndarray | None,
                     cov_visible: np.ndarray | None) -> pa.Table:
-        """Per entity: OR / sum / min of each column over its (visible) rows, and an all-zero row
-        (NULL distances) for an entity that only has a (visible) coverage row. `out`: each column's
-        values per combination; `key`: each row's combination."""
+        """Per entity: OR / packed counts / count / min of each column over its (visible) rows, and
+        an all-zero row (NULL distances) for an entity that only has a (visible) coverage row.
+        `out`: each column's flags or counters per combination (booleans) or floats; `key`: each
+        row's combination.
+
+        Every flag and counter is one boolean per row, so each is summed per entity — OR is a sum
+        above zero — and an entity's sum is at most its number of rows: as many of them as fit go
+        in one int64 at the width that number needs (5 bits for 20 rows), and one gather and one
+        reduceat serve them all, where the SQL's layout (a mask of bits, counters of 21 bits)
+        would take one per column. The columns are then laid out as the SQL's."""
         starts, entities = cols.starts, cols.entities
+        n_ent = len(starts)
+        longest = int(np.diff(np.r_[starts, cols.rows]).max()) if n_ent else 0
+        width = max(1, longest.bit_length())
+        fields = [f for how, arrays in out.values() if how != "min" for f in arrays]
+        counts: list[np.ndarray] = []
+        per = 63 // width
+        for c in range(0, len(fields), per):
+            packed = np.zeros(len(fields[c]), np.int64)
+            for j, f in enumerate(fields[c:c + per]):
+                packed |= f.astype(np.int64) << (width * j)
+            per_row = packed[key]
+            if visible is not None:
+                per_row = np.where(visible, per_row, 0)
+            sums = np.add.reduceat(per_row, starts) if n_ent else per_row[:0]
+            counts += [(sums >> (width * j)) & ((1 << width) - 1) for j in range(len(fields[c:c + per]))]
         aggs: dict[str, np.ndarray] = {}
-        for name, (values, how) in out.items():
+        at = 0
+        for name, (how, values) in out.items():
             if how == "min":
                 # the least of floats (NaN: none) as the least of their ranks among the combinations'
                 # values: an integer reduction, twice as fast as fmin's over the rows' floats
@@ -771,18 +789,19 @@ class Enumerator:
                 per_row = ranks[key]
                 if visible is not None:
                     per_row = np.where(visible, per_row, len(values))
-                least = np.minimum.reduceat(per_row, starts) if len(starts) else per_row[:0]
+                least = np.minimum.reduceat(per_row, starts) if n_ent else per_row[:0]
                 aggs[name] = np.r_[values[order], np.nan][least]
                 continue
-            per_row = values[key]
-            if visible is not None:
-                per_row = np.where(visible, per_row, 0)
-            if len(starts) == 0:
-                aggs[name] = per_row[:0]
-            elif how == "or":
-                aggs[name] = np.bitwise_or.reduceat(per_row, starts)
-            else:
-                aggs[name] = np.add.reduceat(per_row, starts)
+            mine, at = counts[at:at + len(values)], at + len(values)
+            column = np.zeros(n_ent, np.int64)
+            for j, count in enumerate(mine):
+                if how == "or":
+                    column |= (count > 0).astype(np.int64) << j
+                elif how == "pack":
+                    column |= count << (FIELD * j)
+                else:
+                    column = count
+            aggs[name] = column
         present = entities
         if visible is not None and len(starts):
             keep = np.logical_or.reduceat(visible, starts)
@@ -796,7 +815,7 @@ class Enumerator:
         every = np.flatnonzero(seen).astype(np.int32)
         at = (np.cumsum(seen) - 1)[present]   # each present entity's place among every one
         columns: dict[str, pa.Array] = {"ent_no": pa.array(every, pa.int32())}
-        for name, (_, how) in out.items():
+        for name, (how, _) in out.items():
             if how == "min":
                 full = np.full(len(every), np.nan)
                 full[at] = aggs[name]
