@@ -7,6 +7,7 @@ for many constraint sets, with and without as_of, as every reader and as a scope
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -189,6 +190,23 @@ def test_searches_answer_the_same_with_the_columns_off(client, workspace):
     assert cols.builds == builds       # held until the workspace's next write
     for on, off in zip(answers[max(answers)], answers[0]):
         assert {k for k in on if on[k] != off[k]} == set()
+
+
+def test_searches_side_by_side_answer_as_one_at_a_time(client, workspace):
+    # each search judges its relations and delivers its page on shared threads, each with a cursor of
+    # its own: eight searches at once (plans and as_of mixed, first and repeated) answer as alone
+    def ask(plan_as_of) -> dict:
+        plan, as_of = plan_as_of
+        return {k: v for k, v in search(client, workspace, plan, as_of=as_of).items() if k != "request_id"}
+
+    asks = [(p, a) for p in PLANS for a in (None, "2020-01")]
+    client.corpus.relations.verdicts.clear()
+    alone = [ask(x) for x in asks]
+    client.corpus.relations.verdicts.clear()
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, asks * 2))
+    assert together == alone * 2
+    assert any(r["matches"] and r["matches"][0]["rows"] for r in alone)   # pages with rows were delivered
 
 
 def test_a_write_drops_the_held_columns(client, workspace):
