@@ -350,6 +350,18 @@ class Held:
         return self._ranked
 
 
+def _rows_reader(base: duckdb.DuckDBPyConnection, table: str, rel: Relation, workspace_id: str):
+    """How a relation's rows are read into columns, on a cursor of its own made from `base` when the
+    read runs (on the column cache's thread; again after each write while the relation is held)."""
+    def read() -> RelationColumns:
+        con = base.cursor()
+        try:
+            return RelationColumns.read(con, table, rel, workspace_id)
+        finally:
+            con.close()
+    return read
+
+
 class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
@@ -603,9 +615,7 @@ class Enumerator:
             return None
         table, ws = self.plan.space.shape(rel).name, self.plan.space.workspace_id
         try:
-            cols = self.columns.get((ws, self.version, table),
-                                    lambda: self._apart(lambda con: RelationColumns.read(con, table, rel, ws)),
-                                    self._later)
+            cols = self.columns.get((ws, self.version, table), _rows_reader(self.con, table, rel, ws), self._later)
             return None if cols is None else self._judge(rel, cols, con or self.con)
         except Unsupported:
             return None

@@ -227,6 +227,7 @@ class ColumnCache:
         self._lock = threading.Lock()
         self._building: dict[tuple, threading.Thread | None] = {}
         self._epoch: dict[str, int] = {}   # per workspace, moved by forget: a read begun before is not kept
+        self._reads: dict[tuple, object] = {}   # how each held relation's rows were read (forget reads again)
         self.builds = 0
 
     def get(self, key: tuple, build, later: list | None = None):
@@ -292,9 +293,12 @@ class ColumnCache:
             if size > self.budget:
                 return
             self._items[key] = value
+            if isinstance(value, RelationColumns):
+                self._reads[key] = build
             self._bytes += size
             while self._bytes > self.budget:
-                _, gone = self._items.popitem(last=False)
+                gone_key, gone = self._items.popitem(last=False)
+                self._reads.pop(gone_key, None)
                 self._bytes -= gone.nbytes
 
     def settle(self) -> None:
@@ -307,15 +311,29 @@ class ColumnCache:
             for t in threads:
                 t.join()
 
-    def forget(self, workspace_id: str) -> None:
+    def forget(self, workspace_id: str, version: int | None = None) -> None:
+        """Drop a workspace's entries (a write moved it on). Given the workspace's new `version`, the
+        rows of every relation that was held are read again at once, each on a thread of its own
+        (in the background mode): a workspace being searched has them back a read's time after the
+        write, instead of after the next search has run in SQL."""
         with self._lock:
             self._epoch[workspace_id] = self._epoch.get(workspace_id, 0) + 1
+            again = []
             for key in [k for k in self._items if k[0] == workspace_id]:
                 self._bytes -= self._items.pop(key).nbytes
+                build = self._reads.pop(key, None)
+                if build is not None:
+                    again.append(((workspace_id, version, *key[2:]), build))
+            if version is None or not self.background or self.budget <= 0:
+                return
+            for key, build in again:
+                if key not in self._building and key not in self._items:
+                    self._start(key, build)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._reads.clear()
             self._bytes = 0
 
 

@@ -267,7 +267,8 @@ class RelationStore:
         """A load or correction changed the workspace's rows: what was cached about them is stale."""
         self._versions[workspace_id] = self._versions.get(workspace_id, 0) + 1
         self.verdicts.forget(workspace_id)
-        self.columns.forget(workspace_id)
+        # the relations that were held are read again at once (the workspace is being searched)
+        self.columns.forget(workspace_id, self._versions[workspace_id])
         if len(self.cache) > 10_000:
             self.cache.clear()
 

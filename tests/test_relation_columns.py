@@ -260,10 +260,17 @@ def test_a_relation_with_no_rows_is_judged_as_in_sql(client, tmp_path):
         en.drop()
 
 
-def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_sql(client, workspace):
+def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_sql(client, workspace, monkeypatch):
+    import threading
+
+    from indexes.relation_columns import RelationColumns
+
     rstore = client.corpus.relations
     cols = rstore.columns
     before = search(client, workspace, PLANS[0])
+    gate = threading.Event()   # holds the reads the write starts, so a search surely comes first
+    read = RelationColumns.read.__func__
+    monkeypatch.setattr(RelationColumns, "read", classmethod(lambda cls, *a: (gate.wait(60), read(cls, *a))[1]))
     cols.background = True
     try:
         rstore.changed(workspace)
@@ -273,6 +280,8 @@ def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_
             assert en.judged(plan.relations[0]) is None      # not held yet: this search is judged in SQL
         finally:
             en.drop()
+        during = search(client, workspace, PLANS[0])
+        gate.set()
         cols.settle()
         en = rstore.enumerator(plan)
         try:
@@ -281,9 +290,39 @@ def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_
             en.drop()
         after = search(client, workspace, PLANS[0])
     finally:
+        gate.set()
         cols.settle()
         cols.background = False
-    assert {k: v for k, v in before.items() if k != "request_id"} == {k: v for k, v in after.items() if k != "request_id"}
+    same = {k: v for k, v in before.items() if k != "request_id"}
+    assert {k: v for k, v in during.items() if k != "request_id"} == same
+    assert {k: v for k, v in after.items() if k != "request_id"} == same
+
+
+def test_a_write_reads_again_at_once_the_relations_held_before_it(client, workspace):
+    rstore = client.corpus.relations
+    cols = rstore.columns
+    _, plan = _plan(client, workspace, PLANS[0], None, None)
+    search(client, workspace, PLANS[0])          # its relations held (read in the search in this module)
+    cols.background = True
+    try:
+        builds = cols.builds
+        rstore.changed(workspace)
+        cols.settle()
+        assert cols.builds - builds == len(plan.relations)   # read again with no search asking
+        _, plan = _plan(client, workspace, PLANS[0], None, None)
+        en = rstore.enumerator(plan)
+        try:
+            assert all(en.judged(r) is not None for r in plan.relations)   # held at the new version
+        finally:
+            en.drop()
+        cols.clear()                                 # nothing held: a write reads nothing
+        builds = cols.builds
+        rstore.changed(workspace)
+        cols.settle()
+        assert cols.builds == builds
+    finally:
+        cols.settle()
+        cols.background = False
 
 
 class _Sized:
