@@ -350,11 +350,11 @@ class Held:
         return self._ranked
 
 
-def _rows_reader(base: duckdb.DuckDBPyConnection, table: str, rel: Relation, workspace_id: str):
-    """How a relation's rows are read into columns, on a cursor of its own made from `base` when the
+def _rows_reader(cursor, table: str, rel: Relation, workspace_id: str):
+    """How a relation's rows are read into columns, on a cursor of its own (`cursor()`) made when the
     read runs (on the column cache's thread; again after each write while the relation is held)."""
     def read() -> RelationColumns:
-        con = base.cursor()
+        con = cursor()
         try:
             return RelationColumns.read(con, table, rel, workspace_id)
         finally:
@@ -366,8 +366,11 @@ class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan, cache: dict | None = None, version: int = 0,
-                 verdict_cache: "VerdictCache | None" = None, columns: ColumnCache | None = None):
+                 verdict_cache: "VerdictCache | None" = None, columns: ColumnCache | None = None, reader=None):
+        """`reader`: makes a cursor for a read on another thread (RelationStore.reader); default one
+        made from `con`."""
         self.con = con
+        self._reader = reader or con.cursor
         self.cache, self.version = cache, version
         self.verdict_cache = verdict_cache
         self.columns = columns
@@ -615,7 +618,7 @@ class Enumerator:
             return None
         table, ws = self.plan.space.shape(rel).name, self.plan.space.workspace_id
         try:
-            cols = self.columns.get((ws, self.version, table), _rows_reader(self.con, table, rel, ws), self._later)
+            cols = self.columns.get((ws, self.version, table), _rows_reader(self._reader, table, rel, ws), self._later)
             return None if cols is None else self._judge(rel, cols, con or self.con)
         except Unsupported:
             return None
@@ -934,7 +937,7 @@ class Enumerator:
 
     def _apart(self, read):
         """`read(con)` on a cursor of its own (the column cache may run it on another thread)."""
-        con = self.con.cursor()
+        con = self._reader()
         try:
             return read(con)
         finally:

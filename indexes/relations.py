@@ -46,6 +46,7 @@ One wide table per (pack, relation), `rel_<pack>__<relation>`, one row per loade
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from dataclasses import dataclass
@@ -185,6 +186,8 @@ class RelationStore:
         # that name the same constraints until the workspace's next write (enumeration.VerdictCache).
         self.verdicts = VerdictCache(verdict_cache_mb)
         self._known: set[str] = set()
+        self._reader_base: duckdb.DuckDBPyConnection | None = None
+        self._reader_lock = threading.Lock()
         # Facts about a workspace's rows that only a write can change (enumeration's profiles),
         # cached until the workspace's next load or correction in this process.
         self._versions: dict[str, int] = {}
@@ -279,7 +282,16 @@ class RelationStore:
         """The enumeration of a search's plan (engine/relations/plan.py) over this store, with the
         relation profiles cached until the workspace's next write."""
         return Enumerator(self.cursor(), plan, self.cache, self.version(plan.space.workspace_id), self.verdicts,
-                          self.columns)
+                          self.columns, self.reader)
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own for a read on another thread (the column cache's reads, which run apart
+        from the search that asked, or after a write): made from a connection no statement ever runs
+        on, one at a time — never from a cursor another thread may be using. The caller closes it."""
+        with self._reader_lock:
+            if self._reader_base is None:
+                self._reader_base = self.store.new_cursor()
+            return self._reader_base.cursor()
 
     def universe(self, workspace_id: str, kinds: list[str], sight: Sight = EVERYTHING) -> int:
         """How many entities of these kinds the workspace holds (that the caller knows of)."""
