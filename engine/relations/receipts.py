@@ -161,9 +161,10 @@ class Delivery:
 
 
 def deliver_rows_apart(rstore: RelationStore, en: Enumerator, page: list[dict], groups: list[Group]) -> Delivery:
-    """`deliver_rows` with each relation's rows and receipts read on a thread of its own, with a
-    cursor of its own (made here, on the caller's thread — a DuckDB connection is not shared
-    across threads — and closed when that relation's delivery ends)."""
+    """Each match of the page with the rows that satisfied its groups, each slot with its receipt
+    re-read now — each relation's rows and receipts read on a thread of its own, with a cursor of
+    its own (made here, on the caller's thread — a DuckDB connection is not shared across threads —
+    and closed when that relation's delivery ends). `result()` waits for them."""
     parts = []
     for rel, rel_groups, numbers in _work(en, page, groups):
         con = en.con.cursor()
