@@ -18,6 +18,7 @@ from indexes.keys import KeyStore
 
 from engine.core.errors import EngineError, InvalidRequest, WorkspaceNotFound
 from engine.core.clock import utcnow
+from engine.core.identity import check_scope, check_workspace, printable
 
 ALL = "*"
 TOKEN = re.compile(r"^rfy_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
@@ -34,6 +35,10 @@ class Forbidden(EngineError):
 
 class KeyNotFound(EngineError):
     status, type = 404, "key_not_found"
+
+
+class ScopeRequired(EngineError):
+    status, type = 422, "scope_required"
 
 
 @dataclass(frozen=True)
@@ -58,12 +63,13 @@ class Grant:
 
     def workspace(self, requested: str | None, default: str) -> str:
         """The workspace a request works in: the one it names, else the server default (or, for a
-        key bound to workspaces, its first). Outside the grant: 404, as if it did not exist."""
+        key bound to workspaces, its first). Outside the grant: 404, as if it did not exist; a name
+        no workspace can have (a control character, over 200 characters): 422."""
         ws = requested or (default if self.everywhere else self.workspaces[0])
         self.seen.append(ws)
         if not self.may_read(ws):
             raise WorkspaceNotFound(f"no workspace {ws!r}", ref=ws)
-        return ws
+        return check_workspace(ws)
 
     def scoped(self, requested: str | None, default: str) -> str | None:
         """As `workspace`, but a request that names none keeps naming none when the grant reaches
@@ -74,6 +80,35 @@ class Grant:
     def require_write(self) -> None:
         if self.read_only:
             raise Forbidden("this key is read-only", key_id=self.key_id)
+
+    def may_see(self, scope: str | None) -> bool:
+        """Whether a document of this scope (None: of no scope) is inside the grant: a key with
+        document scopes reads only documents of those scopes."""
+        return not self.scopes or scope in self.scopes
+
+    def write_scope(self, requested: str | None) -> str | None:
+        """The document scope a write lands in: the one it names, else none — or, for a key with
+        document scopes, its only scope. Such a key writes only inside its scopes: a scope outside
+        them is refused (403), and with several scopes it must name one (422)."""
+        check_scope(requested)
+        if not self.scopes:
+            return requested
+        if requested is None:
+            if len(self.scopes) == 1:
+                return self.scopes[0]
+            raise ScopeRequired("this key has several document scopes: name the scope to write in ("
+                                + ", ".join(self.scopes) + ")", scopes=list(self.scopes))
+        if requested not in self.scopes:
+            raise Forbidden(f"this key writes only in its document scopes ({', '.join(self.scopes)})",
+                            key_id=self.key_id)
+        return requested
+
+    def require_unscoped(self, what: str) -> None:
+        """Verbs over every document of a workspace (a re-clustering, the maps) need a key without
+        document scopes: a scoped key would change or read what other scopes hold."""
+        if self.scopes:
+            raise Forbidden(f"{what} covers every document of the workspace: a key with document scopes "
+                            "cannot", key_id=self.key_id)
 
     def require_everywhere(self, what: str) -> None:
         """Routes over every workspace's documents need a key for every workspace and every scope."""
@@ -98,8 +133,8 @@ def create_key(keys: KeyStore, workspaces: list[str], scopes: list[str] | None =
     if bad:
         raise InvalidRequest(f"not a workspace id: {bad[0]!r}")
     scopes = list(dict.fromkeys(scopes or []))
-    if any(not s or len(s) > 200 for s in scopes):
-        raise InvalidRequest("a scope is a non-empty label of at most 200 characters")
+    if any(not s or len(s) > 200 or not printable(s) for s in scopes):
+        raise InvalidRequest("a scope is a label of 1 to 200 printable characters")
     key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
     now = utcnow()
     keys.insert(key_id, name, salt, _digest(salt, secret), list(dict.fromkeys(workspaces)), scopes, read_only, now)
@@ -175,6 +210,20 @@ def is_loopback(host: str) -> bool:
         return False
     addrs = {info[4][0] for info in infos}
     return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+
+
+def require_admin(grant: Grant) -> None:
+    """Managing keys: a key for every workspace and every scope, that may write."""
+    grant.require_everywhere("managing keys")
+    grant.require_write()
+
+
+def within_scopes(grant: Grant, read: list[str] | None) -> bool:
+    """Whether something made from documents of the scopes `read` (None: of every document) is
+    within the grant: a key with document scopes sees it only when `read` lies inside them."""
+    if not grant.scopes:
+        return True
+    return read is not None and set(read) <= set(grant.scopes)
 
 
 def readable_page(grant: Grant, store, page_id: str) -> None:

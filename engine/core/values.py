@@ -5,7 +5,9 @@ reason instead of reaching DuckDB or tantivy (where it would fail half-way throu
 - integers: DuckDB BIGINT and tantivy i64, so -2^63 to 2^63-1 (a page size or an offset has
   tighter bounds of its own);
 - text: must encode as UTF-8 (a lone surrogate such as "\\udc00" cannot be stored anywhere);
-- numbers: finite (NaN and Infinity compare with nothing).
+- numbers: finite (NaN and Infinity compare with nothing);
+- names (a document scope, an entity id): printable — no control character, which no screen shows
+  and no filter expression of every backend can carry (engine/core/identity.py).
 """
 from __future__ import annotations
 
@@ -61,6 +63,57 @@ def finite(v: Any) -> Any:
     return v
 
 
+def printable_name(v: Any) -> Any:
+    from engine.core.identity import printable
+
+    encodable(v)
+    if isinstance(v, str) and not printable(v):
+        raise ValueError("a name cannot hold a control character (a line break, a tab, NUL, …)")
+    return v
+
+
 StorableDate = Annotated[datetime, AfterValidator(storable_date)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 Text = Annotated[str, AfterValidator(encodable)]
+Name = Annotated[str, AfterValidator(printable_name)]
+
+
+
+# How deep a client's JSON (a request body, a record, front matter) may nest. Parsers and validators
+# recurse once per level, so some hundreds of levels in they fail with RecursionError (a 500); a
+# text past this is refused with a 422 instead, whether its parser got through it or not.
+MAX_NESTING = 64
+
+
+class TooDeep(ValueError):
+    def __init__(self, limit: int = MAX_NESTING):
+        super().__init__(f"nested more than {limit} levels deep")
+
+
+def check_nesting(value: Any, limit: int = MAX_NESTING, children=None) -> Any:
+    """`value` when its lists and dicts (or, with `children`, whatever that function opens: YAML
+    nodes) nest at most `limit` deep, else TooDeep. Iterative, one visit per element. An element met
+    twice (a YAML alias) is opened once."""
+    children = children or _json_children
+    stack = [(value, 1)]
+    seen: set[int] = set()
+    while stack:
+        v, depth = stack.pop()
+        inner = children(v)
+        if not inner:
+            continue
+        if depth > limit:
+            raise TooDeep(limit)
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        stack.extend((c, depth + 1) for c in inner)
+    return value
+
+
+def _json_children(v: Any) -> list:
+    if isinstance(v, dict):
+        return list(v.values())
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    return []
