@@ -28,8 +28,29 @@ _COMPARE_SEP = re.compile(r"\s+(?:vs\.?|versus|v\.|compared\s+(?:to|with)|as\s+o
 _VS = re.compile(r"\s+(?:vs\.?|versus|compared\s+(?:to|with)|as\s+opposed\s+to)\s+", re.I)
 _AND = re.compile(r"\s*,?\s+and\s+(?=(?:what|how|why|when|where|who|whom|which|whose|is|are|was|were|does|do|"
                   r"did|can|could|should|would|will|has|have)\b)", re.I)
-_SCOPE = re.compile(r"^(?P<head>.*?)(?P<scope>\s+(?:in|on|for|within|among|at|during|under)\s+[^,]+?)"
-                    r"\s*[?.!]*\s*$", re.I)
+_PREPOSITION = re.compile(r"\s+(?:in|on|for|within|among|at|during|under)\s+", re.I)
+
+
+@dataclass(frozen=True)
+class Scoped:
+    head: str
+    scope: str
+
+
+def _scope(part: str) -> Scoped | None:
+    r"""A trailing scope phrase: the first " in|on|for|… " after the part's last comma, and what
+    follows it up to the closing spaces and ?.! marks. (What `^(.*?)(\s+(?:in|on|…)\s+[^,]+?)\s*[?.!]*\s*$`
+    matched; found with one search, where that pattern's nested lazy parts took cubic time on a
+    long question of repeated "in"s and question marks.)"""
+    part = " ".join(part.split())   # the questions decompose sees are normalised already; this keeps it so
+    m = _PREPOSITION.search(part, part.rfind(",") + 1)
+    if m is None:
+        return None
+    rest = part[m.end():]
+    if not rest:
+        return None
+    body = rest.rstrip().rstrip("?.!").rstrip() or rest[:1]
+    return Scoped(part[:m.start()], part[m.start():m.end() + len(body)])
 
 
 @dataclass
@@ -59,18 +80,18 @@ def _tidy(part: str) -> str:
 
 def _share_scope(parts: list[str]) -> list[str]:
     """A scope phrase on the last part only ("... document processing in Mixpeek") applies to all."""
-    m = _SCOPE.match(parts[-1])
-    if not m or any(_SCOPE.match(p) for p in parts[:-1]) or not content_words(m.group("head")):
+    m = _scope(parts[-1])
+    if not m or any(_scope(p) for p in parts[:-1]) or not content_words(m.head):
         return parts
-    scope = m.group("scope").strip()
-    return [f"{p} {scope}" for p in parts[:-1]] + [_tidy(m.group("head")) + " " + scope]
+    scope = m.scope.strip()
+    return [f"{p} {scope}" for p in parts[:-1]] + [_tidy(m.head) + " " + scope]
 
 
 def _share_head(parts: list[str]) -> list[str]:
     """"compare sqlite and postgresql transactions": one-word parts before a longer last part share
     its tail ("sqlite transactions", "postgresql transactions") — the distributive reading."""
     last = parts[-1].split()
-    if len(last) >= 2 and all(len(p.split()) == 1 for p in parts[:-1]) and not _SCOPE.match(parts[-1]):
+    if len(last) >= 2 and all(len(p.split()) == 1 for p in parts[:-1]) and not _scope(parts[-1]):
         tail = " ".join(last[1:])
         return [f"{p} {tail}" for p in parts[:-1]] + [parts[-1]]
     return parts

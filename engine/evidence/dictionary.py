@@ -2,7 +2,7 @@
 colloquial surfaces bridged to them, and related terms.
 
 Two sources, merged: the workspace's own dictionary (``<dictionary_dir>/<workspace>.toml`` or
-``.md``) and the vocabularies of the relation packs (a term's synonyms are its aliases, the terms a
+``.md``, the workspace's name as engine/core/identity.py's `workspace_folder` writes it) and the vocabularies of the relation packs (a term's synonyms are its aliases, the terms a
 hierarchy puts under it its related terms).
 
 TOML::
@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexes.sparse import stems
+
+from engine.core.identity import workspace_folder
+from engine.core.markdown import LOOSE, heading
 
 KINDS = ("aliases", "colloquial", "related")
 KIND = {"aliases": "alias", "colloquial": "colloquial", "related": "related"}
@@ -115,7 +118,6 @@ def parse_toml(text: str, source: str = "dictionary.toml") -> list[Entry]:
 
 
 _TOKEN = re.compile(r"[^\W_]+")
-_HEADING = re.compile(r"^#{2,6}\s+(.+?)\s*#*\s*$")
 _FIELD = re.compile(r"^\s*[-*]\s*\**(aliases|alias|colloquial|related)\**\s*:\s*(.*)$", re.I)
 _ROW = re.compile(r"^\s*\|(.+)\|\s*$")
 
@@ -154,9 +156,9 @@ def parse_markdown(text: str, source: str = "dictionary.md") -> list[Entry]:
                     out.append(_entry(term, row, source, f"line {n}"))
             continue
         header = None
-        m = _HEADING.match(line)
-        if m:
-            current = _entry(m.group(1).strip("`*"), {}, source, f"line {n}")
+        h = heading(line, min_level=2, spaces=None, closing=LOOSE)
+        if h:
+            current = _entry(h[1].strip("`*"), {}, source, f"line {n}")
             out.append(current)
             continue
         f = _FIELD.match(line)
@@ -243,10 +245,11 @@ class Dictionary:
 
 
 def dictionary_path(directory: Path, workspace: str) -> Path | None:
-    """The workspace's dictionary file, if it has one. The name is checked as on write, so a request
-    can never name a file outside the dictionary folder (``/etc/x``, ``../pyproject``)."""
-    _file_name(workspace)
-    found = [directory / f"{workspace}{s}" for s in SUFFIXES if (directory / f"{workspace}{s}").is_file()]
+    """The workspace's dictionary file, if it has one. Its name is the workspace's escaped
+    (`workspace_folder`), so no workspace name reaches a file outside the dictionary folder
+    (``/etc/x``, ``../pyproject``) or another workspace's file (``Team A`` and ``team-a`` are two)."""
+    stem = workspace_folder(workspace)
+    found = [directory / f"{stem}{s}" for s in SUFFIXES if (directory / f"{stem}{s}").is_file()]
     if len(found) > 1:
         raise DictionaryError(f"workspace {workspace!r} has two dictionaries: {', '.join(p.name for p in found)}")
     return found[0] if found else None
@@ -262,18 +265,8 @@ def load_dictionary(directory: Path, workspace: str, packs: list[str]) -> Dictio
     return Dictionary(entries)
 
 
-_WORKSPACE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
-
-
-def _file_name(workspace: str) -> str:
-    if not _WORKSPACE_FILE.match(workspace) or ".." in workspace:
-        raise DictionaryError(f"workspace {workspace!r} cannot name a dictionary file "
-                              "(letters, digits, '.', '_' and '-')")
-    return workspace
-
-
 def dictionary_file(directory: Path, workspace: str, fmt: str) -> Path:
-    return directory / f"{_file_name(workspace)}{'.toml' if fmt.lower() == 'toml' else '.md'}"
+    return directory / f"{workspace_folder(workspace)}{'.toml' if fmt.lower() == 'toml' else '.md'}"
 
 
 def install_dictionary(directory: Path, workspace: str, fmt: str, text: str) -> dict:
@@ -286,7 +279,7 @@ def install_dictionary(directory: Path, workspace: str, fmt: str, text: str) -> 
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(target)
     for other in SUFFIXES:
-        p = directory / f"{workspace}{other}"
+        p = directory / f"{workspace_folder(workspace)}{other}"
         if p != target and p.exists():
             p.unlink()
     return {"workspace": workspace, "file": target.name, "entries": len(entries)}

@@ -12,8 +12,9 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from engine.core.markdown import heading
+
 _BLOCK_SPLIT = re.compile(r"\n[ \t]*\n+")
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+(?=\S)|\n(?=\S)")
 
 HEADING, PARAGRAPH, SENTENCE = 3, 2, 1
@@ -47,8 +48,8 @@ def _blocks(body: str) -> list[_Block]:
         if stripped:
             lead = len(seg) - len(seg.lstrip())
             start = pos + lead
-            h = _HEADING.match(stripped) if "\n" not in stripped else None
-            out.append(_Block(start, start + len(stripped), len(h.group(1)) if h else 0, h.group(2) if h else ""))
+            h = heading(stripped) if "\n" not in stripped else None
+            out.append(_Block(start, start + len(stripped), h[0] if h else 0, h[1] if h else ""))
         if m:
             pos = m.end()
     return out
@@ -92,16 +93,20 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
         if b.heading_level:
             heading_tokens.update(range(tok_at(b.start), tok_at(b.end)))
     sentence_starts = sorted(t for t, s in strength.items() if s >= SENTENCE)
+    # The heading trail after each heading, built once: a chunk's section is the trail of the last
+    # heading at or before its start (one lookup each, not a walk over every heading before it).
+    trails: list[list[str]] = []
+    trail: list[tuple[int, str]] = []
+    for _, level, text in headings:
+        while trail and trail[-1][0] >= level:
+            trail.pop()
+        trail.append((level, text))
+        trails.append([t for _, t in trail])
+    heading_chars = [start for start, _, _ in headings]
 
     def section_at(char: int) -> list[str]:
-        trail: list[tuple[int, str]] = []
-        for start, level, text in headings:
-            if start > char:
-                break
-            while trail and trail[-1][0] >= level:
-                trail.pop()
-            trail.append((level, text))
-        return [t for _, t in trail]
+        i = bisect.bisect_right(heading_chars, char)
+        return list(trails[i - 1]) if i else []
 
     chunks: list[Chunk] = []
     s = 0

@@ -8,7 +8,8 @@ _PILCROW = re.compile(r"[¶\u00b6]\s*$")
 _WS = re.compile(r"[ \t\r\f\v]+")
 
 
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+TITLE_SCAN = 200_000
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")   # keeps offsets
 _SITE_SEP = re.compile(r"\s+(?:—|\||–)\s+")
 
 
@@ -20,10 +21,16 @@ def _title_tag(html: str) -> str | None:
     """The document's own <title>, less a trailing site name ("json — … — Python 3.11 docs")."""
     import html as htmllib
 
-    m = _TITLE.search(html[:200_000])
-    if not m:
+    head = html[:TITLE_SCAN]
+    low = head.translate(_ASCII_LOWER)
+    # the first <title…>…</title>, by three forward finds (`<title[^>]*>(.*?)</title>` scanned to the
+    # end again from every "<title" that had no close: quadratic in a page of them)
+    start = low.find("<title")
+    opened = head.find(">", start) if start >= 0 else -1
+    closed = low.find("</title>", opened + 1) if opened >= 0 else -1
+    if closed < 0:
         return None
-    t = " ".join(htmllib.unescape(m.group(1)).split())
+    t = " ".join(htmllib.unescape(head[opened + 1:closed]).split())
     parts = _SITE_SEP.split(t)
     if len(parts) >= 3 or (len(parts) == 2 and re.search(r"documentation|\bdocs\b|\bwiki\b", parts[-1], re.I)):
         t = " — ".join(parts[:-1])

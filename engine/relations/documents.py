@@ -42,6 +42,9 @@ from indexes.relations import RelationStore
 from engine.core.access import Forbidden
 from engine.core.clock import utcnow
 from engine.core.errors import CompileFailed, LoadInvalid, ReaderUnavailable
+from engine.core.identity import printable
+from engine.core.values import MAX_NESTING, Name, TooDeep, check_nesting
+from engine.core.markdown import heading, headings
 from engine.core.packs import Relation, norm
 from engine.relations.compile import locate, slot_description
 from engine.relations.loads import _maybe_crash, confine, shown, slot_reads
@@ -50,6 +53,9 @@ from engine.relations.workspaces import Space, open_space
 SUFFIXES = (".md", ".markdown", ".txt", ".json")
 MAX_DOCUMENTS = 20_000
 MAX_BYTES = 2_000_000
+# Rows one document may yield (all its readers together): a 2 MB file can alias one list of its front
+# matter hundreds of thousands of times; no profile or record states that many facts.
+MAX_ROWS_PER_DOCUMENT = 2_000
 READER_TOOL = "read_relation_rows"
 
 
@@ -65,7 +71,7 @@ class DocumentsDecl(BaseModel):
     url_base: str | None = Field(default=None, max_length=2000,
                                  description="Page URL = url_base + the document's path in the folder "
                                              "(default file:///<workspace>/<folder>/<path>).")
-    scope: str | None = Field(default=None, min_length=1, max_length=200, description=(
+    scope: Name | None = Field(default=None, min_length=1, max_length=200, description=(
         "The document scope of every document of the load (absent: every key of the workspace reads them)."))
     scope_path: str | None = Field(default=None, min_length=1, max_length=200, description=(
         "The front-matter key (or record field) holding a document's scope; a document without it has `scope`."))
@@ -136,11 +142,16 @@ def parse(path: Path, rel: str) -> Doc:
         # a JSON record (a document-store export): the whole record is read as the front matter is
         # (JSON is YAML's flow syntax, and YAML's parser keeps every value's span)
         try:
-            json.loads(text)
-            node = yaml.compose(text)
+            check_nesting(json.loads(text))
+            node = _compose(text)
+        except TooDeep as exc:
+            raise LoadInvalid(f"document {rel!r} is {exc}", reason="record_invalid") from None
         except (ValueError, yaml.YAMLError) as exc:
             raise LoadInvalid(f"document {rel!r} is not a JSON record ({str(exc).splitlines()[0]})",
                               reason="record_invalid") from exc
+        except RecursionError:
+            raise LoadInvalid(f"document {rel!r} is nested more than {MAX_NESTING} levels deep",
+                              reason="record_invalid") from None
         if not isinstance(node, yaml.MappingNode):
             raise LoadInvalid(f"document {rel!r} is not a JSON object", reason="record_invalid")
         doc.front, doc.front_at, doc.body_at = node, 0, len(text)
@@ -149,14 +160,32 @@ def parse(path: Path, rel: str) -> Doc:
     if m:
         doc.front_at, doc.body_at = m.start(1), m.end()
         try:
-            node = yaml.compose(m.group(1))
+            node = _compose(m.group(1))
         except yaml.YAMLError as exc:
             raise LoadInvalid(f"document {rel!r}: its front matter is not YAML ({str(exc).splitlines()[0]})",
                               reason="front_matter_invalid") from exc
+        except (RecursionError, TooDeep):
+            raise LoadInvalid(f"document {rel!r}: its front matter is nested more than {MAX_NESTING} levels deep",
+                              reason="front_matter_invalid") from None
         if node is not None and not isinstance(node, yaml.MappingNode):
             raise LoadInvalid(f"document {rel!r}: its front matter is not a mapping", reason="front_matter_invalid")
         doc.front = node
     return doc
+
+
+def _node_children(node) -> list:
+    if isinstance(node, yaml.MappingNode):
+        return [v for pair in node.value for v in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _compose(text: str):
+    """The YAML node of a text, nested at most MAX_NESTING deep (PyYAML's composer recurses once per
+    level: a text nested thousands deep is a RecursionError, which the caller refuses too)."""
+    node = yaml.compose(text)
+    return check_nesting(node, children=_node_children) if node is not None else None
 
 
 def _child(node, key: str):
@@ -206,9 +235,20 @@ class Extracted:
     ordinal: int = 0
 
 
-HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
-LABELLED = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?(?:\*\*|__)?(?P<label>[^:\n*_|]{1,80}?)"
-                      r"(?::(?:\*\*|__)|(?:\*\*|__)?:)[ \t]*(?P<value>[^\n]*?)[ \t]*$")
+# A labelled line's label and separator; its value is the rest of the line less the spaces and tabs
+# around it (cut with str methods: a lazy value before `[ \t]*$` backtracked over every space).
+LABEL = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?(?:\*\*|__)?(?P<label>[^:\n*_|]{1,80}?)(?::(?:\*\*|__)|(?:\*\*|__)?:)")
+
+
+def labelled(line: str) -> tuple[str, str, int] | None:
+    """(label, value, the value's offset in the line) of a `Label: value` line, or None."""
+    m = LABEL.match(line)
+    if m is None:
+        return None
+    rest = line[m.end():]
+    value = rest.lstrip(" \t")
+    at = m.end() + len(rest) - len(value)
+    return m.group("label"), value.rstrip(" \t"), at
 
 
 def _sections(doc: Doc, section: str | None) -> list[tuple[int, int]]:
@@ -217,8 +257,7 @@ def _sections(doc: Doc, section: str | None) -> list[tuple[int, int]]:
     body_end = len(doc.text)
     if section is None:
         return [(doc.body_at, body_end)]
-    heads = [(m.start() + doc.body_at, m.end() + doc.body_at, len(m.group(1)), m.group(2))
-             for m in HEADING.finditer(doc.body)]
+    heads = list(headings(doc.text, doc.body_at))
     out = []
     for i, (s, e, level, title) in enumerate(heads):
         if norm(section) in norm(title):
@@ -274,10 +313,10 @@ def read_labelled(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dic
     for start, end in _sections(doc, rule.section):
         block: dict = {}
         for pos, line in _lines(doc.text, start, end):
-            m = LABELLED.match(line)
-            slot = labels.get(norm(m.group("label"))) if m else None
-            if slot is None or not m.group("value").strip():
-                if not line.strip() or HEADING.match(line):   # a blank line or a heading ends a block
+            m = labelled(line)
+            slot = labels.get(norm(m[0])) if m else None
+            if slot is None or not m[1].strip():
+                if not line.strip() or heading(line):         # a blank line or a heading ends a block
                     if block:
                         rows.append(Extracted(rule.relation, "rule:labelled", block))
                     block = {}
@@ -285,8 +324,8 @@ def read_labelled(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dic
             if slot in block:                                 # the same label again: a new row
                 rows.append(Extracted(rule.relation, "rule:labelled", block))
                 block = {}
-            value = m.group("value").strip().strip("*_").strip()
-            s = pos + m.start("value") + m.group("value").index(value)
+            value = m[1].strip().strip("*_").strip()
+            s = pos + m[2] + m[1].index(value)
             block[slot] = (value, s, s + len(value), value)
         if block:
             rows.append(Extracted(rule.relation, "rule:labelled", block))
@@ -311,7 +350,18 @@ def _cells(line: str, pos: int) -> list[tuple[str, int, int]]:
     return out
 
 
-SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+SEPARATOR_CELL = re.compile(r":?-{3,}:?")
+
+
+def separator(line: str) -> bool:
+    """Whether a line is a table's header rule (`|---|:---:|`): every cell between its pipes is three
+    or more dashes, with optional colons (cell by cell: the one-pattern form backtracked over spaces)."""
+    inner = line.strip()
+    if inner.startswith("|"):
+        inner = inner[1:]
+    if inner.endswith("|") and inner:
+        inner = inner[:-1]
+    return all(SEPARATOR_CELL.fullmatch(cell.strip()) for cell in inner.split("|"))
 
 
 def read_table(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dict]]:
@@ -322,7 +372,7 @@ def read_table(doc: Doc, rule: ReaderRule) -> tuple[list[Extracted], list[dict]]
         i = 0
         while i + 1 < len(lines):
             pos, line = lines[i]
-            if "|" in line and SEPARATOR.match(lines[i + 1][1]):
+            if "|" in line and separator(lines[i + 1][1]):
                 head = [norm(c[0]) for c in _cells(line, pos)]
                 j = i + 2
                 while j < len(lines) and "|" in lines[j][1] and lines[j][1].strip():
@@ -584,10 +634,11 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
         d.scope = _text_at(d, req.documents.scope_path) or req.documents.scope
         if d.scope is not None and len(d.scope) > 200:
             raise LoadInvalid(f"document {d.rel!r}: its scope is over 200 characters", reason="scope_invalid")
-        if scopes is not None and d.scope not in scopes:
-            raise Forbidden(f"document {d.rel!r} is " + (f"of scope {d.scope!r}" if d.scope else "of no scope")
-                            + ": this key may load only documents of its scopes (" + ", ".join(scopes) + ")",
-                            document=d.rel)
+        if scopes is not None and d.scope not in scopes:   # (which scope it is of is not this key's to learn)
+            raise Forbidden(f"document {d.rel!r} is not of this key's scopes (" + ", ".join(scopes) + "): it may "
+                            "load only documents of its scopes", document=d.rel)
+        if d.scope is not None and not printable(d.scope):
+            raise LoadInvalid(f"document {d.rel!r}: its scope holds a control character", reason="scope_invalid")
         d.fingerprint = f"{d.content_hash}:{reading}"
         docs.append(d)
     source_key = f"docs:{root.resolve()}"
@@ -618,6 +669,9 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
             got, lost = check_model_rows(space, d, set(model_relations), call.arguments)
             found += got
             dropped += [{**x, "reader": "model"} for x in lost]
+        if len(found) > MAX_ROWS_PER_DOCUMENT:
+            raise LoadInvalid(f"document {d.rel!r} yields {len(found)} rows; a document yields at most "
+                              f"{MAX_ROWS_PER_DOCUMENT}", reason="document_too_many_rows", document=d.rel)
         counters: dict = {}
         for row in found:
             row.source_rel = d.rel

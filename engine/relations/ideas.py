@@ -8,33 +8,31 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 
+from engine.core.markdown import LOOSE, headings, sentence_cuts
 from engine.refind.search import SearchRequest, SearchService
 
 QUOTE_MAX = 240
 WORD = re.compile(r"\w+", re.UNICODE)
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*\n\s*|\n(?=#)")
-HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 
 
 def part_at(section_path: list[str], text: str, at: int) -> list[str]:
     """The section a position of a passage sits in: the passage's own section path, moved on by
     every Markdown heading the passage holds before that position."""
     path = list(section_path)
-    for m in HEADING.finditer(text, 0, at):
-        level = len(m.group(1))
-        path = path[:level - 1] + [m.group(2)]
+    for _, _, level, title in headings(text, 0, at, spaces=None, closing=LOOSE):
+        path = path[:level - 1] + [title]
     return path
 
 
 def split_sentences(text: str) -> list[tuple[str, int]]:
     """The sentences of a passage (not its Markdown headings), each with its offset in the passage."""
     out, at = [], 0
-    for sentence in SENTENCE_END.split(text):
-        offset = text.find(sentence, at)
-        at = offset + len(sentence)
+    for s, e in sentence_cuts(text) + [(len(text), len(text))]:
+        sentence = text[at:s]
         stripped = sentence.strip()
         if stripped and not stripped.startswith("#"):
-            out.append((stripped, offset + len(sentence) - len(sentence.lstrip())))
+            out.append((stripped, at + len(sentence) - len(sentence.lstrip())))
+        at = e
     return out
 
 

@@ -224,6 +224,10 @@ def confine(source: str, allowed: list[Path] | None) -> Path:
         for f in root.rglob("*"):   # a link anywhere in the folders could be read through a view or a table file
             if f.is_symlink() and not _inside(f.resolve(), roots):
                 raise SourceForbidden(f"the source folder holds a link that leads outside it ({f.name!r})")
+            # a hard link is the same file under two names, the other one possibly another workspace's
+            if not f.is_symlink() and f.is_file() and f.stat().st_nlink > 1:
+                raise SourceForbidden(f"the source folder holds a file with more than one name (a hard link: "
+                                      f"{f.name!r}); copy the file in instead")
     return path
 
 
