@@ -118,14 +118,31 @@ def _clip(text: str, limit: int = MAX_TEXT_BYTES) -> str:
 
 def _lit(value) -> str:
     """A Milvus expression literal: an integer, or a double-quoted string with `"` and `\\` escaped
-    (JSON's escaping, which Milvus's expression grammar reads)."""
+    and every other character as it is. Milvus compares a string literal's characters as written: a
+    JSON escape such as `\\t` or `\\u0000` stays two or six characters, so a value holding a tab or a
+    NUL matched nothing. A line break cannot stand in a literal at all; the engine refuses one in every
+    name it filters on (workspaces, scopes, entity ids: engine/core/identity.py)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"not an expression literal: {value!r}")
-    return str(int(value)) if isinstance(value, int) else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int):
+        return str(int(value))
+    if "\n" in value or "\r" in value:
+        raise ValueError("a Milvus string literal cannot hold a line break")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _list(values) -> str:
     return "[" + ", ".join(_lit(v) for v in values) + "]"
+
+
+NOTHING = "chunk_id < 0"
+
+
+def _among(template: str, values) -> str:
+    """`template` over the values a literal can hold (a value with a line break is one no stored row
+    holds: the engine refuses such names), or an expression matching nothing when none is left."""
+    kept = [v for v in values if not (isinstance(v, str) and ("\n" in v or "\r" in v))]
+    return template.format(_list(kept)) if kept else NOTHING
 
 
 def expression(f: SparseFilter | None) -> str:
@@ -135,9 +152,9 @@ def expression(f: SparseFilter | None) -> str:
         return ""
     parts: list[str] = []
     if f.workspace:
-        parts.append(f"workspace == {_lit(f.workspace)}")
+        parts.append(_among("workspace in {}", [f.workspace]))
     if f.domains:
-        parts.append(f"domain in {_list(f.domains)}")
+        parts.append(_among("domain in {}", f.domains))
     if f.after:
         parts.append(f"last_seen >= {_micros(f.after)}")
     if f.before:
@@ -145,11 +162,11 @@ def expression(f: SparseFilter | None) -> str:
     if f.cluster_ids:
         parts.append(f"cluster_id in {_list(int(c) for c in f.cluster_ids)}")
     if f.entities:
-        parts.append(f"array_contains_any(entities, {_list(f.entities)})")
+        parts.append(_among("array_contains_any(entities, {})", f.entities))
     if f.scopes is not None:
-        parts.append(f"scope in {_list(f.scopes)}" if f.scopes else "chunk_id < 0")   # no scope: nothing
+        parts.append(_among("scope in {}", f.scopes))   # no scope: nothing
     if f.page_ids is not None:
-        parts.append(f"page_id in {_list(f.page_ids)}" if f.page_ids else "chunk_id < 0")
+        parts.append(_among("page_id in {}", f.page_ids))
     return " and ".join(parts)
 
 

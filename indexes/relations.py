@@ -341,9 +341,10 @@ class RelationStore:
                 for r in res]
 
     def load_spec(self, load_id: str) -> dict | None:
-        row = self.cursor().execute("SELECT source, format, spec, workspace_id FROM rel_loads WHERE load_id = ?",
-                                    [load_id]).fetchone()
-        return None if row is None else {"source": row[0], "format": row[1], "spec": row[2], "workspace_id": row[3]}
+        row = self.cursor().execute("SELECT source, format, spec, workspace_id, summary FROM rel_loads "
+                                    "WHERE load_id = ?", [load_id]).fetchone()
+        return None if row is None else {"source": row[0], "format": row[1], "spec": row[2], "workspace_id": row[3],
+                                         "summary": row[4]}
 
     # Documents ------------------------------------------------------------------------------------
     DOCUMENT = ["document", "path", "entity_id", "name", "content_hash", "fingerprint", "url", "page_id", "load_id",

@@ -6,7 +6,7 @@ Tables (one row kind each):
   pages(page_id, workspace_id, url, url_norm, domain, title, body_text, content_hash,
         first_seen, last_seen, published, visit_count, cluster_id, scope, updated_generation)
   chunks(chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens)
-  entities(entity_id, workspace_id, canonical, aliases)
+  entities(entity_id, workspace_id, canonical, aliases, scope)   an entity of a workspace and document scope
   page_entities(page_id, entity_id)
   embeddings(model, chunk_id, vector)        one vector per (model, chunk)
   changes(generation, page_id, op)           which pages each generation touched; indexes replay
@@ -30,7 +30,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"   # 2: entities have a scope, scoped pages and entities their own ids (engine/core/identity.py)
 
 _DDL = [
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -49,7 +49,8 @@ _DDL = [
     "CREATE INDEX IF NOT EXISTS chunks_page ON chunks(page_id)",
     """CREATE TABLE IF NOT EXISTS entities (
         entity_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, canonical VARCHAR NOT NULL,
-        aliases VARCHAR[])""",
+        aliases VARCHAR[], scope VARCHAR)""",
+    "ALTER TABLE entities ADD COLUMN IF NOT EXISTS scope VARCHAR",
     "CREATE TABLE IF NOT EXISTS page_entities (page_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL)",
     """CREATE TABLE IF NOT EXISTS embeddings (
         model VARCHAR NOT NULL, chunk_id BIGINT NOT NULL, vector FLOAT[] NOT NULL)""",
@@ -99,6 +100,7 @@ class EntityRow:
     workspace_id: str
     canonical: str
     aliases: list[str] = field(default_factory=list)
+    scope: str | None = None
 
 
 @dataclass
@@ -239,6 +241,11 @@ class CorpusStore:
             except BaseException:
                 con.rollback()
                 raise
+
+    def schema_version(self) -> str:
+        """The store's schema version; one below SCHEMA_VERSION is brought up by the corpus at open
+        (engine/core/corpus.py), which knows the identifiers' formulas."""
+        return self._meta("schema_version") or SCHEMA_VERSION
 
     def _meta(self, key: str) -> str | None:
         row = self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -400,21 +407,20 @@ class CorpusStore:
         cur.close()
 
     # Filters, entities, pins -----------------------------------------------------------------------
-    def resolve_entity(self, workspace: str, ref: str, scopes: list[str] | None = None) -> str | None:
-        """An entity id from its id, canonical form or an alias (case-insensitive). With `scopes`,
-        only an entity some page of those document scopes names (to a scoped key, an entity of other
-        scopes' pages does not exist)."""
-        in_scope = "" if scopes is None else (
-            "AND entity_id IN (SELECT pe.entity_id FROM page_entities pe JOIN pages p USING (page_id) "
-            "WHERE p.scope IN (SELECT unnest(?::VARCHAR[])))")
-        row = self.cursor().execute(
-            f"""SELECT entity_id FROM entities WHERE workspace_id = ? AND (
+    def resolve_entities(self, workspace: str, ref: str, scopes: list[str] | None = None) -> list[str]:
+        """The entity ids a reference names: its id, else every entity whose canonical form is it, else
+        every one with it as an alias (case-insensitive) — one per namespace (document scope) that
+        has it. With `scopes`, only entities of those scopes (to a scoped key, another scope's
+        entity does not exist)."""
+        in_scope = "" if scopes is None else "AND scope IN (SELECT unnest(?::VARCHAR[]))"
+        rows = self.cursor().execute(
+            f"""SELECT entity_id, CASE WHEN entity_id = ? THEN 0 WHEN lower(canonical) = lower(?) THEN 1 ELSE 2 END
+                FROM entities WHERE workspace_id = ? AND (
                    entity_id = ? OR lower(canonical) = lower(?)
                    OR list_contains(list_transform(coalesce(aliases, []), lambda a: lower(a)), lower(?)))
-                {in_scope}
-               ORDER BY (entity_id = ?) DESC, (lower(canonical) = lower(?)) DESC, entity_id LIMIT 1""",
-            [workspace, ref, ref, ref] + ([] if scopes is None else [list(scopes)]) + [ref, ref]).fetchone()
-        return row[0] if row else None
+                {in_scope} ORDER BY 2, 1""",
+            [ref, ref, workspace, ref, ref, ref] + ([] if scopes is None else [list(scopes)])).fetchall()
+        return [eid for eid, rank in rows if rank == rows[0][1]] if rows else []
 
     def filtered_pages(self, workspace: str, domains=(), after=None, before=None, cluster_ids=(),
                        entity_ids=(), scopes=None, page_ids=None) -> list[str]:
@@ -608,26 +614,36 @@ class CorpusStore:
     def workspaces_with_pages(self) -> frozenset[str]:
         return frozenset(r[0] for r in self.cursor().execute("SELECT DISTINCT workspace_id FROM pages").fetchall())
 
-    def pages_with_url(self, workspace: str, url_norm: str) -> list[str]:
-        return [r[0] for r in self.cursor().execute(
-            "SELECT page_id FROM pages WHERE workspace_id = ? AND url_norm = ? ORDER BY page_id",
-            [workspace, url_norm]).fetchall()]
+    # The pin lookups take the caller's document scopes (None: every document): a page of another scope
+    # is not there for it, so whether another scope holds a URL changes nothing a scoped key sees.
+    @staticmethod
+    def _scoped(scopes: list[str] | None) -> tuple[str, list]:
+        return ("", []) if scopes is None else (" AND scope IN (SELECT unnest(?::VARCHAR[]))", [list(scopes)])
 
-    def pages_of_domain(self, workspace: str, domain: str, limit: int, subdomains: bool = False) -> list[str]:
+    def pages_with_url(self, workspace: str, url_norm: str, scopes: list[str] | None = None) -> list[str]:
+        sql, params = self._scoped(scopes)
+        return [r[0] for r in self.cursor().execute(
+            f"SELECT page_id FROM pages WHERE workspace_id = ? AND url_norm = ?{sql} ORDER BY page_id",
+            [workspace, url_norm, *params]).fetchall()]
+
+    def pages_of_domain(self, workspace: str, domain: str, limit: int, subdomains: bool = False,
+                        scopes: list[str] | None = None) -> list[str]:
         """A domain's pages (and its subdomains' with `subdomains`), most recently seen first (ties by page id)."""
+        sql, params = self._scoped(scopes)
         return [r[0] for r in self.cursor().execute(
-            """SELECT page_id FROM pages WHERE workspace_id = ? AND (domain = ? OR (? AND ends_with(domain, ?)))
+            f"""SELECT page_id FROM pages WHERE workspace_id = ? AND (domain = ? OR (? AND ends_with(domain, ?))){sql}
                ORDER BY last_seen DESC, page_id LIMIT ?""",
-            [workspace, domain, subdomains, "." + domain, limit]).fetchall()]
+            [workspace, domain, subdomains, "." + domain, *params, limit]).fetchall()]
 
-    def pages_under_prefix(self, workspace: str, prefix: str, limit: int) -> list[str]:
+    def pages_under_prefix(self, workspace: str, prefix: str, limit: int, scopes: list[str] | None = None) -> list[str]:
         """Pages whose normalised URL is `prefix` or lies under it at a path-segment boundary (a
         following "/", "?" or nothing), compared without case; most recently seen first."""
         p = prefix.lower().rstrip("/")
+        sql, params = self._scoped(scopes)
         return [r[0] for r in self.cursor().execute(
-            """SELECT page_id FROM pages WHERE workspace_id = ? AND (lower(url_norm) = ?
-                   OR starts_with(lower(url_norm), ? || '/') OR starts_with(lower(url_norm), ? || '?'))
-               ORDER BY last_seen DESC, page_id LIMIT ?""", [workspace, p, p, p, limit]).fetchall()]
+            f"""SELECT page_id FROM pages WHERE workspace_id = ? AND (lower(url_norm) = ?
+                   OR starts_with(lower(url_norm), ? || '/') OR starts_with(lower(url_norm), ? || '?')){sql}
+               ORDER BY last_seen DESC, page_id LIMIT ?""", [workspace, p, p, p, *params, limit]).fetchall()]
 
     def page_entity_sets(self, workspace: str) -> dict[str, set[str]]:
         rows = self.cursor().execute(
@@ -684,6 +700,10 @@ class CorpusStore:
         cols = [d[0] for d in res.description]
         return [dict(zip(cols, r)) for r in res.fetchall()]
 
+    # An entity row is only ever updated by a write of its own namespace (workspace and scope): the ids
+    # of two namespaces never meet (engine/core/identity.py), and the guard keeps it so regardless.
+    _SAME_NAMESPACE = "WHERE entities.workspace_id = excluded.workspace_id AND entities.scope IS NOT DISTINCT FROM excluded.scope"
+
     def upsert_entity(self, entity: EntityRow, link_pages: list[str], replace_aliases: bool = False) -> int:
         """Create or edit an entity and link pages to it; returns the new generation."""
         with self._write_lock:
@@ -692,20 +712,17 @@ class CorpusStore:
             try:
                 gen = self._bump(con)
                 aliases = sorted(set(entity.aliases))
-                if replace_aliases:
-                    con.execute("""INSERT INTO entities VALUES (?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
-                                   SET canonical = excluded.canonical, aliases = excluded.aliases""",
-                                [entity.entity_id, entity.workspace_id, entity.canonical, aliases])
-                else:
-                    con.execute("""INSERT INTO entities VALUES (?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
-                                   SET canonical = excluded.canonical,
-                                   aliases = list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))""",
-                                [entity.entity_id, entity.workspace_id, entity.canonical, aliases])
+                merged = "excluded.aliases" if replace_aliases else \
+                    "list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))"
+                con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
+                                VALUES (?, ?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
+                                SET canonical = excluded.canonical, aliases = {merged} {self._SAME_NAMESPACE}""",
+                            [entity.entity_id, entity.workspace_id, entity.canonical, aliases, entity.scope])
                 if link_pages:
                     con.execute("""INSERT INTO page_entities SELECT unnest(?::VARCHAR[]), ?
                                    EXCEPT SELECT page_id, entity_id FROM page_entities""",
                                 [link_pages, entity.entity_id])
-                    con.executemany("INSERT INTO changes VALUES (?, ?, 'entity')", [(gen, p) for p in link_pages])
+                    con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, link_pages])
                 con.commit()
                 self._epoch += 1   # a committed generation: generation() reads it again
             except BaseException:
@@ -714,14 +731,85 @@ class CorpusStore:
             return gen
 
     def entity(self, entity_id: str) -> dict | None:
+        """An entity with the number of pages linked to it (all of its own workspace and scope)."""
         row = self.cursor().execute(
-            """SELECT e.entity_id, e.workspace_id, e.canonical, e.aliases,
-                      (SELECT count(*) FROM page_entities pe WHERE pe.entity_id = e.entity_id)
+            """SELECT e.entity_id, e.workspace_id, e.canonical, e.aliases, e.scope,
+                      (SELECT count(*) FROM page_entities pe JOIN pages p USING (page_id)
+                       WHERE pe.entity_id = e.entity_id AND p.workspace_id = e.workspace_id
+                         AND p.scope IS NOT DISTINCT FROM e.scope)
                FROM entities e WHERE entity_id = ?""", [entity_id]).fetchone()
         if row is None:
             return None
-        return {"entity_id": row[0], "workspace": row[1], "canonical": row[2], "aliases": list(row[3] or []),
-                "pages": row[4]}
+        return {"entity_id": row[0], "workspace": row[1], "scope": row[4], "canonical": row[2],
+                "aliases": list(row[3] or []), "pages": row[5]}
+
+    # Identities (schema 2) ------------------------------------------------------------------------
+    def identity_rows(self) -> dict[str, list[tuple]]:
+        """What a re-keying reads: every page's (page_id, workspace, url_norm, scope), every entity's
+        (entity_id, workspace, canonical, aliases) and every link's (page_id, entity_id)."""
+        cur = self.cursor()
+        return {"pages": cur.execute("SELECT page_id, workspace_id, url_norm, scope FROM pages").fetchall(),
+                "entities": cur.execute("SELECT entity_id, workspace_id, canonical, aliases FROM entities").fetchall(),
+                "links": cur.execute("SELECT page_id, entity_id FROM page_entities").fetchall()}
+
+    # tables beside the corpus's that name a page by its id (kept in step when a page is re-keyed)
+    PAGE_ID_TABLES = ("chunks", "page_entities", "rel_documents", "criterion_judgments")
+
+    def rekey(self, pages: dict[str, str], entities: list[EntityRow], links: list[tuple[str, str]],
+              version: str) -> int:
+        """One transaction: pages renamed (old id -> new id, in every table that names them), the
+        entities replaced by `entities` and the links by `links` (page_id, entity_id, by new page id),
+        the schema version set. Indexes learn of it from the change rows (renamed pages: the old id
+        deleted and the new one upserted; relinked pages: 'entity'). Returns the new generation."""
+        with self._write_lock:
+            con = self._con
+            con.begin()
+            try:
+                gen = self._bump(con)
+                before = {r[0]: sorted(r[1]) for r in con.execute(
+                    "SELECT page_id, list(entity_id) FROM page_entities GROUP BY 1").fetchall()}
+                if pages:
+                    con.register("_rekey", pa.table({"old": pa.array(list(pages), pa.string()),
+                                                     "new": pa.array(list(pages.values()), pa.string())}))
+                    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+                    for table in ("pages", *self.PAGE_ID_TABLES):
+                        if table in tables:
+                            con.execute(f"UPDATE {table} SET page_id = m.new FROM _rekey m WHERE {table}.page_id = m.old")
+                    con.execute("""INSERT INTO changes SELECT ?, old, 'delete' FROM _rekey
+                                   UNION ALL SELECT ?, new, 'upsert' FROM _rekey""", [gen, gen])
+                    con.unregister("_rekey")
+                con.execute("DELETE FROM page_entities")
+                con.execute("DELETE FROM entities")
+                if entities:
+                    con.register("_ents", pa.table({
+                        "entity_id": pa.array([e.entity_id for e in entities], pa.string()),
+                        "workspace_id": pa.array([e.workspace_id for e in entities], pa.string()),
+                        "canonical": pa.array([e.canonical for e in entities], pa.string()),
+                        "aliases": pa.array([e.aliases for e in entities], pa.list_(pa.string())),
+                        "scope": pa.array([e.scope for e in entities], pa.string())}))
+                    con.execute("INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope) "
+                                "SELECT entity_id, workspace_id, canonical, aliases, scope FROM _ents")
+                    con.unregister("_ents")
+                if links:
+                    con.register("_links", pa.table({"page_id": pa.array([p for p, _ in links], pa.string()),
+                                                     "entity_id": pa.array([e for _, e in links], pa.string())}))
+                    con.execute("INSERT INTO page_entities SELECT DISTINCT page_id, entity_id FROM _links")
+                    con.unregister("_links")
+                after: dict[str, list[str]] = {}
+                for p, e in links:
+                    after.setdefault(p, []).append(e)
+                renamed = {new for new in pages.values()}
+                relinked = sorted(p for p in set(before) | set(after)
+                                  if p not in renamed and p not in pages and sorted(set(after.get(p, []))) != before.get(p))
+                if relinked:
+                    con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, relinked])
+                con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
+                con.commit()
+                self._epoch += 1
+            except BaseException:
+                con.rollback()
+                raise
+            return gen
 
     def embeddings_for(self, model: str, chunk_ids: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64[n], vectors float32[n, d]) of `model`, for the given chunks or all of them."""
@@ -883,17 +971,35 @@ class CorpusStore:
             con.unregister("_fresh_chunks")
         self._insert_vectors(con, _merge_vectors(writes))
         con.execute("DELETE FROM page_entities WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-        links = []
+        # Entities and links set-based, one statement each: the first row of an entity in the batch
+        # names it (as one insert after another did), every row adds its aliases.
+        entities: dict[str, EntityRow] = {}
+        links: set[tuple[str, str]] = set()
         for w in writes:
             for e in w.entities:
-                con.execute(
-                    """INSERT INTO entities VALUES (?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
-                       SET aliases = list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))""",
-                    [e.entity_id, e.workspace_id, e.canonical, sorted(set(e.aliases))],
-                )
-                links.append((w.page.page_id, e.entity_id))
+                row = entities.setdefault(e.entity_id, EntityRow(e.entity_id, e.workspace_id, e.canonical, [], e.scope))
+                row.aliases = sorted(set(row.aliases) | set(e.aliases))
+                links.add((w.page.page_id, e.entity_id))
+        if entities:
+            rows = list(entities.values())
+            con.register("_fresh_entities", pa.table({
+                "entity_id": pa.array([e.entity_id for e in rows], pa.string()),
+                "workspace_id": pa.array([e.workspace_id for e in rows], pa.string()),
+                "canonical": pa.array([e.canonical for e in rows], pa.string()),
+                "aliases": pa.array([e.aliases for e in rows], pa.list_(pa.string())),
+                "scope": pa.array([e.scope for e in rows], pa.string())}))
+            con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
+                            SELECT entity_id, workspace_id, canonical, aliases, scope FROM _fresh_entities
+                            ON CONFLICT (entity_id) DO UPDATE
+                            SET aliases = list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))
+                            {self._SAME_NAMESPACE}""")
+            con.unregister("_fresh_entities")
         if links:
-            con.executemany("INSERT INTO page_entities VALUES (?, ?)", sorted(set(links)))
+            pairs = sorted(links)
+            con.register("_fresh_links", pa.table({"page_id": pa.array([p for p, _ in pairs], pa.string()),
+                                                   "entity_id": pa.array([e for _, e in pairs], pa.string())}))
+            con.execute("INSERT INTO page_entities SELECT page_id, entity_id FROM _fresh_links")
+            con.unregister("_fresh_links")
 
     def _insert_vectors(self, con, vectors: dict[str, tuple[list[int], list[np.ndarray]]]) -> None:
         for model, (ids, vecs) in vectors.items():

@@ -412,7 +412,18 @@ def _left_out(rejected: dict[str, str]) -> str:
 
 
 def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bool = True) -> Corpus:
+    from engine.core.migrations import to_schema_2
+
     corpus = Corpus(settings, pool)
+    moved = to_schema_2(corpus.store)
+    if moved is not None:   # the indexes learn the new ids from the change rows, as after any write
+        corpus.repairs.append(RepairReport("store", "migrated", moved["generation"] - 1, moved["generation"],
+                                           f"schema 2: {moved['pages_renamed']} scoped pages re-keyed, "
+                                           f"{moved['entities_before']} entities -> {moved['entities_after']}"))
+        pages = corpus.store.changed_pages_since(moved["generation"] - 1)
+        corpus.sync_pages(moved["generation"])
+        for m in corpus.embedder_names:   # a backend holding filter fields beside the vectors re-reads them
+            corpus.dense(m).refresh_pages(pages)
     if repair:
         corpus.sync()
         corpus.hot()   # the search's in-memory view, read now rather than by the first search (0.6 s at 1M chunks)

@@ -43,6 +43,10 @@ class ChunkingSettings(BaseModel):
 class IngestSettings(BaseModel):
     batch_chunks: int = Field(512, ge=1)
     progress: bool = True
+    # What one page may carry: characters of its body_text or html, and entities. A page over either is
+    # that item's error (the batch's other pages land); a document load caps a file at 2 MB likewise.
+    max_page_chars: int = Field(2_000_000, ge=1_000, le=100_000_000)
+    max_page_entities: int = Field(256, ge=0, le=1000)
     # Batch embedding on Ray (`refindery ingest --ray [ADDRESS]`; pip install 'refindery[ray]'):
     # on by default with `ray = true`; an empty address starts a local Ray for the ingest.
     ray: bool = False

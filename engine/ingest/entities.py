@@ -1,34 +1,55 @@
-"""Entities edited after ingest: create or change one, add aliases, link pages to it."""
+"""Entities edited after ingest: create or change one, add aliases, link pages to it.
+
+An entity belongs to one namespace: a workspace and a document scope (none, or one scope), the same
+as the pages that name it (engine/core/identity.py). A caller edits and links only in a namespace its
+grant writes (Grant.write_scope); an entity of another workspace or scope is never reached — an id it
+names there is a new entity of its own namespace — and a page outside its grant is not found.
+"""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.store import EntityRow
-
+from engine.core.access import OPEN, Grant
 from engine.core.corpus import Corpus
-from engine.core.errors import PageNotFound
+from engine.core.errors import EngineError, PageNotFound
+from engine.core.values import Name
 from engine.ingest.pipeline import entity_rows
 from engine.ingest.records import EntityInput
+
+
+class EntityScopeMismatch(EngineError):
+    status, type = 422, "entity_scope_mismatch"
 
 
 class EntityUpsert(BaseModel):
     model_config = ConfigDict(extra="forbid")
     canonical: str = Field(min_length=1, max_length=300, description="The entity's canonical form.")
     aliases: list[str] = Field(default_factory=list, max_length=100, description="Other names it goes by.")
-    id: str | None = Field(default=None, max_length=200, description="Stable id (default: from the canonical form).")
+    id: Name | None = Field(default=None, max_length=200, description="Stable id (default: from the canonical form).")
     workspace: str | None = Field(default=None, max_length=200)
+    scope: str | None = Field(default=None, max_length=200, description=(
+        "The document scope the entity belongs to, with the pages it may link (absent: no scope; a key with "
+        "one document scope writes in that one)."))
     pages: list[str] = Field(default_factory=list, max_length=10_000, description="Page ids to link to it.")
     replace_aliases: bool = Field(default=False, description="Replace the alias list instead of adding to it.")
 
 
-def upsert_entity(corpus: Corpus, req: EntityUpsert) -> dict:
-    ws = req.workspace or corpus.settings.default_workspace
-    row: EntityRow = entity_rows(ws, [EntityInput(canonical=req.canonical, aliases=req.aliases, id=req.id)])[0]
+def upsert_entity(corpus: Corpus, req: EntityUpsert, workspace: str, scope: str | None,
+                  caller: Grant = OPEN) -> dict:
+    """`workspace` and `scope`: the namespace, already resolved against the caller's grant."""
+    row = entity_rows(workspace, scope, [EntityInput(canonical=req.canonical, aliases=req.aliases, id=req.id)])[0]
+    pages = list(dict.fromkeys(req.pages))
     with corpus.write_lock:
-        known = corpus.store.pages_by_id(list(dict.fromkeys(req.pages)))
-        for pid in req.pages:
-            if pid not in known or known[pid]["workspace_id"] != ws:
-                raise PageNotFound(f"no page with id {pid!r} in workspace {ws!r}", ref=pid)
-        gen = corpus.store.upsert_entity(row, list(dict.fromkeys(req.pages)), req.replace_aliases)
+        known = corpus.store.pages_by_id(pages)
+        for pid in pages:
+            meta = known.get(pid)
+            if meta is None or meta["workspace_id"] != workspace or not caller.may_see(meta["scope"]):
+                raise PageNotFound(f"no page with id {pid!r} in workspace {workspace!r}", ref=pid)
+            if meta["scope"] != scope:
+                raise EntityScopeMismatch(
+                    f"page {pid!r} is of " + (f"scope {meta['scope']!r}" if meta["scope"] else "no scope")
+                    + "; the entity is of " + (f"scope {scope!r}" if scope else "no scope")
+                    + ": an entity links only pages of its own scope", ref=pid)
+        gen = corpus.store.upsert_entity(row, pages, req.replace_aliases)
         corpus.sync_pages(gen)
     return corpus.store.entity(row.entity_id)

@@ -1,8 +1,16 @@
 """Ingestion: records -> pages -> chunks -> vectors -> one store transaction -> indexes.
 
-Idempotent by normalised URL: an unchanged page only moves `last_seen` forward (a re-visit);
-a changed page keeps the chunks whose text survived (and their vectors) and replaces the rest
-in every index; a malformed record is reported with its line number and skipped.
+Idempotent by normalised URL (within a workspace and a document scope): an unchanged page only moves
+`last_seen` forward (a re-visit); a changed page keeps the chunks whose text survived (and their
+vectors) and replaces the rest in every index; a malformed record is reported with its line number
+and skipped. A page is written in the scope its caller may write (engine/core/access.py): a key with
+document scopes never reaches, updates or learns of another scope's page of the same URL, which is
+another page (engine/core/identity.py). A page over `[ingest] max_page_chars` or `max_page_entities`
+is that item's error.
+
+A batch is chunked and embedded before the corpus's write lock is taken, against the pages as the
+store holds them then; under the lock the pages are read again, and only what another writer changed
+meanwhile is chunked or embedded there. The lock is held for the writes themselves.
 """
 from __future__ import annotations
 
@@ -21,13 +29,16 @@ from pydantic import ValidationError
 
 from indexes.store import ChunkRow, EntityRow, ExistingPage, PageRow, PageWrite, Touch
 
-from engine.ingest.chunking import chunk_text
+from engine.core.access import OPEN, Grant
+from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
+from engine.core.errors import EngineError
+from engine.core.faults import maybe_crash
+from engine.core.identity import entity_id_for, page_id_for
+from engine.core.urls import InvalidURL, domain_of, normalize_url
+from engine.ingest.chunking import chunk_text
 from engine.ingest.extract import ExtractionFailed, html_to_text
 from engine.ingest.records import EntityInput, PageInput, RecordError, describe_validation_error
-from engine.core.urls import InvalidURL, domain_of, normalize_url, page_id_for
-from engine.core.clock import utcnow
-from engine.core.faults import maybe_crash
 
 log = logging.getLogger("refindery.ingest")
 
@@ -83,6 +94,7 @@ class _Prepared:
     title: str | None
     content_hash: str
     entities: list[EntityRow]
+    scope: str | None
 
 
 def _slug(text: str) -> str:
@@ -90,14 +102,15 @@ def _slug(text: str) -> str:
     return s[:80] or hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def entity_rows(workspace: str, items: list[str | EntityInput]) -> list[EntityRow]:
+def entity_rows(workspace: str, scope: str | None, items: list[str | EntityInput]) -> list[EntityRow]:
+    """The entity rows of a namespace (workspace and document scope) that these items name."""
     out: dict[str, EntityRow] = {}
     for it in items:
         ent = EntityInput(canonical=it) if isinstance(it, str) else it
         if not ent.canonical.strip():
             continue
-        eid = f"{workspace}:{ent.id or _slug(ent.canonical)}"
-        row = out.setdefault(eid, EntityRow(eid, workspace, ent.canonical.strip(), []))
+        eid = entity_id_for(workspace, scope, ent.id or _slug(ent.canonical))
+        row = out.setdefault(eid, EntityRow(eid, workspace, ent.canonical.strip(), [], scope))
         row.aliases = sorted(set(row.aliases) | {a.strip() for a in ent.aliases if a.strip()})
     return list(out.values())
 
@@ -108,9 +121,9 @@ def chunk_id_for(page_id: str, text: str, occurrence: int) -> int:
     return int.from_bytes(h, "big") & ((1 << 63) - 1)
 
 
-def _content_hash(title: str | None, body: str, p: PageInput, entities: list[EntityRow]) -> str:
+def _content_hash(title: str | None, body: str, p: PageInput, scope: str | None, entities: list[EntityRow]) -> str:
     h = hashlib.sha256()
-    for part in (title or "", body, p.published.isoformat() if p.published else "", p.scope or "",
+    for part in (title or "", body, p.published.isoformat() if p.published else "", scope or "",
                  str(p.cluster_id) if p.cluster_id is not None else "",
                  "|".join(sorted(f"{e.entity_id}={','.join(e.aliases)}" for e in entities))):
         h.update(part.encode())
@@ -118,8 +131,24 @@ def _content_hash(title: str | None, body: str, p: PageInput, entities: list[Ent
     return h.hexdigest()
 
 
-def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace: str) -> _Prepared:
+class PageTooLarge(EngineError):
+    status, type = 422, "page_too_large"
+
+
+def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace: str, caller: Grant = OPEN,
+            max_chars: int | None = None, max_entities: int | None = None) -> _Prepared:
+    """One record as the page it writes: checked, its scope the one `caller` may write it in
+    (Grant.write_scope), its body under `max_chars` and its entities under `max_entities`."""
     page = raw if isinstance(raw, PageInput) else PageInput.model_validate(raw)
+    scope = caller.write_scope(page.scope)
+    for name in ("body_text", "html"):
+        text = getattr(page, name)
+        if max_chars is not None and text is not None and len(text) > max_chars:
+            raise PageTooLarge(f"{name} has {len(text)} characters; a page holds at most {max_chars} "
+                               "([ingest] max_page_chars)")
+    if max_entities is not None and len(page.entities) > max_entities:
+        raise PageTooLarge(f"{len(page.entities)} entities; a page names at most {max_entities} "
+                           "([ingest] max_page_entities)")
     url_norm = normalize_url(page.url)
     title = page.title.strip() if page.title else None
     if page.body_text is not None and page.body_text.strip():
@@ -129,18 +158,21 @@ def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace:
         title = title or html_title
     else:
         body = title or ""
-    ents = entity_rows(workspace, page.entities)
-    return _Prepared(index, source, page, page_id_for(workspace, url_norm), url_norm, body, title,
-                     _content_hash(title, body, page, ents), ents)
+    ents = entity_rows(workspace, scope, page.entities)
+    return _Prepared(index, source, page, page_id_for(workspace, url_norm, scope), url_norm, body, title,
+                     _content_hash(title, body, page, scope, ents), ents, scope)
 
 
 
 class Ingester:
     def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None,
-                 encode: Callable[[str, list[str]], np.ndarray] | None = None, batch_chunks: int | None = None):
+                 encode: Callable[[str, list[str]], np.ndarray] | None = None, batch_chunks: int | None = None,
+                 caller: Grant = OPEN):
         """`encode(model, texts)`: how chunk texts are embedded (default: the model in this process;
-        models/ray_embed.py embeds on Ray); `batch_chunks`: chunks per batch (default the setting)."""
+        models/ray_embed.py embeds on Ray); `batch_chunks`: chunks per batch (default the setting);
+        `caller`: whose grant decides each page's scope (Engine.ingest has checked its workspace)."""
         self.corpus = corpus
+        self.caller = caller
         self.settings = corpus.settings
         self.encode = encode or (lambda model, texts: corpus.embedder(model).encode_documents(texts))
         self.batch_chunks = batch_chunks or self.settings.ingest.batch_chunks
@@ -188,12 +220,14 @@ class Ingester:
                 report.errors.append(raw)
                 report.outcomes.append(PageOutcome(index, None, None, "error", raw.error))
                 continue
+            ing = self.settings.ingest
             try:
-                prep = prepare(index, source, raw, self.workspace)
+                prep = prepare(index, source, raw, self.workspace, self.caller, ing.max_page_chars,
+                               ing.max_page_entities)
             except ValidationError as exc:
                 self._fail(report, index, source, raw, describe_validation_error(exc))
                 continue
-            except (InvalidURL, ExtractionFailed, ValueError) as exc:
+            except (InvalidURL, ExtractionFailed, ValueError, EngineError) as exc:
                 self._fail(report, index, source, raw, str(exc))
                 continue
             group.append(prep)
@@ -219,54 +253,89 @@ class Ingester:
         by_page: dict[str, list[_Prepared]] = defaultdict(list)
         for p in group:
             by_page[p.page_id].append(p)
+        now = utcnow()
+        for visits in by_page.values():
+            visits.sort(key=lambda p: (p.page.seen_at or datetime.min, p.index))
+        # Outside the write lock: chunk and embed what the batch writes, against the pages as stored now.
+        chunks: dict[str, list[ChunkRow]] = {}
+        vectors: dict[str, dict[int, np.ndarray]] = {m: {} for m in corpus.embedder_names}
+        before = corpus.store.existing_pages(by_page)
+        self._embed(self._new_chunks(by_page, before, chunks, now), vectors)
         with corpus.write_lock:
-            existing = corpus.store.existing_pages(by_page)
+            existing = corpus.store.existing_pages(by_page)   # again: another writer may have been first
             writes: list[PageWrite] = []
             touches: list[Touch] = []
-            new_texts: dict[int, str] = {}
+            outcomes: list[PageOutcome] = []
             for pid, visits in by_page.items():
-                visits.sort(key=lambda p: (p.page.seen_at or datetime.min, p.index))
-                seen = [p.page.seen_at or utcnow() for p in visits]
+                seen = [p.page.seen_at or now for p in visits]
                 newest = visits[-1]
                 old = existing.get(pid)
-                status, write, touch = self._classify(newest, visits, seen, old)
+                status, write, touch = self._classify(newest, visits, seen, old, chunks)
                 n_chunks = 0
                 if write is not None:
                     writes.append(write)
                     n_chunks = len(write.chunks)
-                    for c in write.chunks:
-                        if old is None or c.chunk_id not in old.chunk_ids:
-                            new_texts[c.chunk_id] = c.text
                 for p in visits:  # one status a page: the batch's other items of it are "merged" visits
-                    report.outcomes.append(PageOutcome(p.index, pid, p.page.url, status if p is newest else "merged",
-                                                       chunks=n_chunks if p is newest else 0))
+                    outcomes.append(PageOutcome(p.index, pid, p.page.url, status if p is newest else "merged",
+                                                chunks=n_chunks if p is newest else 0))
                 if touch is not None:
                     touches.append(touch)
+            report.outcomes += outcomes
             if not writes and not touches:
                 return
-            ids = list(new_texts)
-            texts = [new_texts[i] for i in ids]
-            for model in corpus.embedder_names:
-                vecs = self.encode(model, texts) if texts else np.zeros((0, 1), np.float32)
-                by_id = {cid: vecs[i] for i, cid in enumerate(ids)}
-                for w in writes:
-                    w.vectors[model] = {c.chunk_id: by_id[c.chunk_id] for c in w.chunks if c.chunk_id in by_id}
-            report.chunks_embedded += len(ids)
+            # only what a page changed by another writer meanwhile needs embedding here
+            late = {c.chunk_id: c.text for w in writes for c in w.chunks
+                    if (w.page.page_id not in existing or c.chunk_id not in existing[w.page.page_id].chunk_ids)
+                    and any(c.chunk_id not in vectors[m] for m in vectors)}
+            self._embed(late, vectors)
+            fresh = 0
+            for w in writes:
+                old = existing.get(w.page.page_id)
+                new = [c.chunk_id for c in w.chunks if old is None or c.chunk_id not in old.chunk_ids]
+                fresh += len(new)
+                for model, by_id in vectors.items():
+                    w.vectors[model] = {cid: by_id[cid] for cid in new}
+            report.chunks_embedded += fresh
             _maybe_crash("before_store", self._batch_no)
             gen = corpus.store.apply(writes, touches)
             _maybe_crash("after_store", self._batch_no)
             rejected = self._apply_to_indexes(writes, touches, existing, gen)
             _maybe_crash("after_indexes", self._batch_no)
-            for o in report.outcomes:
+            for o in outcomes:
                 if o.page_id in rejected:  # stored, but no index could hold it: moved to quarantine
                     o.status, o.error, o.chunks = "error", f"quarantined: {rejected[o.page_id]}", 0
                     report.errors.append(RecordError(line=o.index, source="batch", error=o.error))
 
+    def _new_chunks(self, by_page: dict[str, list[_Prepared]], before: dict[str, ExistingPage],
+                    chunks: dict[str, list[ChunkRow]], now: datetime) -> dict[int, str]:
+        """Chunk every page the batch will write as the store holds the pages now (into `chunks`);
+        return the texts of the chunks they do not hold yet, by chunk id."""
+        texts: dict[int, str] = {}
+        for pid, visits in by_page.items():
+            old = before.get(pid)
+            newest = visits[-1]
+            last = max(p.page.seen_at or now for p in visits)
+            if old is not None and (newest.content_hash == old.content_hash or last < old.last_seen):
+                continue   # a re-visit at most
+            chunks[pid] = self._chunk_rows(newest)
+            texts.update((c.chunk_id, c.text) for c in chunks[pid]
+                         if old is None or c.chunk_id not in old.chunk_ids)
+        return texts
+
+    def _embed(self, texts: dict[int, str], vectors: dict[str, dict[int, np.ndarray]]) -> None:
+        if not texts:
+            return
+        ids = list(texts)
+        for model in vectors:
+            vecs = self.encode(model, [texts[i] for i in ids])
+            vectors[model].update((cid, vecs[i]) for i, cid in enumerate(ids))
+
     def _classify(self, newest: _Prepared, visits: list[_Prepared], seen: list[datetime],
-                  old: ExistingPage | None) -> tuple[str, PageWrite | None, Touch | None]:
+                  old: ExistingPage | None, chunks: dict[str, list[ChunkRow]]
+                  ) -> tuple[str, PageWrite | None, Touch | None]:
         first, last = min(seen), max(seen)
         if old is None:
-            return "created", self._page_write(newest, first, last, len(visits)), None
+            return "created", self._page_write(newest, first, last, len(visits), chunks), None
         if newest.content_hash == old.content_hash or last < old.last_seen:
             # Same content (or content older than what is stored): a re-visit at most.
             later = [s for s in seen if s > old.last_seen]
@@ -274,10 +343,10 @@ class Ingester:
                 return "unchanged", None, None
             return "revisited", None, Touch(old.page_id, max(later), len(later))
         later = sum(1 for s in seen if s > old.last_seen)
-        write = self._page_write(newest, old.first_seen, max(last, old.last_seen), old.visit_count + later)
+        write = self._page_write(newest, old.first_seen, max(last, old.last_seen), old.visit_count + later, chunks)
         return "updated", write, None
 
-    def _page_write(self, p: _Prepared, first: datetime, last: datetime, visits: int) -> PageWrite:
+    def _chunk_rows(self, p: _Prepared) -> list[ChunkRow]:
         chunks = chunk_text(p.body, self.embedder.tokenizer, self.max_tokens, self.settings.chunking.overlap_tokens)
         seen_text: dict[str, int] = defaultdict(int)
         rows = []
@@ -286,13 +355,19 @@ class Ingester:
             seen_text[c.text] += 1
             rows.append(ChunkRow(chunk_id_for(p.page_id, c.text, occ), p.page_id, c.ordinal, c.text,
                                  c.char_start, c.char_end, c.section_path, c.n_tokens))
+        return rows
+
+    def _page_write(self, p: _Prepared, first: datetime, last: datetime, visits: int,
+                    chunks: dict[str, list[ChunkRow]]) -> PageWrite:
+        if p.page_id not in chunks:   # a page another writer changed meanwhile: chunked under the lock
+            chunks[p.page_id] = self._chunk_rows(p)
         page = PageRow(
             page_id=p.page_id, workspace_id=self.workspace, url=p.page.url.strip(), url_norm=p.url_norm,
             domain=domain_of(p.page.url), title=p.title, body_text=p.body, content_hash=p.content_hash,
             first_seen=first, last_seen=last, published=p.page.published, visit_count=visits,
-            cluster_id=p.page.cluster_id, scope=p.page.scope,
+            cluster_id=p.page.cluster_id, scope=p.scope,
         )
-        return PageWrite(page=page, chunks=rows, entities=p.entities)
+        return PageWrite(page=page, chunks=chunks[p.page_id], entities=p.entities)
 
     def _apply_to_indexes(self, writes: list[PageWrite], touches: list[Touch],
                           existing: dict[str, ExistingPage], gen: int) -> dict[str, str]:

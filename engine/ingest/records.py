@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.core.urls import normalize_url
-from engine.core.values import Int64, StorableDate, Text
+from engine.core.values import Int64, Name, StorableDate, Text
 
 FOLDER_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm"}
 
@@ -21,7 +21,7 @@ class EntityInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     canonical: Text = Field(min_length=1, max_length=300)
     aliases: list[Text] = Field(default_factory=list, max_length=100)
-    id: Text | None = Field(default=None, max_length=200)
+    id: Name | None = Field(default=None, max_length=200)
 
 
 class PageInput(BaseModel):
@@ -37,7 +37,7 @@ class PageInput(BaseModel):
     seen_at: StorableDate | None = None
     published: StorableDate | None = None
     entities: list[Text | EntityInput] = Field(default_factory=list, max_length=1000)
-    scope: Text | None = Field(default=None, max_length=200)
+    scope: Name | None = Field(default=None, min_length=1, max_length=200)
     cluster_id: Int64 | None = None
 
     @field_validator("url")

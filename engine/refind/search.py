@@ -346,10 +346,10 @@ class SearchService:
         f = filters or SearchFilters()
         entity_ids: list[str] = []
         for ref in f.entity or []:
-            eid = store.resolve_entity(workspace, ref, list(scopes) if scopes is not None else None)
-            if eid is None:
+            eids = store.resolve_entities(workspace, ref, list(scopes) if scopes is not None else None)
+            if not eids:
                 raise EntityNotFound(f"no entity {ref!r} in workspace {workspace!r}", ref=ref)
-            entity_ids.append(eid)
+            entity_ids += [e for e in eids if e not in entity_ids]
         domains = tuple(d.strip().lower().removeprefix("www.") for d in (f.domain or []))
         sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
                               cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids),
@@ -540,7 +540,7 @@ class SearchService:
                 rolled = rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
-            pinned = {pid: kind for pid, kind in (self._pins(intent, p.workspace, restriction) if intent else [])
+            pinned = {pid: kind for pid, kind in (self._pins(intent, p.workspace, restriction, scopes) if intent else [])
                       if pid in cands.view.row_of}   # a page written after this request's view waits for the next
         with timer("decay"):
             on = _recency_on(p)
@@ -659,22 +659,27 @@ class SearchService:
         sims = similar_pages(self.corpus, source_page, "vector", 5, model, scopes=scopes)
         return Suggestions(source_page_id=source_page, mediation="vector", pages=[SimilarPage(**x) for x in sims])
 
-    def _pins(self, intent, workspace: str, r: Restriction) -> list[tuple[str, str]]:
-        """The pinned pages of a pin intent, in order, with their kind (engine/refind/pinning.py)."""
+    def _pins(self, intent, workspace: str, r: Restriction, scopes: tuple[str, ...] | None = None
+              ) -> list[tuple[str, str]]:
+        """The pinned pages of a pin intent, in order, with their kind (engine/refind/pinning.py). Each
+        lookup reads only the caller's document scopes, so which fallback applies (a URL, else its
+        prefix or domain) never depends on what another scope holds."""
         store = self.corpus.store
         allowed = r.page_ids
+        within = list(scopes) if scopes is not None else None
         limit = self.corpus.settings.search.pin_domain_max
         found: list[tuple[str, str]] = []
         domain = intent.value if intent.kind == "domain" else None
         if intent.kind == "url":
-            found = [(pid, "url") for pid in store.pages_with_url(workspace, intent.value)]
+            found = [(pid, "url") for pid in store.pages_with_url(workspace, intent.value, within)]
             host, _, path = intent.value.split("?", 1)[0].partition("/")
             if not found and path:
-                found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, intent.value, limit)]
+                found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, intent.value, limit, within)]
             elif not found:
                 domain = host
         if not found and domain and not is_public_suffix(domain):
-            found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True)]
+            found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True,
+                                                                     scopes=within)]
         return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
 
     @staticmethod

@@ -30,8 +30,10 @@ def similar_pages(corpus: Corpus, page_id: str, mediation: str = "vector", k: in
     ws = src["workspace_id"]
     visible = None if scopes is None else set(store.filtered_pages(ws, scopes=list(scopes)))
     model = model or corpus.settings.models.active
-    if mediation == "entity":
-        scored = _entity_jaccard(store.page_entity_sets(ws), page_id)
+    if mediation == "entity":   # the weights too are counted over the pages the caller may read
+        sets = store.page_entity_sets(ws)
+        scored = _entity_jaccard(sets if visible is None else {p: e for p, e in sets.items() if p in visible
+                                                                or p == page_id}, page_id)
     else:
         pv = page_vectors(corpus, model, ws)
         if page_id not in pv.row:
