@@ -147,7 +147,7 @@ def packets(engine: Engine, coll: Collection, workspace: str, calibration: Calib
         t = time.perf_counter()
         resp = es.search(EvidenceRequest(query=text[:2000], workspace=workspace, session_id=f"{coll.name}-{q}"))
         times.append((time.perf_counter() - t) * 1000)
-        state = json.loads((reports_dir / ".state" / f"evidence_packet_{coll.name}-{q}.md.json").read_text())
+        state = es.session_state(workspace, f"{coll.name}-{q}")
         call = state["calls"][-1]
         for src in call["sources"]:
             levels[src["confidence"]]["sources"] += 1

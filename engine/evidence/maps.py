@@ -14,6 +14,9 @@ them (`Maps.noted`): pages written for a question like its own are searched firs
 
 The maps are files an agent can read too — ``<data_dir>/maps/<workspace>/corpus_overview.md`` and
 ``groups/<group>/map.md`` — drawn again when the store's generation or the notes' version has moved.
+The workspace's folder is its name escaped (engine/core/identity.py), so two workspaces never share
+one, and every text a client wrote (a title, a URL, a question) is written as one escaped line: it
+cannot add a heading, a section or a link to a map (engine/core/markdown.py).
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 
 from engine.core.corpus import Corpus
+from engine.core.identity import workspace_folder
+from engine.core.markdown import inline
 from engine.core.page_vectors import page_vectors
 from engine.evidence.decompose import content_words
 from indexes.map_notes import MapNote
@@ -173,7 +178,7 @@ def workspace_maps(corpus: Corpus, workspace: str, model: str | None = None) -> 
 
 def _draw(corpus: Corpus, workspace: str, model: str, gen: int, notes_version: int) -> Maps:
     rows = corpus.store.page_outline(workspace)
-    base = Path("maps") / (slug(workspace) or "workspace")
+    base = Path("maps") / workspace_folder(workspace)
     root = corpus.data_dir
     maps = Maps(workspace, gen, str(base / "corpus_overview.md"), len(rows), notes_version=notes_version)
     titles = {pid: (title or url) for pid, url, title, _, _ in rows}
@@ -225,7 +230,7 @@ def _draw(corpus: Corpus, workspace: str, model: str, gen: int, notes_version: i
         else:
             notes = noted.get(g.key, [])
         _write(root / g.path, _group_map(g, workspace, gen, titles, urls, notes, notes_version))
-    lines = [f"# Corpus overview: {workspace}", "", f"pages: {len(rows)} · domains: {len(domains)} · "
+    lines = [f"# Corpus overview: {inline(workspace)}", "", f"pages: {len(rows)} · domains: {len(domains)} · "
              f"folders: {sum(1 for g in maps.groups if g.kind == 'folder')} · "
              f"clusters: {sum(1 for g in maps.groups if g.kind == 'cluster')} · generation: {gen}"
              + (f" · notes written by searches: {len(maps.notes)} (version {notes_version})" if maps.notes else ""), ""]
@@ -233,24 +238,25 @@ def _draw(corpus: Corpus, workspace: str, model: str, gen: int, notes_version: i
         lines.append("One folder and no clusters: no group maps (refit clusters to draw some).")
     else:
         lines += ["| group | pages | label | map |", "|---|---|---|---|"]
-        lines += [f"| {g.kind} {g.value} | {len(g.pages)} | {g.label} | {g.path} |" for g in maps.groups]
+        lines += [f"| {g.kind} {inline(str(g.value))} | {len(g.pages)} | {inline(g.label)} | {inline(g.path)} |"
+                  for g in maps.groups]
     _write(root / maps.overview_path, "\n".join(lines) + "\n")
     return maps
 
 
 def _group_map(g: Group, workspace: str, gen: int, titles: dict, urls: dict, notes: list[MapNote],
                version: int) -> str:
-    lines = [f"# Group map: {g.kind} {g.value}", "",
-             f"workspace: {workspace} · pages: {len(g.pages)} · generation: {gen}", f"label: {g.label}", "",
-             "| page_id | title | url |", "|---|---|---|"]
+    lines = [f"# Group map: {g.kind} {inline(str(g.value))}", "",
+             f"workspace: {inline(workspace)} · pages: {len(g.pages)} · generation: {gen}", f"label: {inline(g.label)}",
+             "", "| page_id | title | url |", "|---|---|---|"]
     for p in g.pages[:GROUP_PAGES_LISTED]:
-        lines.append(f"| {p} | {titles[p].replace('|', '/')} | {urls[p]} |")
+        lines.append(f"| {p} | {inline(titles[p])} | {inline(urls[p])} |")
     if len(g.pages) > GROUP_PAGES_LISTED:
         lines.append(f"\n… and {len(g.pages) - GROUP_PAGES_LISTED} more pages.")
     if notes:
         lines += ["", f"## Connections found by retrieval (map_write; notes version {version})", "",
                   "| version | sub-query | page_id | title | confidence | session |", "|---|---|---|---|---|---|"]
         for n in notes[-NOTES_LISTED:]:
-            lines.append(f"| {n.version} | {n.sub_query.replace('|', '/')} | {n.page_id} | "
-                         f"{(n.title or n.url or '').replace('|', '/')} | {n.confidence or ''} | {n.session_id or ''} |")
+            lines.append(f"| {n.version} | {inline(n.sub_query)} | {inline(n.page_id)} | "
+                         f"{inline(n.title or n.url or '')} | {inline(n.confidence)} | {inline(n.session_id)} |")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,9 @@
 """The evidence packet: Markdown with the seed's YAML front matter, one section per source.
 
-Written to ``<reports_dir>/evidence_packet_{session_id}[_{topic}].md``. A second call with the same
+Written to ``<reports_dir>/<workspace>/evidence_packet_{session_id}[_{topic}].md`` — a key with
+document scopes writes under ``<workspace>/scoped/<its scopes>/`` — so each workspace (and each set of
+scopes) has sessions of its own: one cannot read, extend or learn of another's, and the folders'
+names cannot collide (engine/core/identity.py). A second call with the same
 session (and topic) appends its search and its new sources after the earlier ones and brings the
 front matter's counts up to date; nothing earlier is dropped. The packet is drawn from a state file
 beside it (``.state/<name>.json``, written first, atomically), so a crash between the two writes
@@ -14,9 +17,12 @@ import json
 import threading
 from datetime import date
 from pathlib import Path
+from urllib.parse import quote
 
 import yaml
 
+from engine.core.identity import workspace_folder
+from engine.core.markdown import inline
 from engine.evidence.confidence import LEVELS
 
 _locks: dict[str, threading.Lock] = {}
@@ -28,6 +34,34 @@ SHORT_EXCERPT = 300
 def packet_lock(path: Path) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(str(path), threading.Lock())
+
+
+def packet_dir(reports_dir: Path, workspace: str, scopes: tuple[str, ...] | None) -> Path:
+    """The folder of a workspace's packets written by callers reading `scopes` (None: every document)."""
+    folder = reports_dir / workspace_folder(workspace)
+    if scopes is None:
+        return folder
+    joined = "+".join(quote(s, safe="") for s in sorted(set(scopes)))   # '+' is escaped inside each scope
+    return folder / "scoped" / workspace_folder(joined)
+
+
+def adopt_legacy(reports_dir: Path, folder: Path, packet_name: str, workspace: str,
+                 scopes: tuple[str, ...] | None) -> None:
+    """A packet written before packets had folders (all of them in `reports_dir`) moves into the folder
+    of the workspace and scopes it was written for, the first time that caller asks for it."""
+    state = load_state(reports_dir, packet_name)
+    if state is None or load_state(folder, packet_name) is not None or state.get("workspace") != workspace:
+        return
+    written = state.get("scopes")
+    if (None if written is None else tuple(sorted(set(written)))) != scopes:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".state").mkdir(exist_ok=True)
+    appendix_name = packet_name.replace("evidence_packet_", "evidence_appendix_", 1)
+    for name in (packet_name, appendix_name):
+        if (reports_dir / name).is_file():
+            (reports_dir / name).replace(folder / name)
+    (reports_dir / ".state" / f"{packet_name}.json").replace(folder / ".state" / f"{packet_name}.json")
 
 
 def names(session_id: str, topic_slug: str | None) -> tuple[str, str]:
@@ -127,27 +161,28 @@ def _source(n: int, s: dict, short: bool = False) -> str:
     if short and len(excerpt) > SHORT_EXCERPT:
         excerpt = excerpt[:SHORT_EXCERPT].rsplit(" ", 1)[0] + " …"
     sig = s["signals"]
-    lines = [f"### Source {n}: {s['path']}",
+    lines = [f"### Source {n}: {inline(s['path'])}",
              f"- **Type:** {s['type']}",
-             f"- **Title:** {s['title'] or '(untitled)'}",
+             f"- **Title:** {inline(s['title']) or '(untitled)'}",
              f"- **Page id:** {s['page_id']}" + (f" · section: {s['section']}" if s["section"] else "")
              + f" · chars {s['char_start']}–{s['char_end']}",
              "- **Relevant excerpt:**", "", _quote(excerpt), "",
              f"- **Confidence:** {s['confidence']} (p = {s['p']:.2f}: cosine {sig['dense_cosine']:.3f}, "
              f"both arms {'yes' if sig['both_arms'] else 'no'}, rank {sig['rank']}, "
              f"coverage {sig['coverage']:.2f})",
-             f"- **Found by:** round {s['round']} ({s['kind']}; route {s.get('route', s['type'])}) \"{s['found_by']}\""
+             f"- **Found by:** round {s['round']} ({s['kind']}; route {s.get('route', s['type'])}) \"{inline(s['found_by'])}\""
              + (f" within {s['within']}" if s.get("within") else "")]
     return "\n".join(lines) + "\n"
 
 
 def _call_section(c: dict, first_number: int, short: bool = False) -> tuple[str, int]:
-    out = [f"## Search {c['n']}: {c['query']}", "",
+    out = [f"## Search {c['n']}: {inline(c['query'])}", "",
            f"{c['date']} · query_id {c['query_id']} · {c['navigation']['search_rounds']} rounds · "
            f"stopped: {c['navigation']['search_termination']}", ""]
     subs = c["decomposition"]["sub_queries"]
     if len(subs) > 1:
-        out.append(f"Decomposed ({c['decomposition']['signal']}) into: " + "; ".join(f"\"{s['query']}\"" for s in subs))
+        out.append(f"Decomposed ({c['decomposition']['signal']}) into: "
+                   + "; ".join(f"\"{inline(s['query'])}\"" for s in subs))
         out.append("")
     n = first_number
     if not c["sources"]:
@@ -157,12 +192,12 @@ def _call_section(c: dict, first_number: int, short: bool = False) -> tuple[str,
         out.append(_source(n, s, short))
         n += 1
     if c["refound"]:
-        out += ["Found again (already above): " + ", ".join(c["refound"]), ""]
+        out += ["Found again (already above): " + ", ".join(inline(u) for u in c["refound"]), ""]
     return "\n".join(out), n
 
 
 def render_full(state: dict, fm: dict) -> str:
-    parts = [_yaml(fm), f"# Evidence for: {state['scope']}", ""]
+    parts = [_yaml(fm), f"# Evidence for: {inline(state['scope'])}", ""]
     n = 1
     for c in state["calls"]:
         text, n = _call_section(c, n)
@@ -177,14 +212,14 @@ def render_main(state: dict, fm: dict, appendix_name: str) -> str:
     numbered = {id(s): i for i, s in enumerate(sources, start=1)}
     top = sorted(sources, key=lambda s: (-s["p"], s["path"]))[:TOP_SOURCES]
     conf = fm["confidence"]
-    out = [_yaml(fm), f"# Evidence for: {state['scope']}", "",
+    out = [_yaml(fm), f"# Evidence for: {inline(state['scope'])}", "",
            f"{len(sources)} sources ({conf['high']} high, {conf['medium']} medium, {conf['low']} low) over "
            f"{len(state['calls'])} search(es). Every source with its full excerpt: {appendix_name}.", "",
            "## Top sources by confidence", ""]
     out += [_source(numbered[id(s)], s, short=True) for s in top]
     out += ["## Key patterns", ""]
     for p in fm["grep_patterns_used"]:
-        out.append(f"- round {p['round']} ({p['kind']}): \"{p['pattern']}\" — {p['matches']} pages scanned, "
+        out.append(f"- round {p['round']} ({p['kind']}): \"{inline(p['pattern'])}\" — {p['matches']} pages scanned, "
                    f"{p['new_sources']} new sources")
     return "\n".join(out) + "\n"
 

@@ -42,7 +42,7 @@ from engine.evidence.confidence import LEVELS, Calibration, Concept, candidate_c
 from engine.evidence.decompose import content_words, decompose
 from engine.evidence.dictionary import Dictionary, DictionaryError, Match, load_dictionary
 from engine.evidence.maps import Group, Maps, slug, workspace_maps
-from engine.evidence.packet import load_state, names, new_state, packet_lock, write_packet
+from engine.evidence.packet import adopt_legacy, load_state, names, new_state, packet_dir, packet_lock, write_packet
 from engine.evidence.vocabulary import corpus_vocabulary, unit
 from indexes.sparse import stems
 
@@ -217,6 +217,13 @@ class EvidenceSearch:
         # packets go where these settings say (a settings override may name its own folder)
         self.reports_dir = corpus.settings.model_copy(update={"evidence": self.settings}).reports_dir
 
+    def session_state(self, workspace: str, session_id: str, topic: str | None = None,
+                      scopes: tuple[str, ...] | None = None) -> dict | None:
+        """A session's state (every call, every source), as written beside its packet (None: none)."""
+        scopes = tuple(sorted(set(scopes))) if scopes else None
+        name, _ = names(session_id, slug(topic) if topic else None)
+        return load_state(packet_dir(self.reports_dir, workspace, scopes), name)
+
     # Preparation -------------------------------------------------------------------------------
     def dictionary(self, workspace: str) -> Dictionary:
         return workspace_dictionary(self.corpus, workspace)
@@ -348,16 +355,17 @@ class EvidenceSearch:
             subs.append(sub)
 
         packet_name, _ = names(session_id, topic_slug)
-        with packet_lock(self.reports_dir / packet_name):
-            state = load_state(self.reports_dir, packet_name)
+        # each workspace, and each set of scopes a key reads, has its own sessions (its own folder): an
+        # id another caller used is simply a new session here, so nothing tells that it was used
+        folder = packet_dir(self.reports_dir, workspace, scopes)
+        with packet_lock(folder / packet_name):
+            adopt_legacy(self.reports_dir, folder, packet_name, workspace, scopes)
+            state = load_state(folder, packet_name)
             if state is not None and not packet_visible(state, workspace, scopes):
-                # a session's packet belongs to one workspace; another workspace's calls cannot append
-                # to it (nor learn it exists: the same 404 as for a packet that is not there)
                 raise PacketNotFound(f"no evidence session {session_id!r} in workspace {workspace!r}",
-                                     ref=session_id)
+                                     ref=session_id)   # a state file moved in by hand, not by this engine
             state = state or new_state(session_id, req.topic, topic_slug, workspace, req.topic or req.query)
-            # what the packet is written from widens with every call: an unscoped call makes it unscoped
-            state["scopes"] = None if scopes is None else sorted(set(state.get("scopes") or []) | set(scopes))
+            state["scopes"] = None if scopes is None else list(scopes)
             known = {src["page_id"] for c in state["calls"] for src in c["sources"]}
             run = _Run(self, req, workspace, model, k, maps, known, query_id, scopes)
             extra = {"pages_listed": len(listed), "pages_unknown": unknown} if listed is not None else {}
@@ -372,7 +380,7 @@ class EvidenceSearch:
                 if map_write is not None:
                     call["navigation"]["map_write"] = map_write
                 state["calls"][slot] = call
-                return write_packet(self.reports_dir, state, s.split_chars)
+                return write_packet(folder, state, s.split_chars)
 
             def after_round() -> None:
                 checkpoint("in_progress")
