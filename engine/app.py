@@ -1,8 +1,12 @@
 """The Engine: the one composition root every face (HTTP routers, MCP tools, CLI, eval, bench) is
 given. Built from Settings (or around an already open corpus), usable as a context manager, it owns
 the corpus (store + indexes + models) and the verbs' services, and exposes each verb as one method.
-A face parses, resolves the caller's grant, calls one of these, and shapes the reply; it never opens a
-store, loads a model or imports `indexes`/`models` itself.
+
+Every verb takes its **caller** (the request's grant, engine/core/access.py; `OPEN` for the local
+operator: the CLI, a notebook) and does its own workspace defaulting and scoping — for what it
+writes and would overwrite as for what it reads — so no face can forget a check. A face parses,
+calls one of these with the caller, and shapes the reply; it never opens a store, loads a model or
+imports `indexes`/`models` itself.
 """
 from __future__ import annotations
 
@@ -15,9 +19,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from engine.core import access
-from engine.core.access import Forbidden, Grant
+from engine.core.access import OPEN, Forbidden, Grant
 from engine.core.corpus import Corpus, open_corpus, read_page
-from engine.core.errors import EngineError, LoadInvalid, LoadNotFound, ModelUnavailable
+from engine.core.errors import EngineError, LoadInvalid, LoadNotFound, ModelUnavailable, PageNotFound
 from engine.core.urls import normalize_url
 from engine.core.querylog import LogEntry
 from engine.core.settings import SearchSettings, Settings, load_settings
@@ -98,45 +102,58 @@ class Engine:
         self.corpus.querylog.record(entry)
 
     # Refind search --------------------------------------------------------------------------------
-    def search(self, req: SearchRequest, scopes: tuple[str, ...] | None = None, model: str | None = None,
+    def search(self, req: SearchRequest, caller: Grant = OPEN, model: str | None = None,
                log: bool = True, search_settings: SearchSettings | None = None,
                now: datetime | None = None) -> SearchResponse:
         """`model`: an embedder other than the active one; `log=False`: leave the query log alone
         (evaluation); `search_settings`: run under other [search] defaults (a replay); `now`: the
         clock recency measures age against (a simulated history's end; default the real one)."""
+        req.workspace = caller.scoped(req.workspace, self.default_workspace)
         pages = self.pages if search_settings is None else SearchService(self.corpus, search_settings)
-        return pages.search(req, scopes=scopes, model=model, log=log, now=now)
+        return pages.search(req, scopes=caller.document_scopes, model=model, log=log, now=now)
 
-    def compare(self, req: CompareRequest, scopes: tuple[str, ...] | None = None) -> CompareResponse:
-        return compare(self.pages, req, scopes=scopes)
+    def compare(self, req: CompareRequest, caller: Grant = OPEN) -> CompareResponse:
+        req.workspace = caller.scoped(req.workspace, self.default_workspace)
+        return compare(self.pages, req, scopes=caller.document_scopes)
 
-    def similar(self, page_id: str, mediation: str = "vector", k: int = 10,
-                scopes: tuple[str, ...] | None = None) -> list[dict]:
-        return similar_pages(self.corpus, page_id, mediation, k, scopes=scopes)
+    def similar(self, page_id: str, mediation: str = "vector", k: int = 10, caller: Grant = OPEN) -> list[dict]:
+        self.readable_page(caller, page_id)
+        return similar_pages(self.corpus, page_id, mediation, k, scopes=caller.document_scopes)
 
-    def page(self, page_id: str) -> dict:
+    def page(self, page_id: str, caller: Grant = OPEN) -> dict:
+        self.readable_page(caller, page_id)
         return read_page(self.corpus, page_id)
 
-    def facets(self, workspace: str, scopes: tuple[str, ...] | None = None, limit: int = 50) -> dict:
-        return self.corpus.store.facets(workspace, scopes, limit)
+    def facets(self, workspace: str | None = None, caller: Grant = OPEN, limit: int = 50) -> dict:
+        ws = caller.workspace(workspace, self.default_workspace)
+        return {"workspace": ws} | self.corpus.store.facets(ws, caller.document_scopes, limit)
 
     def models(self) -> list[dict]:
         return self.corpus.models_status()
 
-    def feedback(self, query_id: str, page_id: str, kind: str) -> dict:
+    def feedback(self, query_id: str, page_id: str, kind: str, caller: Grant = OPEN) -> dict:
+        """A judgment on a logged query; a read-only key may send one (it changes no document)."""
+        self.readable_query(caller, query_id)
+        self.readable_page(caller, page_id)
         return self.corpus.record_feedback(query_id, page_id, kind)
 
     # Pages, entities, clusters --------------------------------------------------------------------
     def ingest(self, records: Iterable, workspace: str | None = None, progress: bool | None = None,
-               flush: bool = True, total: int | None = None, ray: str | None = None) -> IngestReport:
+               flush: bool = True, total: int | None = None, ray: str | None = None,
+               caller: Grant = OPEN) -> IngestReport:
         """`ray`: embed on Ray Data (an address, or "" for the setting's, else a local Ray); None:
         the setting `ingest.ray` decides. Only the embedding moves; the store and indexes are
-        written here batch by batch either way."""
+        written here batch by batch either way. A `caller` with document scopes writes each page
+        in its scope (engine/core/access.py, Grant.write_scope); a page it may not write is that
+        item's error."""
+        caller.require_write()
+        workspace = caller.workspace(workspace, self.default_workspace)
         ing = self.settings.ingest
         if ray is None and ing.ray:
             ray = ing.ray_address
         if ray is None:
-            return Ingester(self.corpus, workspace, progress=progress).ingest(records, total=total, flush=flush)
+            return Ingester(self.corpus, workspace, progress=progress, caller=caller).ingest(
+                records, total=total, flush=flush)
         from models.ray_embed import EmbedderSource, RayEmbedding
 
         s = self.settings
@@ -146,27 +163,44 @@ class Engine:
                               ing.ray_cpus_per_actor, ing.ray_local_cpus)
         try:
             return Ingester(self.corpus, workspace, progress=progress, encode=remote.encode,
-                            batch_chunks=ing.ray_batch_chunks).ingest(records, total=total, flush=flush)
+                            batch_chunks=ing.ray_batch_chunks, caller=caller).ingest(records, total=total, flush=flush)
         finally:
             remote.close()
 
-    def delete_page(self, page_id: str) -> bool:
-        return delete_page(self.corpus, page_id)
+    def delete_page(self, page_id: str, caller: Grant = OPEN) -> dict:
+        caller.require_write()
+        self.readable_page(caller, page_id)
+        if not delete_page(self.corpus, page_id):
+            raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
+        return {"page_id": page_id, "deleted": True}
 
-    def upsert_entity(self, body: EntityUpsert) -> dict:
-        return upsert_entity(self.corpus, body)
+    def upsert_entity(self, body: EntityUpsert, caller: Grant = OPEN) -> dict:
+        """Create or edit an entity of the caller's namespace (its workspace and document scope) and
+        link pages of that namespace to it (engine/ingest/entities.py)."""
+        caller.require_write()
+        ws = caller.workspace(body.workspace, self.default_workspace)
+        return upsert_entity(self.corpus, body, ws, caller.write_scope(body.scope), caller)
 
-    def clusters(self, workspace: str, include_tombstoned: bool = False,
-                 scopes: tuple[str, ...] | None = None) -> list[dict]:
-        return self.corpus.store.clusters(workspace, include_tombstoned, list(scopes) if scopes is not None else None)
+    def clusters(self, workspace: str | None = None, include_tombstoned: bool = False,
+                 caller: Grant = OPEN) -> dict:
+        ws = caller.workspace(workspace, self.default_workspace)
+        scopes = caller.document_scopes
+        return {"workspace": ws, "clusters": self.corpus.store.clusters(
+            ws, include_tombstoned, list(scopes) if scopes is not None else None)}
 
-    def refit_clusters(self, workspace: str, k: int | None = None) -> dict:
-        return refit_clusters(self.corpus, workspace, k)
+    def refit_clusters(self, workspace: str | None = None, k: int | None = None, caller: Grant = OPEN) -> dict:
+        """k-means over every page of the workspace: a caller without document scopes only."""
+        caller.require_write()
+        ws = caller.workspace(workspace, self.default_workspace)
+        caller.require_unscoped("a re-clustering")
+        return refit_clusters(self.corpus, ws, k)
 
     # Relation search ------------------------------------------------------------------------------
-    def relation_search(self, req: RelationSearchRequest, scopes: tuple[str, ...] | None = None,
+    def relation_search(self, req: RelationSearchRequest, caller: Grant = OPEN,
                         routes: dict[str, dict] | None = None) -> dict:
         """`routes`: the face's address (method, path) for each follow-up verb a compact reply names."""
+        caller.workspace(req.workspace_id, req.workspace_id)
+        scopes = caller.document_scopes
         c = self.corpus
         compiler = c.brief_compiler()
         # criteria are read by the model where one is configured, else by the embedder's thresholds
@@ -174,60 +208,98 @@ class Engine:
                   else CriterionReader(c, self.pages, scopes))
         return RelationSearch(c.relations, c.querylog, compiler, self.pages, reader, scopes=scopes).search(req, routes)
 
-    def facts(self, req: relation_facts.FactsRequest, scopes: tuple[str, ...] | None = None) -> dict:
-        return relation_facts.facts(self.corpus.relations, req, scopes)
+    def facts(self, req: relation_facts.FactsRequest, caller: Grant = OPEN) -> dict:
+        caller.workspace(req.workspace_id, req.workspace_id)
+        return relation_facts.facts(self.corpus.relations, req, caller.document_scopes)
 
-    def correct(self, req: relation_facts.CorrectionRequest, scopes: tuple[str, ...] | None = None) -> dict:
-        return relation_facts.correct(self.corpus.relations, req, scopes)
+    def correct(self, req: relation_facts.CorrectionRequest, caller: Grant = OPEN) -> dict:
+        """Retire a row: the caller must write, and a key with document scopes retires only rows read
+        from documents of its scopes (a row every key reads is not its to retire)."""
+        caller.require_write()  # a read-only key is refused before the workspace is looked at
+        caller.workspace(req.workspace_id, req.workspace_id)
+        return relation_facts.correct(self.corpus.relations, req, caller.document_scopes)
 
-    def region(self, req: relation_facts.RegionRequest, scopes: tuple[str, ...] | None = None) -> dict:
-        return relation_facts.region(self.corpus.relations, req, scopes)
+    def region(self, req: relation_facts.RegionRequest, caller: Grant = OPEN) -> dict:
+        caller.workspace(req.workspace_id, req.workspace_id)
+        return relation_facts.region(self.corpus.relations, req, caller.document_scopes)
 
-    def audit_events(self, request_id: str) -> dict:
-        return relation_facts.audit_events(self.corpus.relations, request_id)
+    def audit_events(self, request_id: str, caller: Grant = OPEN) -> dict:
+        """The events of a request that the caller may read: in its workspaces, and (for a key with
+        document scopes) recording a search that read no document outside them."""
+        out = relation_facts.audit_events(self.corpus.relations, request_id)
+        out["events"] = [ev for ev in out["events"] if caller.may_read(ev["workspace_id"])
+                         and access.within_scopes(caller, (ev.get("summary") or {}).get("document_scopes"))]
+        if not out["events"]:
+            raise relation_facts.AuditNotFound(f"no audit event for request {request_id!r}", ref=request_id)
+        return out
 
-    def create_relation_workspace(self, body: WorkspaceCreate) -> dict:
+    def create_relation_workspace(self, body: WorkspaceCreate, caller: Grant = OPEN) -> dict:
+        caller.require_write()
+        if not caller.everywhere and body.workspace_id not in caller.workspaces:
+            raise Forbidden("this key may create only the workspaces it names", key_id=caller.key_id)
         return create_workspace(self.corpus.relations, body)
 
     def has_relation_workspace(self, workspace_id: str) -> bool:
         return self.corpus.relations.workspace(workspace_id) is not None
 
-    def describe_relation_workspace(self, workspace_id: str, scopes: tuple[str, ...] | None = None) -> dict:
-        return describe_workspace(self.corpus.relations, workspace_id, scopes)
+    def describe_relation_workspace(self, workspace_id: str, caller: Grant = OPEN) -> dict:
+        caller.workspace(workspace_id, workspace_id)
+        out = describe_workspace(self.corpus.relations, workspace_id, caller.document_scopes)
+        out["loads"] = [ld for ld in out["loads"] if self._load_visible(ld, caller)]
+        return out
+
+    @staticmethod
+    def _load_visible(load_row: dict, caller: Grant) -> bool:
+        """A load a key with document scopes may see (and sync): a SQL export (its rows are every key's)
+        or documents of its scopes only; another scope's load is as absent as one never made."""
+        if not caller.scopes or load_row.get("format") != "documents":
+            return True
+        summary = load_row.get("summary") or {}
+        if isinstance(summary, str):
+            summary = json.loads(summary)
+        docs = summary.get("documents") or {}
+        scoped = docs.get("scopes") or {}
+        unscoped = docs.get("read", 0) - sum(scoped.values())
+        return unscoped <= 0 and set(scoped) <= set(caller.scopes)
 
     def load(self, workspace_id: str, req: LoadRequest | relation_documents.DocumentLoadRequest,
-             confined: bool = True, scopes: tuple[str, ...] | None = None) -> dict:
+             caller: Grant = OPEN, confined: bool = True) -> dict:
         """A relation load (SQL tables, or a folder of documents). `confined`: read only from the
         workspace's own source folder once keys exist or source_dirs is set (every face but the local CLI).
-        `scopes`: the loading key's document scopes (None: every scope); such a key loads only
-        documents of its scopes, and no SQL export (its rows would be every key's)."""
+        A caller with document scopes loads only documents of its scopes, and no SQL export (its rows
+        would be every key's)."""
+        caller.require_write()
+        caller.workspace(workspace_id, workspace_id)
+        scopes = caller.document_scopes
         roots = workspace_roots(self.settings.relations.source_dirs, self.corpus.data_dir, workspace_id,
                                 self.corpus.keys.closed) if confined else None
         if isinstance(req, relation_documents.DocumentLoadRequest):
-            return self._load_documents(workspace_id, req, roots, scopes)
+            return self._load_documents(workspace_id, req, roots, caller)
         if scopes is not None:
             raise Forbidden("a key with document scopes may load only documents of its scopes: the rows of a "
                             "SQL export are read by every key of the workspace")
         return load(self.corpus.relations, workspace_id, req, roots)
 
-    def sync_load(self, workspace_id: str, load_id: str, confined: bool = True,
-                  scopes: tuple[str, ...] | None = None) -> dict:
+    def sync_load(self, workspace_id: str, load_id: str, caller: Grant = OPEN, confined: bool = True) -> dict:
         """Run a load again from its stored body: for a folder of documents or records (a connected
         export) only what changed is re-read and superseded; a SQL load is re-read whole."""
+        caller.require_write()
+        caller.workspace(workspace_id, workspace_id)
         spec = self.corpus.relations.load_spec(load_id)
-        if spec is None or spec.get("workspace_id") != workspace_id:
+        if spec is None or spec.get("workspace_id") != workspace_id or not self._load_visible(spec, caller):
             raise LoadNotFound(f"no load {load_id!r} in workspace {workspace_id!r}", ref=load_id)
         body = json.loads(spec["spec"]) if isinstance(spec["spec"], str) else spec["spec"]
         model = relation_documents.DocumentLoadRequest if spec["format"] == "documents" else LoadRequest
-        out = self.load(workspace_id, model.model_validate(body), confined, scopes)
+        out = self.load(workspace_id, model.model_validate(body), caller, confined)
         return {**out, "synced_from": load_id}
 
     def _load_documents(self, workspace_id: str, req: relation_documents.DocumentLoadRequest,
-                        roots: list[Path] | None, scopes: tuple[str, ...] | None = None) -> dict:
+                        roots: list[Path] | None, caller: Grant = OPEN) -> dict:
         """Read and check the whole load, then the changed documents become the workspace's pages
         (each linked to its entity), then the rows go in one transaction. A crash between the two
         leaves the relation side as it was; re-running the load finishes it (page upserts are idempotent)."""
         c = self.corpus
+        scopes = caller.document_scopes
         prep = relation_documents.prepare(c.relations, workspace_id, req, roots,
                                           compiler=c.brief_compiler() if req.model_reader else None, scopes=scopes)
         records = []
@@ -239,15 +311,16 @@ class Engine:
                                   reason="document_not_a_page") from exc
         pages: dict[str, str] = {}
         if records:
-            report = self.ingest(records, workspace=workspace_id, progress=False)
+            report = self.ingest(records, workspace=workspace_id, progress=False, caller=caller)
             for o in report.outcomes:
                 if o.status == "error":
                     raise LoadInvalid(f"document {records[o.index][1]!r} cannot be a page: {o.error}",
                                       reason="document_not_a_page")
                 if o.url:
                     pages[o.url] = o.page_id
-        for url in prep.removed_urls():
-            for page_id in c.store.pages_with_url(workspace_id, normalize_url(url)):
+        for url in prep.removed_urls():   # the caller's own pages of that document (another scope's stay)
+            for page_id in c.store.pages_with_url(workspace_id, normalize_url(url),
+                                                  list(scopes) if scopes is not None else None):
                 delete_page(c, page_id)
         return relation_documents.write(c.relations, prep, pages)
 
@@ -271,35 +344,50 @@ class Engine:
         vec = vec / (np.linalg.norm(vec) or 1.0)
         return chunk_cosines(self.corpus, model, vec, chunk_ids)
 
-    def evidence(self, req: evidence.EvidenceRequest, scopes: tuple[str, ...] | None = None
-                 ) -> evidence.EvidenceResponse:
-        return self.evidence_searcher.search(req, scopes=scopes)
+    def evidence(self, req: evidence.EvidenceRequest, caller: Grant = OPEN) -> evidence.EvidenceResponse:
+        """`map_write` writes into the workspace's maps: it needs a caller that may write."""
+        if "map_write" in req.route_constraints:
+            caller.require_write()
+        req.workspace = caller.scoped(req.workspace, self.default_workspace)
+        return self.evidence_searcher.search(req, scopes=caller.document_scopes)
 
-    def read_packet(self, session_id: str, topic: str | None = None, part: str = "packet", may_read=None,
-                    scopes: tuple[str, ...] | None = None) -> str:
-        return evidence.read_packet(self.corpus, session_id, topic, part, may_read=may_read, scopes=scopes)
+    def read_packet(self, session_id: str, topic: str | None = None, part: str = "packet",
+                    workspace: str | None = None, caller: Grant = OPEN) -> str:
+        ws = caller.workspace(workspace, self.default_workspace)
+        return evidence.read_packet(self.corpus, session_id, topic, part, ws, scopes=caller.document_scopes)
 
-    def dictionary(self, workspace: str | None, limit: int = 1000) -> dict:
-        return evidence.show_dictionary(self.corpus, workspace, limit)
+    def dictionary(self, workspace: str | None = None, limit: int = 1000, caller: Grant = OPEN) -> dict:
+        return evidence.show_dictionary(self.corpus, caller.workspace(workspace, self.default_workspace), limit)
 
-    def set_dictionary(self, workspace: str | None, fmt: str, text: str) -> dict:
-        return evidence.set_dictionary(self.corpus, workspace, fmt, text)
+    def set_dictionary(self, workspace: str | None, fmt: str, text: str, caller: Grant = OPEN) -> dict:
+        """The workspace's dictionary expands every key's questions: a caller without document scopes only."""
+        caller.require_write()
+        ws = caller.workspace(workspace, self.default_workspace)
+        caller.require_unscoped("the workspace's dictionary")
+        return evidence.set_dictionary(self.corpus, ws, fmt, text)
 
-    def maps(self, workspace: str | None) -> dict:
-        return evidence.show_maps(self.corpus, workspace)
+    def maps(self, workspace: str | None = None, caller: Grant = OPEN) -> dict:
+        ws = caller.workspace(workspace, self.default_workspace)
+        if caller.scopes:
+            raise Forbidden("maps are drawn over every document of a workspace; a key with document scopes cannot "
+                            "read them", key_id=caller.key_id)
+        return evidence.show_maps(self.corpus, ws)
 
     # Access -----------------------------------------------------------------------------------------
     def grant_for(self, authorization: str | None) -> Grant:
         return access.grant_for(self.corpus.keys, authorization)
 
     def create_key(self, workspaces: list[str], scopes: list[str] | None = None, read_only: bool = False,
-                   name: str | None = None) -> dict:
+                   name: str | None = None, caller: Grant = OPEN) -> dict:
+        access.require_admin(caller)
         return access.create_key(self.corpus.keys, workspaces, scopes, read_only, name)
 
-    def list_keys(self) -> list[dict]:
+    def list_keys(self, caller: Grant = OPEN) -> list[dict]:
+        access.require_admin(caller)
         return access.list_keys(self.corpus.keys)
 
-    def revoke_key(self, key_id: str) -> dict:
+    def revoke_key(self, key_id: str, caller: Grant = OPEN) -> dict:
+        access.require_admin(caller)
         return access.revoke_key(self.corpus.keys, key_id)
 
     def reopen_keys(self) -> None:
@@ -310,7 +398,8 @@ class Engine:
         return self.corpus.keys.active
 
     def access_log(self, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
-                   limit: int = 100) -> list[dict]:
+                   limit: int = 100, caller: Grant = OPEN) -> list[dict]:
+        caller.require_everywhere("the access log")
         self.corpus.querylog.flush()
         return self.corpus.querylog.tables.access(since, key_id, request_id, limit)
 
@@ -321,7 +410,8 @@ class Engine:
         access.readable_query(grant, self.corpus.querylog.tables, query_id)
 
     # Operations -------------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self, caller: Grant = OPEN) -> dict[str, Any]:
+        caller.require_everywhere("status (counts over every workspace)")
         c = self.corpus
         return {
             "data_dir": str(c.data_dir),

@@ -202,15 +202,14 @@ def cmd_models(args) -> int:
 
 def cmd_clusters(args) -> int:
     with Engine(_settings(args)) as e:
-        ws = args.workspace or e.default_workspace
         if args.action == "refit":
-            live = e.clusters(ws)
-            if args.if_missing and live:
-                _print({"workspace": ws, "skipped": True, "clusters": len(live)})
+            live = e.clusters(args.workspace)
+            if args.if_missing and live["clusters"]:
+                _print({"workspace": live["workspace"], "skipped": True, "clusters": len(live["clusters"])})
             else:
-                _print(e.refit_clusters(ws, args.k))
+                _print(e.refit_clusters(args.workspace, args.k))
         else:
-            _print(e.clusters(ws, include_tombstoned=True))
+            _print(e.clusters(args.workspace, include_tombstoned=True)["clusters"])
         return 0
 
 

@@ -9,6 +9,8 @@ import json
 import re
 
 from fastapi import FastAPI, Request
+
+from engine.core.values import MAX_NESTING, TooDeep, check_nesting
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from fastapi.exceptions import RequestValidationError
@@ -68,32 +70,64 @@ def internal_error(scope: dict, what: str, exc: BaseException) -> dict:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def lone_surrogate(body: bytes) -> bool:
-    """Whether a JSON body holds a \\uD800-\\uDFFF escape that is not half of a pair: text no store
-    can hold and no reply can carry (checked in full only when such an escape appears at all)."""
-    if not _SURROGATE_ESCAPE.search(body):
-        return False
-    try:
-        json.dumps(json.loads(body), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    except ValueError:
-        return False   # not JSON: the route's own parsing refuses it
+def _lone_surrogate(data) -> bool:
+    """Whether parsed JSON holds a string with a lone surrogate (iterative, one visit per element)."""
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
     return False
 
 
+def body_problem(body: bytes) -> dict | None:
+    """What makes a JSON body unreadable for every route, as a validation error item, or None:
+    nesting past MAX_NESTING (parsers and validators recurse once per level: past a few hundred levels
+    they fail with RecursionError), or a \\uD800-\\uDFFF escape not half of a pair (text no store can
+    hold and no reply can carry; looked for only when such an escape appears at all). Returns the
+    parsed body too, under "parsed", when it is JSON and sound."""
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        return {"loc": ["body"], "type": "json_too_deep",
+                "msg": f"the JSON is nested more than {MAX_NESTING} levels deep"}
+    except ValueError:
+        return None   # not JSON (or not UTF-8): the route's own parsing refuses it
+    try:
+        check_nesting(data)
+    except TooDeep:
+        return {"loc": ["body"], "type": "json_too_deep",
+                "msg": f"the JSON is nested more than {MAX_NESTING} levels deep"}
+    if _SURROGATE_ESCAPE.search(body) and _lone_surrogate(data):
+        return {"loc": ["body"], "type": "unicode_surrogate", "msg":
+                "the body holds a lone surrogate (\\uD800-\\uDFFF not in a pair): not valid Unicode"}
+    return {"parsed": data}
+
+
 class StrictJSONRoute(APIRoute):
-    """A route that refuses a JSON body holding a lone surrogate with 422, before any handler (or
-    the query log, or a reply echoing it) meets text that cannot be encoded."""
+    """A route that refuses, with 422 and before any handler (or the query log, or a reply echoing
+    it) meets the body, a JSON body nested too deep or holding a lone surrogate. A sound body is
+    parsed once: the route's own parsing reuses it."""
 
     def get_route_handler(self):
         handler = super().get_route_handler()
 
         async def strict(request: Request):
-            if request.method in ("POST", "PUT", "PATCH") and lone_surrogate(await request.body()):
-                raise RequestValidationError([{"loc": ["body"], "type": "unicode_surrogate", "msg":
-                                               "the body holds a lone surrogate (\\uD800-\\uDFFF not in a pair): "
-                                               "not valid Unicode"}])
+            if request.method in ("POST", "PUT", "PATCH"):
+                body = await request.body()
+                problem = body_problem(body) if body else None
+                if problem is not None and "parsed" in problem:
+                    request._json = problem["parsed"]   # Starlette's cache: FastAPI's request.json() reads it
+                elif problem is not None:
+                    raise RequestValidationError([problem])
             return await handler(request)
 
         return strict

@@ -1,9 +1,11 @@
 """The engine's faces as MCP tools (the official `mcp` SDK, 1.x: FastMCP).
 
-Each tool calls the same engine function as its HTTP route, and its input schema is built from the
-same pydantic model as the route's body. A refusal reaches the agent as a tool error whose text is
-the route's own HTTP body as JSON — {status, path, detail}, with detail exactly as the route wrote
-it — after the SDK's "Error executing tool <name>: " prefix. Match on detail.type.
+Each tool calls the same Engine verb as its HTTP route, with the caller's grant, and its input
+schema is built from the same pydantic model as the route's body. The arguments are read by that
+model too (not by the SDK's own check, whose messages are Python's), so a refusal — a malformed
+argument as much as a verb's — reaches the agent as a tool error whose text is the route's own HTTP
+body as JSON — {status, path, detail}, with detail exactly as the route wrote it — after the SDK's
+"Error executing tool <name>: " prefix. Match on detail.type.
 
 Transports: in-process (docs/examples/over_mcp.py drives it through a real client session), stdio
 (`refindery mcp`, for desktop agent clients) and streamable HTTP at /mcp on the API's own app
@@ -18,6 +20,8 @@ from typing import Annotated, Any, Callable
 import anyio
 from fastapi import FastAPI
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.tools import Tool
+from mcp.server.fastmcp.utilities.func_metadata import FuncMetadata
 from pydantic import BaseModel, Field, ValidationError
 
 from engine.app import Engine
@@ -50,13 +54,6 @@ class SimilarRequest(BaseModel):
                            description="vector: page-vector cosine; cluster: co-members of its cluster; "
                                        "entity: shared entities (IDF-weighted Jaccard).")
     k: int = Field(default=10, ge=1, le=200, description="Pages to return.")
-
-
-class PacketRef(BaseModel):
-    session_id: str = Field(pattern=evidence.SESSION, description="The session_id evidence_search returned.")
-    topic: str | None = Field(default=None, max_length=120, description="The topic, if the search named one.")
-    part: str = Field(default="packet", pattern="^(packet|appendix)$",
-                      description="packet (the main file) or appendix (every source, when the packet split).")
 
 
 class Refusal(Exception):
@@ -108,7 +105,7 @@ def tool_function(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any
 
         def run():
             try:
-                return call(model(**kwargs), grant)
+                return call(model(**{**(defaults or {}), **kwargs}), grant)
             except (EngineError, ValidationError) as exc:
                 raise _refusal(exc, path) from exc
             except Exception as exc:  # never raw driver text (SQL, paths) to an agent: the route's 500 body
@@ -118,6 +115,25 @@ def tool_function(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any
     fn.__signature__ = inspect.Signature(params)
     fn.__annotations__ = {p.name: p.annotation for p in params}
     return fn
+
+
+class RouteArguments(FuncMetadata):
+    """A tool's arguments handed to its function as sent (after the SDK's reading of list and object
+    arguments an agent sent as JSON text), for the route's model to check: a refusal is then the
+    route's 422, never the SDK's or Python's own message ("Exceeds the limit (4300 digits)…")."""
+
+    async def call_fn_with_arg_validation(self, fn, fn_is_async, arguments_to_validate, arguments_to_pass_directly):
+        try:
+            arguments = self.pre_parse_json(arguments_to_validate)
+        except ValueError:   # a string no JSON reader takes (an integer of thousands of digits): as sent
+            arguments = dict(arguments_to_validate)
+        return await fn(**arguments, **(arguments_to_pass_directly or {}))
+
+
+def route_tool(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any], path: str, name: str,
+               description: str, defaults: dict[str, Any] | None = None) -> Tool:
+    tool = Tool.from_function(tool_function(model, call, path, defaults), name=name, description=description)
+    return tool.model_copy(update={"fn_metadata": RouteArguments(**dict(tool.fn_metadata))})
 
 
 def refind_reply(full: dict, explain: bool) -> dict:
@@ -132,108 +148,86 @@ def refind_reply(full: dict, explain: bool) -> dict:
                                     for s in p["snippets"]]} for p in full["pages"]]}
 
 
+class PacketRef(BaseModel):
+    session_id: str = Field(pattern=evidence.SESSION, description="The session_id evidence_search returned.")
+    topic: str | None = Field(default=None, max_length=120, description="The topic, if the search named one.")
+    part: str = Field(default="packet", pattern="^(packet|appendix)$",
+                      description="packet (the main file) or appendix (every source, when the packet split).")
+    workspace: str | None = Field(default=None, max_length=200,
+                                  description="The workspace the search ran in (default: the key's).")
+
+
 def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
     """The MCP server over an app's engine (its corpus and page search). `host` is the host the
     HTTP transport is served on: the SDK's DNS-rebinding protection admits that host's names."""
-    server = FastMCP("refindery", instructions=INSTRUCTIONS, host=host, streamable_http_path="/mcp")
-
     def engine() -> Engine:
         return app.state.engine
 
-    def default() -> str:
-        return engine().default_workspace
+    # (tool, request model, the route it mirrors, the Engine verb over (request, caller), description,
+    # defaults that differ from the route's). Each verb applies the caller's grant itself.
+    tools = [
+        ("limma_search", RelationSearchRequest, "/v1/public/search",
+         lambda r, g: engine().relation_search(r, g, routes=RELATION_ROUTES), LIMMA_SEARCH, {"detail": "compact"}),
+        ("limma_facts", FactsRequest, "/v1/public/facts", lambda r, g: engine().facts(r, g), LIMMA_FACTS, None),
+        ("limma_correct", CorrectionRequest, "/v1/public/corrections", lambda r, g: engine().correct(r, g),
+         LIMMA_CORRECT, None),
+        ("limma_region", RegionRequest, "/v1/public/region", lambda r, g: engine().region(r, g), LIMMA_REGION, None),
+        ("refind_search", SearchRequest, "/v1/search",
+         lambda r, g: refind_reply(engine().search(r, g).model_dump(mode="json"), r.explain), REFIND_SEARCH, None),
+        ("get_page", PageRef, "/v1/pages/{id}",
+         lambda r, g: json.loads(json.dumps(engine().page(r.page_id, g), default=str)),
+         "A page by id, with its whole text and its chunks (section paths and offsets).", None),
+        ("similar_pages", SimilarRequest, "/v1/pages/{id}/similar",
+         lambda r, g: {"page_id": r.page_id, "mediation": r.mediation,
+                       "pages": engine().similar(r.page_id, r.mediation, r.k, g)},
+         "Pages related to a page: by vector, by cluster, or by shared entities.", None),
+        ("refind_compare", CompareRequest, "/v1/compare",
+         lambda r, g: engine().compare(r, g).model_dump(mode="json"), REFIND_COMPARE, None),
+        ("evidence_search", evidence.EvidenceRequest, "/v1/evidence",
+         lambda r, g: engine().evidence(r, g).model_dump(mode="json"), EVIDENCE_SEARCH, None),
+        ("read_evidence_packet", PacketRef, "/v1/evidence/packets/{session_id}",
+         lambda r, g: {"session_id": r.session_id, "part": r.part,
+                       "text": engine().read_packet(r.session_id, r.topic, r.part, r.workspace, g)},
+         "The Markdown of an evidence packet (or its appendix) by session.", None),
+    ]
+    return FastMCP("refindery", instructions=INSTRUCTIONS, host=host, streamable_http_path="/mcp",
+                   tools=[route_tool(model, call, path, name, description, defaults)
+                          for name, model, path, call, description, defaults in tools])
 
-    def limma_search(req: RelationSearchRequest, g: Grant) -> dict:
-        g.workspace(req.workspace_id, req.workspace_id)
-        return engine().relation_search(req, scopes=g.document_scopes, routes=RELATION_ROUTES)
 
-    def limma_facts(req: FactsRequest, g: Grant) -> dict:
-        g.workspace(req.workspace_id, req.workspace_id)
-        return engine().facts(req, scopes=g.document_scopes)
-
-    def limma_correct(req: CorrectionRequest, g: Grant) -> dict:
-        g.require_write()  # the route's order: a read-only key is refused before the workspace is looked at
-        g.workspace(req.workspace_id, req.workspace_id)
-        return engine().correct(req, scopes=g.document_scopes)
-
-    def limma_region(req: RegionRequest, g: Grant) -> dict:
-        g.workspace(req.workspace_id, req.workspace_id)
-        return engine().region(req, scopes=g.document_scopes)
-
-    def get_page(ref: PageRef, g: Grant) -> dict:
-        engine().readable_page(g, ref.page_id)
-        return json.loads(json.dumps(engine().page(ref.page_id), default=str))
-
-    server.add_tool(tool_function(RelationSearchRequest, limma_search, "/v1/public/search", {"detail": "compact"}),
-                    name="limma_search", description=(
-                        "Who exactly matches these conditions — and are these all of them? Send `constraints` "
-                        "[{relation, slot, op, value}] (or a plain-language `brief`) for a workspace. The reply is "
-                        "the closed set with its warrant; detail defaults to \"compact\" here: `matched.total` is "
-                        "the whole set, page with `offset` = `matched.next_offset`; `complete` false means the "
-                        "set may not be whole, and `incomplete_because` says why; `more` names the calls that "
-                        "fetch rows and receipts."))
-    server.add_tool(tool_function(FactsRequest, limma_facts, "/v1/public/facts"),
-                    name="limma_facts", description=(
-                        "One entity's rows of one relation, with their receipts and the absence verdict: "
-                        "`absence.kind` is recorded, none (looked at, holds no row) or not_recorded (never looked "
-                        "at — not a \"no\")."))
-    server.add_tool(tool_function(CorrectionRequest, limma_correct, "/v1/public/corrections"),
-                    name="limma_correct", description=(
-                        "Retire a wrong row (its `row_id` from limma_search's or limma_facts' rows) with a "
-                        "`reason`. The row stops matching at once; while its source still states it, its entity "
-                        "is undetermined (`corrected_rows_unanswerable`), never silently none. Needs a key that "
-                        "may write."))
-    server.add_tool(tool_function(RegionRequest, limma_region, "/v1/public/region"),
-                    name="limma_region", description=(
-                        "Re-read a receipt: a row's `slot` as its source reads it now (the cell a database row "
-                        "was loaded from, or the document span an extracted row was read from), with "
-                        "`byte_verified` saying whether it still says what was delivered. Use it before "
-                        "relying on a matched row's value."))
-
-    def refind_search(req: SearchRequest, g: Grant) -> dict:
-        req.workspace = g.scoped(req.workspace, default())
-        return refind_reply(engine().search(req, scopes=g.document_scopes).model_dump(mode="json"), req.explain)
-
-    def similar(r: "SimilarRequest", g: Grant) -> dict:
-        engine().readable_page(g, r.page_id)
-        return {"page_id": r.page_id, "mediation": r.mediation,
-                "pages": engine().similar(r.page_id, r.mediation, r.k, scopes=g.document_scopes)}
-
-    def refind_compare(r: CompareRequest, g: Grant) -> dict:
-        r.workspace = g.scoped(r.workspace, default())
-        return engine().compare(r, scopes=g.document_scopes).model_dump(mode="json")
-
-    def evidence_search(r, g: Grant) -> dict:
-        r.workspace = g.scoped(r.workspace, default())
-        return engine().evidence(r, scopes=g.document_scopes).model_dump(mode="json")
-
-    server.add_tool(tool_function(SearchRequest, refind_search, "/v1/search"),
-                    name="refind_search", description=(
-                        "Find again a page you saw: send what you remember of it (words, a topic, its URL) as "
-                        "`query`. The reply lists `pages` in rank order, each with its url, title, when it was "
-                        "last seen and the matched passages (`snippets`); `total` is the size of the ranked set — "
-                        "page through it with `offset` (+ `k`). `explain: true` returns the full reply with every "
-                        "stage's scores."))
-    server.add_tool(tool_function(PageRef, get_page, "/v1/pages/{id}"), name="get_page",
-                    description="A page by id, with its whole text and its chunks (section paths and offsets).")
-    server.add_tool(tool_function(SimilarRequest, similar, "/v1/pages/{id}/similar"),
-        name="similar_pages", description="Pages related to a page: by vector, by cluster, or by shared entities.")
-    server.add_tool(tool_function(CompareRequest, refind_compare, "/v1/compare"),
-                    name="refind_compare", description=(
-                        "The same search once per embedder (`models`), with how far the rankings agree "
-                        "(Jaccard@k, RBO, Kendall's tau over the pages both share)."))
-    server.add_tool(tool_function(evidence.EvidenceRequest, evidence_search, "/v1/evidence"),
-                    name="evidence_search", description=(
-                        "Gather evidence for a question: expands its terms through the workspace dictionary, splits "
-                        "comparative questions into sub-queries, searches in at most `max_rounds` rounds with early "
-                        "stop, and writes an evidence packet (Markdown, YAML front matter, one section per source "
-                        "with its excerpt and confidence). The reply is the packet's `path` and the counts, not the "
-                        "evidence: read it with read_evidence_packet. Reuse `session_id` to append to one packet."))
-    def read_evidence_packet(r: PacketRef, g: Grant) -> dict:
-        return {"session_id": r.session_id, "part": r.part,
-                "text": engine().read_packet(r.session_id, r.topic, r.part, may_read=g.may_read,
-                                             scopes=g.document_scopes)}
-
-    server.add_tool(tool_function(PacketRef, read_evidence_packet, "/v1/evidence/packets/{session_id}"),
-        name="read_evidence_packet", description="The Markdown of an evidence packet (or its appendix) by session.")
-    return server
+LIMMA_SEARCH = (
+    "Who exactly matches these conditions — and are these all of them? Send `constraints` "
+    "[{relation, slot, op, value}] (or a plain-language `brief`) for a workspace. The reply is "
+    "the closed set with its warrant; detail defaults to \"compact\" here: `matched.total` is "
+    "the whole set, page with `offset` = `matched.next_offset`; `complete` false means the "
+    "set may not be whole, and `incomplete_because` says why; `more` names the calls that "
+    "fetch rows and receipts.")
+LIMMA_FACTS = (
+    "One entity's rows of one relation, with their receipts and the absence verdict: "
+    "`absence.kind` is recorded, none (looked at, holds no row) or not_recorded (never looked "
+    "at — not a \"no\").")
+LIMMA_CORRECT = (
+    "Retire a wrong row (its `row_id` from limma_search's or limma_facts' rows) with a "
+    "`reason`. The row stops matching at once; while its source still states it, its entity "
+    "is undetermined (`corrected_rows_unanswerable`), never silently none. Needs a key that "
+    "may write.")
+LIMMA_REGION = (
+    "Re-read a receipt: a row's `slot` as its source reads it now (the cell a database row "
+    "was loaded from, or the document span an extracted row was read from), with "
+    "`byte_verified` saying whether it still says what was delivered. Use it before "
+    "relying on a matched row's value.")
+REFIND_SEARCH = (
+    "Find again a page you saw: send what you remember of it (words, a topic, its URL) as "
+    "`query`. The reply lists `pages` in rank order, each with its url, title, when it was "
+    "last seen and the matched passages (`snippets`); `total` is the size of the ranked set — "
+    "page through it with `offset` (+ `k`). `explain: true` returns the full reply with every "
+    "stage's scores.")
+REFIND_COMPARE = (
+    "The same search once per embedder (`models`), with how far the rankings agree "
+    "(Jaccard@k, RBO, Kendall's tau over the pages both share).")
+EVIDENCE_SEARCH = (
+    "Gather evidence for a question: expands its terms through the workspace dictionary, splits "
+    "comparative questions into sub-queries, searches in at most `max_rounds` rounds with early "
+    "stop, and writes an evidence packet (Markdown, YAML front matter, one section per source "
+    "with its excerpt and confidence). The reply is the packet's `path` and the counts, not the "
+    "evidence: read it with read_evidence_packet. Reuse `session_id` to append to one packet.")

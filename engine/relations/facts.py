@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.relations import RelationStore
 
+from engine.core.access import Forbidden
 from engine.core.errors import EngineError, EntityNotFound, RelationUnknown, RowNotFound
 from engine.core.packs import Relation
 from engine.relations.receipts import ReceiptReader, provenance, slot_value
@@ -124,9 +125,14 @@ def facts(rstore: RelationStore, req: FactsRequest, scopes: tuple[str, ...] | No
 
 
 def correct(rstore: RelationStore, req: CorrectionRequest, scopes: tuple[str, ...] | None = None) -> dict:
-    """Retire a row the caller may read (`scopes` as for facts: another scope's row is not found)."""
+    """Retire a row the caller may read (`scopes` as for facts: another scope's row is not found). A
+    caller with document scopes retires only rows read from documents of those scopes: a row of no
+    scope (a SQL export's, a document's without one) is every key's, not its own to change."""
     space = open_space(rstore, req.workspace_id, scopes)
     rel, row = _find_row(rstore, space, req.row_id)
+    if scopes is not None and row.get("scope") not in scopes:
+        raise Forbidden("this row is read by every key of the workspace: a key with document scopes retires only "
+                        "rows of documents of its scopes", ref=req.row_id)
     if row.get("retired"):
         return {"correction_id": row["retired"], "row_id": req.row_id, "relation": rel.name,
                 "entity_id": row["entity_id"], "retired": True, "reason": rstore.correction_reason(row["retired"]),

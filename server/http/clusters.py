@@ -14,13 +14,12 @@ router = router(tags=["clusters"])
 @router.get("/v1/clusters")
 def clusters(workspace: str | None = None, include_tombstoned: bool = False, e: Engine = Depends(engine),
              g: Grant = Depends(current_grant)) -> dict:
-    ws = g.workspace(workspace, e.default_workspace)
-    return {"workspace": ws, "clusters": e.clusters(ws, include_tombstoned, g.document_scopes)}
+    return e.clusters(workspace, include_tombstoned, g)
 
 
 @router.post("/v1/clusters/refit")
 def clusters_refit(workspace: str | None = None, k: int | None = Query(None, ge=2, le=10_000),
                    e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    """k-means over page vectors; new cluster ids every time, the old ones tombstoned."""
-    g.require_write()
-    return e.refit_clusters(g.workspace(workspace, e.default_workspace), k)
+    """k-means over page vectors; new cluster ids every time, the old ones tombstoned. It re-clusters
+    every page of the workspace, so a key with document scopes cannot."""
+    return e.refit_clusters(workspace, k, g)

@@ -21,8 +21,7 @@ def healthz() -> dict:
 
 @router.get("/v1/status")
 def status(e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    g.require_everywhere("status (counts over every workspace)")
-    out = e.status()   # over HTTP without the server's paths (`refindery status` prints them locally)
+    out = e.status(g)   # over HTTP without the server's paths (`refindery status` prints them locally)
     out["data_dir"] = Path(out["data_dir"]).name
     out["reranker"].pop("path", None)
     if "reason" in out["reranker"]:

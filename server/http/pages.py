@@ -10,7 +10,6 @@ from engine.app import Engine
 from engine.core.access import Grant
 from engine.ingest.entities import EntityUpsert
 
-from ..errors import not_found
 from .deps import current_grant, engine, router
 
 router = router()
@@ -39,10 +38,12 @@ class UpsertResponse(BaseModel):
 
 @router.post("/v1/pages", response_model=UpsertResponse, tags=["pages"])
 def upsert_pages(body: PagesUpsert, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> UpsertResponse:
-    g.require_write()
-    ws = g.workspace(body.workspace, e.default_workspace)
+    """Create or update pages by URL. A key with document scopes writes each page in its scope (one
+    scope: the page's `scope` may be left out); a page it may not write, or one over the per-page caps
+    (`[ingest] max_page_chars`, `max_page_entities`), is that item's error and the rest land."""
     # the server saves FAISS files periodically, not once per request (a crash before is repaired)
-    report = e.ingest(((i, "request", rec) for i, rec in enumerate(body.pages)), ws, progress=False, flush=False)
+    report = e.ingest(((i, "request", rec) for i, rec in enumerate(body.pages)), body.workspace, progress=False,
+                      flush=False, caller=g)
     items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
              for o in report.outcomes]
     return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())
@@ -50,17 +51,12 @@ def upsert_pages(body: PagesUpsert, e: Engine = Depends(engine), g: Grant = Depe
 
 @router.get("/v1/pages/{page_id}", tags=["pages"])
 def get_page(page_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    e.readable_page(g, page_id)
-    return e.page(page_id)
+    return e.page(page_id, g)
 
 
 @router.delete("/v1/pages/{page_id}", tags=["pages"])
 def remove_page(page_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    g.require_write()
-    e.readable_page(g, page_id)
-    if not e.delete_page(page_id):
-        raise not_found("page", page_id)
-    return {"page_id": page_id, "deleted": True}
+    return e.delete_page(page_id, g)
 
 
 @router.get("/v1/pages/{page_id}/similar", tags=["pages"])
@@ -68,13 +64,11 @@ def similar(page_id: str, mediation: Literal["vector", "cluster", "entity"] = "v
             k: int = Query(10, ge=1, le=200), e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Pages related to this one: `vector` (page-vector cosine), `cluster` (co-members of its
     cluster by cosine), or `entity` (shared entities, IDF-weighted Jaccard)."""
-    e.readable_page(g, page_id)
-    return {"page_id": page_id, "mediation": mediation, "pages": e.similar(page_id, mediation, k, g.document_scopes)}
+    return {"page_id": page_id, "mediation": mediation, "pages": e.similar(page_id, mediation, k, g)}
 
 
 @router.post("/v1/entities", tags=["entities"])
 def entities(body: EntityUpsert, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    """Create or edit an entity (canonical form, aliases) and link pages to it."""
-    g.require_write()
-    body.workspace = g.scoped(body.workspace, e.default_workspace)
-    return e.upsert_entity(body)
+    """Create or edit an entity (canonical form, aliases) of a workspace and document scope, and link
+    that scope's pages to it. Entities of other workspaces and scopes are never reached."""
+    return e.upsert_entity(body, g)

@@ -7,8 +7,8 @@ from fastapi import Body, Depends, Query
 from pydantic import Discriminator, Tag
 
 from engine.app import Engine
-from engine.core.access import Forbidden, Grant
-from engine.relations.facts import AuditNotFound, CorrectionRequest, FactsRequest, RegionRequest
+from engine.core.access import Grant
+from engine.relations.facts import CorrectionRequest, FactsRequest, RegionRequest
 from engine.relations.documents import DocumentLoadRequest
 from engine.relations.loads import LoadRequest
 from engine.relations.search import RelationSearchRequest
@@ -19,24 +19,17 @@ from .deps import current_grant, engine, router
 router = router(tags=["relations"])
 
 
-def _in(g: Grant, workspace_id: str) -> None:
-    """A relation workspace outside the key's grant is answered as one that does not exist."""
-    g.workspace(workspace_id, workspace_id)
-
-
 @router.post("/v1/public/workspaces", status_code=201)
 def workspaces_create(body: WorkspaceCreate, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Create a workspace over one or more relation packs (configs/packs/)."""
-    g.require_write()
-    if not g.everywhere and body.workspace_id not in g.workspaces:
-        raise Forbidden("this key may create only the workspaces it names", key_id=g.key_id)
-    return e.create_relation_workspace(body)
+    return e.create_relation_workspace(body, g)
 
 
 @router.get("/v1/public/workspaces/{workspace_id}")
 def workspaces_get(workspace_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    _in(g, workspace_id)
-    return e.describe_relation_workspace(workspace_id, g.document_scopes)
+    """The workspace's packs, relations and entity counts, and its loads (for a key with document scopes:
+    the SQL loads and the document loads of its scopes)."""
+    return e.describe_relation_workspace(workspace_id, g)
 
 
 def _load_kind(body) -> str:
@@ -57,9 +50,7 @@ def loads_create(workspace_id: str, body: Annotated[AnyLoad, Body()], e: Engine 
     labelled lines, tables, and optionally the compile model), each extracted row with its span
     receipt; the documents become the workspace's pages. One transaction; a re-run supersedes
     (for documents: exactly the rows of the documents that changed)."""
-    g.require_write()
-    _in(g, workspace_id)
-    return e.load(workspace_id, body, scopes=g.document_scopes)
+    return e.load(workspace_id, body, g)
 
 
 @router.post("/v1/public/workspaces/{workspace_id}/loads/{load_id}/sync", status_code=201)
@@ -67,9 +58,7 @@ def loads_sync(workspace_id: str, load_id: str, e: Engine = Depends(engine), g: 
     """Re-sync a load from its source: for documents or JSON records (a connected export) exactly
     the rows of the records that changed are superseded, corrections surviving; a SQL load is
     re-read whole. Answers the new load (`synced_from` names this one)."""
-    g.require_write()
-    _in(g, workspace_id)
-    return e.sync_load(workspace_id, load_id, scopes=g.document_scopes)
+    return e.sync_load(workspace_id, load_id, g)
 
 
 # Where a compact reply's follow-up calls (`more`) are sent over HTTP (MCP replies name them too).
@@ -82,48 +71,31 @@ ROUTES = {"search": {"method": "POST", "path": "/v1/public/search"},
 def public_search(body: RelationSearchRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Constraints over typed relations -> the closed set with its warrant: matched / none /
     not_recorded / undetermined, counts, groups, absence verdicts, receipts and the licence."""
-    _in(g, body.workspace_id)
-    return e.relation_search(body, scopes=g.document_scopes, routes=ROUTES)
+    return e.relation_search(body, g, routes=ROUTES)
 
 
 @router.post("/v1/public/facts")
 def public_facts(body: FactsRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """An entity's rows of a relation, with the absence verdict (None / Not recorded)."""
-    _in(g, body.workspace_id)
-    return e.facts(body, g.document_scopes)
+    return e.facts(body, g)
 
 
 @router.post("/v1/public/corrections")
 def public_corrections(body: CorrectionRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Retire a row with a reason; it stops matching, and while its source still states it the
     entity it belonged to is undetermined rather than none."""
-    g.require_write()
-    _in(g, body.workspace_id)
-    return e.correct(body, g.document_scopes)
+    return e.correct(body, g)
 
 
 @router.post("/v1/public/region")
 def public_region(body: RegionRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Re-read a receipt: the cell a row's slot was loaded from, as the source reads it now."""
-    _in(g, body.workspace_id)
-    return e.region(body, g.document_scopes)
-
-
-def _within_scopes(g: Grant, event: dict) -> bool:
-    """A key with document scopes sees an event only if the search it records read no document
-    outside them (an event from before scopes were recorded counts as reading every document)."""
-    if not g.scopes:
-        return True
-    read = (event.get("summary") or {}).get("document_scopes")
-    return read is not None and set(read) <= set(g.scopes)
+    return e.region(body, g)
 
 
 @router.get("/v1/audit/events")
 def audit(request_id: str = Query(min_length=1, max_length=100), e: Engine = Depends(engine),
           g: Grant = Depends(current_grant)) -> dict:
-    """What an answer rested on: the rows (and spans) a request delivered."""
-    out = e.audit_events(request_id)
-    out["events"] = [ev for ev in out["events"] if g.may_read(ev["workspace_id"]) and _within_scopes(g, ev)]
-    if not out["events"]:
-        raise AuditNotFound(f"no audit event for request {request_id!r}", ref=request_id)
-    return out
+    """What an answer rested on: the rows (and spans) a request delivered (the key's own workspaces and
+    scopes only; an event from before scopes were recorded counts as reading every document)."""
+    return e.audit_events(request_id, g)

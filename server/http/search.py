@@ -26,16 +26,14 @@ class FeedbackIn(BaseModel):
 def search(req: SearchRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> SearchResponse:
     """Hybrid search over pages: BM25 and dense arms fused by RRF, optional rerank, rollup to
     pages, recency decay, pinning of exact URL/domain matches, then the slice [offset:offset+k]."""
-    req.workspace = g.scoped(req.workspace, e.default_workspace)
-    return e.search(req, scopes=g.document_scopes)
+    return e.search(req, g)
 
 
 @router.post("/v1/compare", response_model=CompareResponse)
 def compare(req: CompareRequest, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> CompareResponse:
     """The full pipeline once per embedder over one shared sparse arm, with the agreement of
     every pair of lists at k (Jaccard, extrapolated RBO, Kendall's tau-b over shared pages)."""
-    req.workspace = g.scoped(req.workspace, e.default_workspace)
-    return e.compare(req, scopes=g.document_scopes)
+    return e.compare(req, g)
 
 
 @router.get("/v1/facets")
@@ -43,8 +41,7 @@ def facets(workspace: str | None = None, limit: int = Query(50, ge=1, le=1000), 
            g: Grant = Depends(current_grant)) -> dict:
     """What a workspace's pages can be filtered by, with page counts: domains, live clusters (with
     a few titles each), entities, and the range of last_seen; the values /v1/search's filters take."""
-    ws = g.workspace(workspace, e.default_workspace)
-    return {"workspace": ws} | e.facets(ws, g.document_scopes, limit)
+    return e.facets(workspace, g, limit)
 
 
 @router.get("/v1/models")
@@ -60,6 +57,4 @@ def models(e: Engine = Depends(engine)) -> dict:
 def feedback(body: FeedbackIn, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant.
     A read-only key may send them: they judge results, they change no document."""
-    e.readable_query(g, body.query_id)
-    e.readable_page(g, body.page_id)
-    return e.feedback(body.query_id, body.page_id, body.kind)
+    return e.feedback(body.query_id, body.page_id, body.kind, g)

@@ -95,9 +95,11 @@ class _Operations:
         req = _build(m.EvidenceRequest, query=query, **params)
         return self._call(_Op("POST", "/v1/evidence", req.body(), read=m.EvidenceResponse.model_validate))
 
-    def read_packet(self, session_id: str, topic: str | None = None, part: str = "packet") -> str:
-        """GET /v1/evidence/packets/{session_id}: the packet's (or appendix's) Markdown."""
-        params = {"part": part} | ({"topic": topic} if topic else {})
+    def read_packet(self, session_id: str, topic: str | None = None, part: str = "packet",
+                    workspace: str | None = None) -> str:
+        """GET /v1/evidence/packets/{session_id}: the packet's (or appendix's) Markdown; sessions are
+        per workspace (default: the key's)."""
+        params = {"part": part} | ({"topic": topic} if topic else {}) | ({"workspace": workspace} if workspace else {})
         return self._call(_Op("GET", f"/v1/evidence/packets/{_segment(session_id)}", params=params, text=True))
 
     # Operations ----------------------------------------------------------------------------------
