@@ -89,13 +89,19 @@ def test_a_key_sees_only_its_workspaces_and_others_are_404(acl):
 
 
 def test_evidence_sessions_do_not_cross_workspaces(acl):
+    """Each workspace has sessions of its own: the same id in another workspace is another session,
+    answered exactly as a fresh id is (issue 41 #5: a 404 there told that the id was in use)."""
     r = acl.post("/v1/evidence", json={"query": "json", "session_id": "shared"}, headers=auth(acl.admin))
     assert r.status_code == 200  # the admin's default workspace
     other = acl.post("/v1/evidence", json={"query": "json", "session_id": "shared"}, headers=auth(acl.alpha))
-    assert other.status_code == 404 and other.json()["detail"]["type"] == "packet_not_found"
-    read = acl.get("/v1/evidence/packets/shared", headers=auth(acl.alpha))
-    assert read.status_code == 404 and read.json()["detail"]["type"] == "packet_not_found"
-    assert acl.get("/v1/evidence/packets/shared", headers=auth(acl.admin)).status_code == 200
+    fresh = acl.post("/v1/evidence", json={"query": "json", "session_id": "never-used"}, headers=auth(acl.alpha))
+    assert other.status_code == fresh.status_code == 200, other.text
+    assert other.json()["path"] != r.json()["path"] and other.json()["sources_found"] == other.json()["new_sources"]
+    mine = acl.get("/v1/evidence/packets/shared", headers=auth(acl.alpha)).text
+    theirs = acl.get("/v1/evidence/packets/shared", headers=auth(acl.admin)).text
+    assert "workspace: alpha" in mine and "workspace: default" in theirs
+    assert acl.get("/v1/evidence/packets/shared", params={"workspace": "default"},
+                   headers=auth(acl.alpha)).json()["detail"]["type"] == "workspace_not_found"
 
 
 def test_read_only_keys_cannot_write_and_grants_bound_admin_routes(acl):
@@ -186,7 +192,10 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     wide = acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=auth(acl.alpha))
     assert wide.status_code == 200
     assert acl.get("/v1/evidence/packets/wide", headers=h).status_code == 404
-    assert acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=h).status_code == 404
+    # the same id is the scoped key's own session, written from its scope only (not the wide packet)
+    assert acl.post("/v1/evidence", json={"query": "json", "session_id": "wide"}, headers=h).status_code == 200
+    own = acl.get("/v1/evidence/packets/wide", headers=h).text
+    assert "team-b" not in own and "https://a.example/json" not in own
     # a page list cannot reach past the scopes (an out-of-scope page is as unknown as a missing one), and a
     # scoped key's map_write writes nothing into maps drawn over every document
     listed = acl.post("/v1/evidence", json={"query": "json pretty output", "session_id": "listed", "max_rounds": 1,

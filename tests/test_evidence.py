@@ -59,7 +59,7 @@ def ev(pool, tmp_path_factory):
     from engine.evidence import service
 
     client = titled_client(pool, tmp_path_factory.mktemp("evidence") / "data", PAGES)
-    service.set_dictionary(client.corpus, None, "markdown", DICTIONARY_MD)
+    service.set_dictionary(client.corpus, "default", "markdown", DICTIONARY_MD)
     yield client
     client.corpus.close()
 
@@ -259,14 +259,14 @@ def test_a_second_call_appends_to_the_same_packet(ev):
 def test_topic_names_a_packet_of_its_own(ev):
     a = run(ev, "puffins", session_id="par", topic="Sea birds!", max_rounds=1)
     b = run(ev, "oven heat", session_id="par", topic="baking", max_rounds=1)
-    assert a.path == "agent_reports/evidence_packet_par_sea-birds.md"
-    assert b.path == "agent_reports/evidence_packet_par_baking.md"
+    assert a.path == "agent_reports/default/evidence_packet_par_sea-birds.md"
+    assert b.path == "agent_reports/default/evidence_packet_par_baking.md"
 
 
 def test_a_large_packet_splits_into_main_and_appendix(ev):
     resp = run(ev, "magnetic field of the earth", settings={"split_chars": 1000}, session_id="split",
                min_high_sources=50, k=len(PAGES), max_rounds=1)
-    assert resp.appendix_path == "agent_reports/evidence_appendix_split.md" and resp.reports_written == 2
+    assert resp.appendix_path == "agent_reports/default/evidence_appendix_split.md" and resp.reports_written == 2
     fm, main = packet(ev, resp)
     appendix = (ev.data_dir / resp.appendix_path).read_text()
     afm = yaml.safe_load(appendix.split("---\n")[1])
@@ -315,7 +315,7 @@ def test_http_route_and_packet_read(ev):
     r = ev.post("/v1/evidence", json={"query": "puffins nesting in burrows", "session_id": "http"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["path"] == "agent_reports/evidence_packet_http.md" and body["session_id"] == "http"
+    assert body["path"] == "agent_reports/default/evidence_packet_http.md" and body["session_id"] == "http"
     assert "excerpt" not in json.dumps(body)
     text = ev.get("/v1/evidence/packets/http")
     assert text.status_code == 200 and text.text.startswith("---\ntype: evidence_packet\n")
@@ -362,7 +362,7 @@ def test_mcp_tools(ev):
     res = call_tool(ev, "evidence_search", {"query": "albatross wingspan", "session_id": "mcp"})
     assert not res.isError, res.content[0].text
     reply = json.loads(res.content[0].text)
-    assert reply["path"] == "agent_reports/evidence_packet_mcp.md" and reply["sources_found"] >= 1
+    assert reply["path"] == "agent_reports/default/evidence_packet_mcp.md" and reply["sources_found"] >= 1
     read = call_tool(ev, "read_evidence_packet", {"session_id": "mcp"})
     assert json.loads(read.content[0].text)["text"].startswith("---\ntype: evidence_packet")
     bad = call_tool(ev, "evidence_search", {"query": "x", "session_id": "a/b"})
@@ -391,7 +391,7 @@ def test_a_packet_lost_after_its_state_was_written_is_redrawn_whole(ev):
     second = run(ev, "flaky pastry butter", session_id="crash", max_rounds=1)
     fm, body = packet(ev, second)
     assert fm["calls"] == 2 and "## Search 1: wandering albatross" in body and "## Search 2" in body
-    assert not list((ev.data_dir / "agent_reports").glob(".*.tmp"))
+    assert not list((ev.data_dir / "agent_reports").rglob(".*.tmp"))
 
 
 def test_cli_dictionary_set_and_show(tmp_path, capsys, monkeypatch):

@@ -109,7 +109,7 @@ def test_a_sibling_round_over_a_url_folder_finds_a_page_the_first_round_missed(w
     fm, body = packet(wf, resp)
     first, second = fm["grep_patterns_used"]
     assert second["kind"] == "sibling" and second["within"] == "folder:docs.example/nursing/"
-    state = wf.corpus.settings.reports_dir / ".state" / "evidence_packet_folders.md.json"
+    state = wf.corpus.settings.reports_dir / "default" / ".state" / "evidence_packet_folders.md.json"
     import json
 
     sources = json.loads(state.read_text())["calls"][0]["sources"]
@@ -176,7 +176,7 @@ def test_map_write_is_read_by_the_next_call_which_needs_fewer_rounds(wf):
     assert written["maps"] == ["maps/default/groups/folder-docs-example-nursing/map.md"]
     group_map = (wf.data_dir / written["maps"][0]).read_text()
     assert "## Connections found by retrieval" in group_map and "clinical judgment models" in group_map
-    calls1 = json.loads((wf.corpus.settings.reports_dir / ".state" / "evidence_packet_writer.md.json").read_text())
+    calls1 = json.loads((wf.corpus.settings.reports_dir / "default" / ".state" / "evidence_packet_writer.md.json").read_text())
     found1 = {s["page_id"]: s["round"] for s in calls1["calls"][0]["sources"]}
     assert max(found1.values()) >= 2, "the first call needed more than one round for its sources"
     # a related question, another session: it consults the map the first call wrote, and its first round
@@ -187,7 +187,7 @@ def test_map_write_is_read_by_the_next_call_which_needs_fewer_rounds(wf):
     assert written["maps"][0] in fm2["navigation"]["maps_accessed"]
     rounds = fm2["grep_patterns_used"]
     assert rounds[0]["kind"] == "map" and rounds[0]["within"] == "notes:sub-query 0"
-    calls2 = json.loads((wf.corpus.settings.reports_dir / ".state" / "evidence_packet_reader.md.json").read_text())
+    calls2 = json.loads((wf.corpus.settings.reports_dir / "default" / ".state" / "evidence_packet_reader.md.json").read_text())
     found2 = {s["page_id"]: s["round"] for s in calls2["calls"][0]["sources"]}
     assert set(found1) <= set(found2) and all(found2[p] == 1 for p in found1)
     assert fm2["navigation"]["evidence_found_in"] == "map"
@@ -230,7 +230,7 @@ def test_a_call_killed_between_rounds_leaves_a_packet_of_the_rounds_done(pool, m
     proc = subprocess.run(argv, cwd=ROOT, env=_env(data, "evidence_round:2"), capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    path = data / "agent_reports" / "evidence_packet_killed.md"
+    path = data / "agent_reports" / "default" / "evidence_packet_killed.md"
     fm, body = read_packet(path)
     nav = fm["navigation"]
     assert nav["search_termination"] == "in_progress" and nav["search_rounds"] == 2
@@ -319,7 +319,7 @@ def test_the_packet_yaml_is_the_same_from_libyaml_and_pure_python(wf):
 
     assert DUMPER is yaml.CSafeDumper   # PyYAML's wheels carry libyaml: the fast path is the one tested
     run(wf, "sourdough starter and flaky pastry", session_id="yaml", max_rounds=2)
-    states = list((wf.corpus.settings.reports_dir / ".state").glob("*.json"))
+    states = list((wf.corpus.settings.reports_dir / "default" / ".state").glob("*.json"))
     assert states
     for state_file in states:
         state = json.loads(state_file.read_text())

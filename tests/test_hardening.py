@@ -268,7 +268,9 @@ def test_a_folder_source_whose_file_links_outside_is_refused(keyed, tmp_path):
 
 # 5. The dictionary read route opens no file outside the dictionary folder ---------------------------
 
-def test_the_dictionary_read_route_validates_the_name_as_the_write_route_does(tmp_path):
+def test_the_dictionary_routes_open_no_file_outside_the_dictionary_folder(tmp_path):
+    """A workspace's dictionary file is named by the workspace's escaped name (engine/core/identity.py):
+    a name that is a path reads (and writes) a file of that escaped name in the folder, never the path."""
     from docs.examples import make_client
 
     secret = tmp_path / "x" / "outside-secret.md"
@@ -278,8 +280,13 @@ def test_the_dictionary_read_route_validates_the_name_as_the_write_route_does(tm
     try:
         for name in (str(secret.with_suffix("")), "../../x/outside-secret", "/work/pyproject"):
             r = client.get("/v1/evidence/dictionary", params={"workspace": name})
-            assert r.status_code == 422 and r.json()["detail"]["type"] == "dictionary_invalid", r.text
+            assert r.status_code == 200 and r.json()["entries"] == 0, r.text
             assert "hidden-term" not in r.text and "secret-alias" not in r.text
+            w = client.put("/v1/evidence/dictionary", params={"workspace": name},
+                           json={"format": "markdown", "text": "## gannet\n\nsula\n"})
+            assert w.status_code == 200 and "/" not in w.json()["file"], w.text
+            assert (client.data_dir / "dictionaries" / w.json()["file"]).is_file()
+        assert secret.read_text() == "## hidden-term\n\nsecret-alias\n"
         ok = client.put("/v1/evidence/dictionary", params={"workspace": "birds"},
                         json={"format": "markdown", "text": "## gannet\n\nsula\n"})
         assert ok.status_code == 200 and ok.json()["file"] == "birds.md"   # no server path in the reply

@@ -8,7 +8,7 @@ import signal
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 # text with lone surrogates, NUL and control characters among ordinary letters
@@ -117,3 +117,119 @@ def test_a_server_killed_right_after_refusing_bad_items_restarts_clean(tmp_path)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+# Issue 41: generated WRITES under a scoped key, a read-only key and a key of another workspace. After
+# every example, nothing outside the caller's workspace and scopes changed: the other scopes' and
+# workspaces' pages (body, scope, visits, last seen, cluster), their entities and links, map notes
+# and dictionaries are exactly as before.
+
+URL_POOL = ["https://s2.example.com/beta", "https://s2.example.com/gamma", "https://hr.example/bands",
+            "https://d.example/open", "https://s1.example.com/alpha", "https://new.example/x"]
+SCOPES = st.sampled_from([None, "s1", "s2", "a\tb", ""])
+WORKSPACES = st.sampled_from([None, None, "default", "default", "acme", "acme:hr", "acme%3Ahr"])
+ENTITY = st.one_of(st.sampled_from(["Initech", "Salary Bands", "Open"]),
+                   st.fixed_dictionaries({"canonical": st.sampled_from(["PWNED", "Initech"]),
+                                          "id": st.sampled_from(["initech", "hr:salary-bands", "salary-bands",
+                                                                 "default:initech", "s2:initech"])}))
+PAGE_WRITE = st.fixed_dictionaries({"url": st.sampled_from(URL_POOL), "body_text": st.sampled_from(
+    ["OVERWRITTEN", "Beta: the s2 team's launch plan for Initech."])},
+    optional={"scope": SCOPES, "entities": st.lists(ENTITY, max_size=2)})
+ACTIONS = st.one_of(
+    st.builds(lambda ws, pages: ("POST", "/v1/pages", {}, {"workspace": ws, "pages": pages}),
+              WORKSPACES, st.lists(PAGE_WRITE, min_size=1, max_size=3)),
+    st.builds(lambda ws, eid, canon, pages, scope, replace: (
+        "POST", "/v1/entities", {}, {"workspace": ws, "id": eid, "canonical": canon, "pages": pages,
+                                     "scope": scope, "replace_aliases": replace}),
+        WORKSPACES, st.sampled_from([None, "initech", "hr:salary-bands", "salary-bands"]),
+        st.sampled_from(["Renamed", "Initech"]), st.lists(st.sampled_from(["@s2", "@hr", "@open", "@s1"]), max_size=2),
+        SCOPES, st.booleans()),
+    st.builds(lambda pid: ("DELETE", "/v1/pages/{}", {}, pid), st.sampled_from(["@s2", "@hr", "@open", "@s1"])),
+    st.builds(lambda ws: ("POST", "/v1/clusters/refit", {"workspace": ws, "k": 2} if ws else {"k": 2}, None),
+              WORKSPACES),
+    st.builds(lambda ws: ("PUT", "/v1/evidence/dictionary", {"workspace": ws} if ws else {},
+                          {"format": "markdown", "text": "## forged\n- aliases: x\n"}), WORKSPACES),
+    st.builds(lambda ws: ("POST", "/v1/evidence", {}, {"workspace": ws, "query": "plans\n## FORGED", "max_rounds": 1,
+                                                       "route_constraints": ["map_write"]}), WORKSPACES))
+
+
+@pytest.fixture(scope="module")
+def walled(pool, tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    from engine.core.access import create_key
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
+    from server.app import create_app
+
+    s = load_settings(data_dir=str(tmp_path_factory.mktemp("walled") / "data"))
+    corpus = open_corpus(s, pool)
+    client = TestClient(create_app(s, corpus), raise_server_exceptions=False)
+    client.corpus = corpus
+    admin = {"Authorization": "Bearer " + create_key(corpus.keys, ["*"])["token"]}
+    pages = {"acme:hr": [{"url": "https://hr.example/bands", "body_text": "The salary bands.",
+                          "entities": [{"canonical": "Salary Bands", "id": "salary-bands"}]}],
+             "default": [{"url": "https://s2.example.com/beta", "body_text": "Beta: the s2 plan for Initech.",
+                          "scope": "s2", "entities": ["Initech"]},
+                         {"url": "https://d.example/open", "body_text": "An open page about plans.",
+                          "entities": ["Open"]},
+                         {"url": "https://s1.example.com/alpha", "body_text": "Alpha: s1 plans.", "scope": "s1"}]}
+    ids = {}
+    for ws, recs in pages.items():
+        items = client.post("/v1/pages", json={"workspace": ws, "pages": recs}, headers=admin).json()["items"]
+        for rec, item in zip(recs, items):
+            ids[rec["url"]] = item["page_id"]
+    client.post("/v1/clusters/refit", params={"workspace": "default", "k": 2}, headers=admin)
+    client.put("/v1/evidence/dictionary", params={"workspace": "acme:hr"}, headers=admin,
+               json={"format": "markdown", "text": "## salary band\n- aliases: pay band\n"})
+    client.refs = {"@s2": ids["https://s2.example.com/beta"], "@hr": ids["https://hr.example/bands"],
+                   "@open": ids["https://d.example/open"], "@s1": ids["https://s1.example.com/alpha"]}
+    client.keys = {name: {"Authorization": "Bearer " + create_key(corpus.keys, ws, scopes, ro)["token"]}
+                   for name, ws, scopes, ro in (("s1", ["default"], ["s1"], False),
+                                                ("reader", ["default"], [], True),
+                                                ("acme", ["acme"], [], False))}
+    yield client
+    if not corpus.store.closed:
+        corpus.close()
+
+
+# what each caller may change: its own workspace and scopes (the read-only key: nothing), and the
+# dictionary of a workspace it holds whole
+INSIDE = {"s1": (lambda ws, scope: ws == "default" and scope == "s1", None),
+          "reader": (lambda ws, scope: False, None),
+          "acme": (lambda ws, scope: ws == "acme", "acme")}
+
+
+def outside_state(client, who) -> dict:
+    inside, own_dictionary = INSIDE[who]
+    cur = client.corpus.store.cursor()
+    pages = {r[0]: r[1:] for r in cur.execute(
+        "SELECT page_id, workspace_id, url, body_text, scope, visit_count, last_seen, cluster_id, content_hash "
+        "FROM pages").fetchall() if not inside(r[1], r[4])}
+    ents = {r[0]: r[1:] for r in cur.execute(
+        "SELECT entity_id, workspace_id, scope, canonical, aliases FROM entities").fetchall()
+        if not inside(r[1], r[2])}
+    links = sorted(r for r in cur.execute("SELECT page_id, entity_id FROM page_entities").fetchall()
+                   if r[0] in pages or r[1] in ents)
+    folder = client.corpus.settings.dictionary_dir
+    dictionaries = {p.name: p.read_text() for p in folder.glob("*")
+                    if p.stem != own_dictionary} if folder.exists() else {}
+    notes = {ws: client.corpus.map_notes.version(ws) for ws in ("default", "acme:hr")}
+    return {"pages": pages, "entities": ents, "links": links, "notes": notes, "dictionaries": dictionaries}
+
+
+@pytest.mark.parametrize("who", sorted(INSIDE))
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(actions=st.lists(ACTIONS, min_size=1, max_size=3))
+def test_generated_writes_change_nothing_outside_the_callers_workspace_and_scopes(walled, who, actions):
+    before = outside_state(walled, who)
+    for method, path, params, body in actions:
+        if method == "DELETE":
+            r = walled.delete(path.format(walled.refs[body]), headers=walled.keys[who])
+        else:
+            if body and body.get("pages") and isinstance(body["pages"][0], str):
+                body = {**body, "pages": [walled.refs[p] for p in body["pages"]]}
+            r = walled.request(method, path, params=params, json=body, headers=walled.keys[who])
+        assert r.status_code < 500 and r.headers["content-type"].startswith("application/json"), r.text
+        event(f"{who} {method} {path.split('/')[2]} {r.status_code}")
+    assert outside_state(walled, who) == before, (who, actions)

@@ -171,7 +171,7 @@ def test_sparse_filter_fields_restrict_results(make_corpus):
     assert urls(SparseFilter(domains=("b.example",))) == ["https://b.example/2"]
     assert urls(SparseFilter(after=datetime(2026, 8, 1))) == ["https://b.example/2"]
     assert urls(SparseFilter(before=datetime(2026, 8, 1))) == ["https://a.example/1"]
-    assert urls(SparseFilter(entities=("default:birds",))) == ["https://a.example/1"]
+    assert urls(SparseFilter(entities=("default/s1:birds",))) == ["https://a.example/1"]
     assert urls(SparseFilter(scopes=("s2",))) == ["https://b.example/2"]
     assert urls(SparseFilter(scopes=())) == []
     # Filters never change the BM25 score of what they keep.
