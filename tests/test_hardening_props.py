@@ -8,7 +8,7 @@ import signal
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 # text with lone surrogates, NUL and control characters among ordinary letters
@@ -131,19 +131,23 @@ WORKSPACES = st.sampled_from([None, None, "default", "default", "acme", "acme:hr
 ENTITY = st.one_of(st.sampled_from(["Initech", "Salary Bands", "Open"]),
                    st.fixed_dictionaries({"canonical": st.sampled_from(["PWNED", "Initech"]),
                                           "id": st.sampled_from(["initech", "hr:salary-bands", "salary-bands",
-                                                                 "default:initech", "s2:initech"])}))
+                                                                 "default:initech", "s2:initech"]),
+                                          "aliases": st.lists(st.sampled_from(["injected", "x"]), max_size=1)}))
+ENTITY_UPSERT = st.builds(
+    lambda ws, eid, canon, pages, scope, replace: (
+        "POST", "/v1/entities", {}, {"workspace": ws, "id": eid, "canonical": canon, "pages": pages,
+                                     "scope": scope, "replace_aliases": replace, "aliases": ["injected"]}),
+    WORKSPACES, st.sampled_from([None, "initech", "hr:salary-bands", "salary-bands"]),
+    st.sampled_from(["Renamed", "Initech"]),
+    st.one_of(st.just([]), st.lists(st.sampled_from(["@s2", "@hr", "@open", "@s1"]), min_size=1, max_size=2)),
+    SCOPES, st.booleans())
 PAGE_WRITE = st.fixed_dictionaries({"url": st.sampled_from(URL_POOL), "body_text": st.sampled_from(
     ["OVERWRITTEN", "Beta: the s2 team's launch plan for Initech."])},
     optional={"scope": SCOPES, "entities": st.lists(ENTITY, max_size=2)})
-ACTIONS = st.one_of(
-    st.builds(lambda ws, pages: ("POST", "/v1/pages", {}, {"workspace": ws, "pages": pages}),
-              WORKSPACES, st.lists(PAGE_WRITE, min_size=1, max_size=3)),
-    st.builds(lambda ws, eid, canon, pages, scope, replace: (
-        "POST", "/v1/entities", {}, {"workspace": ws, "id": eid, "canonical": canon, "pages": pages,
-                                     "scope": scope, "replace_aliases": replace}),
-        WORKSPACES, st.sampled_from([None, "initech", "hr:salary-bands", "salary-bands"]),
-        st.sampled_from(["Renamed", "Initech"]), st.lists(st.sampled_from(["@s2", "@hr", "@open", "@s1"]), max_size=2),
-        SCOPES, st.booleans()),
+PAGES_UPSERT = st.builds(lambda ws, pages: ("POST", "/v1/pages", {}, {"workspace": ws, "pages": pages}),
+                         WORKSPACES, st.lists(PAGE_WRITE, min_size=1, max_size=3))
+ACTIONS = st.one_of(   # the two writes of documents and entities drawn three times as often as the rest
+    PAGES_UPSERT, PAGES_UPSERT, PAGES_UPSERT, ENTITY_UPSERT, ENTITY_UPSERT, ENTITY_UPSERT,
     st.builds(lambda pid: ("DELETE", "/v1/pages/{}", {}, pid), st.sampled_from(["@s2", "@hr", "@open", "@s1"])),
     st.builds(lambda ws: ("POST", "/v1/clusters/refit", {"workspace": ws, "k": 2} if ws else {"k": 2}, None),
               WORKSPACES),
@@ -162,7 +166,8 @@ def walled(pool, tmp_path_factory):
     from engine.core.settings import load_settings
     from server.app import create_app
 
-    s = load_settings(data_dir=str(tmp_path_factory.mktemp("walled") / "data"))
+    s = load_settings(data_dir=str(tmp_path_factory.mktemp("walled") / "data"),
+                      server={"rate_limit_per_minute": 0})   # the examples' calls are not to be refused for their rate
     corpus = open_corpus(s, pool)
     client = TestClient(create_app(s, corpus), raise_server_exceptions=False)
     client.corpus = corpus
@@ -201,16 +206,20 @@ INSIDE = {"s1": (lambda ws, scope: ws == "default" and scope == "s1", None),
 
 
 def outside_state(client, who) -> dict:
+    from test_hardening_writes import entity_rows
+
     inside, own_dictionary = INSIDE[who]
     cur = client.corpus.store.cursor()
     pages = {r[0]: r[1:] for r in cur.execute(
         "SELECT page_id, workspace_id, url, body_text, scope, visit_count, last_seen, cluster_id, content_hash "
         "FROM pages").fetchall() if not inside(r[1], r[4])}
-    ents = {r[0]: r[1:] for r in cur.execute(
-        "SELECT entity_id, workspace_id, scope, canonical, aliases FROM entities").fetchall()
-        if not inside(r[1], r[2])}
+    rows = entity_rows(cur)
+    theirs = {r[0] for r in rows if not inside(r[1], r[2])}
+    # links of their pages, and links of any page to their entities (a page linked across the wall)
     links = sorted(r for r in cur.execute("SELECT page_id, entity_id FROM page_entities").fetchall()
-                   if r[0] in pages or r[1] in ents)
+                   if r[0] in pages or r[1] in theirs)
+    linked = {e for p, e in links if p in pages}
+    ents = {r[0]: r[1:] for r in rows if r[0] in theirs or r[0] in linked}
     folder = client.corpus.settings.dictionary_dir
     dictionaries = {p.name: p.read_text() for p in folder.glob("*")
                     if p.stem != own_dictionary} if folder.exists() else {}
@@ -218,6 +227,12 @@ def outside_state(client, who) -> dict:
     return {"pages": pages, "entities": ents, "links": links, "notes": notes, "dictionaries": dictionaries}
 
 
+# The issue's own attacks, always tried besides the generated ones (whichever key sends them).
+@example(actions=[("POST", "/v1/entities", {}, {"canonical": "PWNED", "id": "hr:salary-bands", "aliases": ["injected"]})])
+@example(actions=[("POST", "/v1/pages", {}, {"pages": [{"url": "https://s2.example.com/beta", "body_text": "OVERWRITTEN",
+                                                       "scope": "s1"}]})])
+@example(actions=[("POST", "/v1/entities", {}, {"canonical": "Initech", "id": "initech", "replace_aliases": True})])
+@example(actions=[("POST", "/v1/evidence", {}, {"query": "plans\n## FORGED", "route_constraints": ["map_write"]})])
 @pytest.mark.parametrize("who", sorted(INSIDE))
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(actions=st.lists(ACTIONS, min_size=1, max_size=3))
