@@ -86,6 +86,8 @@ bench: install
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/load.py --throughput --collection med --seconds 15
 	$(BIN)/python bench/backends.py
+	$(BIN)/python bench/hardening.py
+	$(BIN)/python bench/hardening.py --lock
 	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
