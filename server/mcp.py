@@ -127,7 +127,8 @@ class RouteArguments(FuncMetadata):
             arguments = self.pre_parse_json(arguments_to_validate)
         except ValueError:   # a string no JSON reader takes (an integer of thousands of digits): as sent
             arguments = dict(arguments_to_validate)
-        return await fn(**arguments, **(arguments_to_pass_directly or {}))
+        direct = arguments_to_pass_directly or {}
+        return await fn(**{k: v for k, v in arguments.items() if k not in direct}, **direct)
 
 
 def route_tool(model: type[BaseModel], call: Callable[[BaseModel, Grant], Any], path: str, name: str,

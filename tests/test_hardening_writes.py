@@ -548,3 +548,20 @@ def test_a_data_dir_of_the_shared_identities_is_re_keyed_at_open_and_searches_as
     # the same URL sent again in its scope is the page it was, not a second one
     again = ingest(corpus, [page("https://x.example/a", "Initech plans of team one", scope="s1", entities=["Initech"])])
     assert again.outcomes[0].status in ("unchanged", "updated") and corpus.store.counts()["pages"] == 4
+
+
+def test_a_packet_of_the_flat_layout_moves_into_its_workspace_folder_when_first_read(tenants):
+    """Packets written before sessions were per workspace lay in agent_reports/ itself: the first
+    read (or call) of that session by a caller of its workspace and scopes moves it into their folder;
+    another workspace's caller does not get it."""
+    made = tenants.post("/v1/evidence", headers=h(tenants.admin), json={"query": "gannets", "session_id": "flat"})
+    reports = tenants.corpus.settings.reports_dir
+    folder = tenants.data_dir / made.json()["path"]
+    (reports / ".state").mkdir(exist_ok=True)
+    folder.replace(reports / folder.name)     # as the flat layout had it
+    (folder.parent / ".state" / f"{folder.name}.json").replace(reports / ".state" / f"{folder.name}.json")
+    other = tenants.get("/v1/evidence/packets/flat", headers=h(tenants.acme))
+    assert other.status_code == 404 and (reports / folder.name).is_file()
+    text = tenants.get("/v1/evidence/packets/flat", headers=h(tenants.admin))
+    assert text.status_code == 200 and "gannets" in text.text
+    assert folder.is_file() and not (reports / folder.name).exists()

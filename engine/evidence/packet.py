@@ -48,20 +48,23 @@ def packet_dir(reports_dir: Path, workspace: str, scopes: tuple[str, ...] | None
 def adopt_legacy(reports_dir: Path, folder: Path, packet_name: str, workspace: str,
                  scopes: tuple[str, ...] | None) -> None:
     """A packet written before packets had folders (all of them in `reports_dir`) moves into the folder
-    of the workspace and scopes it was written for, the first time that caller asks for it."""
+    of the workspace and scopes it was written for, the first time that caller asks for it (under the
+    packet's lock, packet_lock(folder / packet_name))."""
     state = load_state(reports_dir, packet_name)
     if state is None or load_state(folder, packet_name) is not None or state.get("workspace") != workspace:
         return
     written = state.get("scopes")
     if (None if written is None else tuple(sorted(set(written)))) != scopes:
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / ".state").mkdir(exist_ok=True)
+    (folder / ".state").mkdir(parents=True, exist_ok=True)
     appendix_name = packet_name.replace("evidence_packet_", "evidence_appendix_", 1)
-    for name in (packet_name, appendix_name):
-        if (reports_dir / name).is_file():
-            (reports_dir / name).replace(folder / name)
-    (reports_dir / ".state" / f"{packet_name}.json").replace(folder / ".state" / f"{packet_name}.json")
+    for source, target in ((reports_dir / packet_name, folder / packet_name),
+                           (reports_dir / appendix_name, folder / appendix_name),
+                           (reports_dir / ".state" / f"{packet_name}.json", folder / ".state" / f"{packet_name}.json")):
+        try:   # the state last: a packet whose state moved has moved whole
+            source.replace(target)
+        except FileNotFoundError:
+            pass
 
 
 def names(session_id: str, topic_slug: str | None) -> tuple[str, str]:

@@ -6,7 +6,7 @@ import re
 from engine.core.corpus import Corpus
 from engine.evidence.dictionary import DictionaryError, describe, install_dictionary
 from engine.evidence.maps import slug, workspace_maps
-from engine.evidence.packet import adopt_legacy, load_state, names, packet_dir
+from engine.evidence.packet import adopt_legacy, load_state, names, packet_dir, packet_lock
 from engine.evidence.search import (SESSION, DictionaryInvalid, EvidenceRequest, EvidenceResponse,  # noqa: F401
                      EvidenceSearch, PacketNotFound, packet_visible, workspace_dictionary)
 
@@ -20,7 +20,8 @@ def read_packet(corpus: Corpus, session_id: str, topic: str | None, part: str, w
     scopes = tuple(sorted(set(scopes))) if scopes else None
     packet, appendix = names(session_id, slug(topic) if topic else None)
     folder = packet_dir(corpus.settings.reports_dir, workspace, scopes)
-    adopt_legacy(corpus.settings.reports_dir, folder, packet, workspace, scopes)
+    with packet_lock(folder / packet):
+        adopt_legacy(corpus.settings.reports_dir, folder, packet, workspace, scopes)
     path = folder / (packet if part == "packet" else appendix)
     state = load_state(folder, packet)
     if not path.is_file() or state is None or not packet_visible(state, workspace, scopes):
