@@ -25,7 +25,6 @@ cluster and to a local Milvus (milvus-lite's server on loopback in the tests).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import string
