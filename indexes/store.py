@@ -781,12 +781,7 @@ class CorpusStore:
                 con.execute("DELETE FROM page_entities")
                 con.execute("DELETE FROM entities")
                 if entities:
-                    con.register("_ents", pa.table({
-                        "entity_id": pa.array([e.entity_id for e in entities], pa.string()),
-                        "workspace_id": pa.array([e.workspace_id for e in entities], pa.string()),
-                        "canonical": pa.array([e.canonical for e in entities], pa.string()),
-                        "aliases": pa.array([e.aliases for e in entities], pa.list_(pa.string())),
-                        "scope": pa.array([e.scope for e in entities], pa.string())}))
+                    con.register("_ents", _entity_table(entities))
                     con.execute("INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope) "
                                 "SELECT entity_id, workspace_id, canonical, aliases, scope FROM _ents")
                     con.unregister("_ents")
@@ -982,12 +977,7 @@ class CorpusStore:
                 links.add((w.page.page_id, e.entity_id))
         if entities:
             rows = list(entities.values())
-            con.register("_fresh_entities", pa.table({
-                "entity_id": pa.array([e.entity_id for e in rows], pa.string()),
-                "workspace_id": pa.array([e.workspace_id for e in rows], pa.string()),
-                "canonical": pa.array([e.canonical for e in rows], pa.string()),
-                "aliases": pa.array([e.aliases for e in rows], pa.list_(pa.string())),
-                "scope": pa.array([e.scope for e in rows], pa.string())}))
+            con.register("_fresh_entities", _entity_table(rows))
             con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
                             SELECT entity_id, workspace_id, canonical, aliases, scope FROM _fresh_entities
                             ON CONFLICT (entity_id) DO UPDATE
@@ -1062,6 +1052,14 @@ class CorpusStore:
                WHERE e.model = ? ORDER BY 1""", [model]).fetchnumpy()
         ids = rows["chunk_id"].astype(np.int64) if len(rows["chunk_id"]) else np.zeros(0, dtype=np.int64)
         return ids, len(ids)
+
+def _entity_table(rows: list[EntityRow]) -> pa.Table:
+    return pa.table({"entity_id": pa.array([e.entity_id for e in rows], pa.string()),
+                     "workspace_id": pa.array([e.workspace_id for e in rows], pa.string()),
+                     "canonical": pa.array([e.canonical for e in rows], pa.string()),
+                     "aliases": pa.array([e.aliases for e in rows], pa.list_(pa.string())),
+                     "scope": pa.array([e.scope for e in rows], pa.string())})
+
 
 def _merge_vectors(writes: list[PageWrite]) -> dict[str, tuple[list[int], list[np.ndarray]]]:
     out: dict[str, tuple[list[int], list[np.ndarray]]] = {}
