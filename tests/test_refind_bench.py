@@ -1,32 +1,56 @@
-"""The known-item refind test's harness (eval/refind.py): a seeded history, and each query's page
-worked out from it (its run is `make eval`)."""
+"""The refind benchmark's harness (eval/refind.py, eval/refind_queries.py): a seeded, heavy-tailed
+history; each query's page worked out from it; two fixed halves; and the promises the queries make
+(vague ones avoid the title's words, recent ones name different pages). Its run is `make eval`."""
 from __future__ import annotations
+
+from collections import Counter
 
 from engine.core.urls import normalize_url
 from eval import refind
+from eval.refind_queries import KINDS, RECENT, VAGUE
+from indexes.sparse import index_terms
+
+SITE_NAMES = set(index_terms("python sqlite postgres postgresql"))
 
 
-def test_the_history_is_seeded_and_every_query_means_a_page_in_it():
+def test_the_history_is_seeded_heavy_tailed_and_every_query_means_a_page_in_it():
     a, b = refind.history(), refind.history()
-    assert a == b and len(a) > 400
+    assert a == b and a != refind.history(seed=8)
     assert [r["seen_at"] for r in a] == sorted(r["seen_at"] for r in a)
-    assert all(refind.START.strftime("%Y") <= r["seen_at"][:4] <= "2026" for r in a)
-    seen = refind._last_seen(a)
-    cases = refind.targets(a)
-    assert len(cases) == len(refind.QUERIES) and {k for k, _, _ in cases} == set(refind.KINDS)
-    assert all(t in seen for _, _, t in cases)
-    for (kind, query, meant), (_, _, target) in zip(refind.QUERIES, cases):
-        if kind == "recent":       # the most recently seen of the page's versions, which are word for word the same
-            copies = [normalize_url(meant)] + [normalize_url(refind._version(meant, v)) for v in refind.VERSIONED[meant]]
-            assert target in copies and seen[target] == max(seen[c] for c in copies)
-        elif kind == "site":       # the most recently seen page under the domain or prefix
-            under = [u for u in seen if u.startswith(meant.rstrip("/") + "/") or u.split("/", 1)[0].endswith(meant)]
-            assert target in under and seen[target] == max(seen[u] for u in under)
-        else:
-            assert target == normalize_url(meant)
-    # the versioned copies say exactly what their original says
-    pages = {r["url"]: r for r in a}
-    for url, versions in refind.VERSIONED.items():
-        for v in versions:
-            copy = pages[refind._version(url, v)]
-            assert copy["body_text"] == pages[url]["body_text"] and copy["title"] == pages[url]["title"]
+    assert all(refind.START.isoformat() <= r["seen_at"] <= refind.END.isoformat() + "Z" for r in a)
+    counts = Counter(r["url"] for r in a)
+    assert set(counts) == set(refind.corpus())                       # every page seen at least once
+    assert sum(1 for n in counts.values() if n == 1) > len(counts) / 3   # many seen once ...
+    assert sum(1 for n in counts.values() if n >= 10) >= 5               # ... some seen often
+    seen = refind.last_seen(a)
+    cases = refind.cases(a)
+    assert len(cases) >= 120 and {c["kind"] for c in cases} == set(KINDS)
+    assert all(c["target"] in seen for c in cases)
+    for c, (query, group) in zip([c for c in cases if c["kind"] == "recent"], RECENT):
+        assert c["query"] == query and c["target"] == max((normalize_url(u) for u in group), key=seen.__getitem__)
+    for c in cases:
+        if c["kind"] == "site":
+            meant = dict(refind.SITE)[c["query"]]
+            under = [u for u in seen if refind._under(u, meant)]
+            assert c["target"] in under and seen[c["target"]] == max(seen[u] for u in under)
+
+
+def test_each_kind_is_split_in_two_fixed_halves():
+    cases = refind.cases(refind.history())
+    for kind in KINDS:
+        halves = Counter(c["half"] for c in cases if c["kind"] == kind)
+        assert set(halves) == {"dev", "test"} and abs(halves["dev"] - halves["test"]) <= 1
+    # a query's half depends on its text only: the same under another history
+    assert [c["half"] for c in cases] == [c["half"] for c in refind.cases(refind.history(seed=8))]
+
+
+def test_vague_queries_avoid_the_titles_words_and_recent_ones_name_different_pages():
+    pages = refind.corpus()
+    absent = 0
+    for query, url in VAGUE:
+        words = set(index_terms(query)) - SITE_NAMES
+        assert not words & set(index_terms(pages[url]["title"])), query
+        absent += bool(words - set(index_terms(pages[url]["title"] + " " + pages[url]["body_text"])))
+    assert absent >= len(VAGUE) / 2        # mostly with a word the page never uses
+    for query, group in RECENT:
+        assert len(group) >= 2 and len({pages[u]["body_text"] for u in group}) == len(group), query
