@@ -208,11 +208,14 @@ def _eval_evidence(args, settings) -> int:
 
 
 # What the refind benchmark compares: recency off (seed 001's default), recency on as the seed turns
-# it on (REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS=30, the rest as shipped), and a full decay with the
-# same half-life (what "recency" means in most engines).
+# it on (REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS=30: the band, as shipped), the bounded decay that
+# was the default before (weight 0.05), and a full decay (what "recency" means in most engines).
 REFIND_SETTINGS = {"recency off": {"recency_half_life_days": 0.0},
-                   "recency on, half-life 30 d": {"recency_half_life_days": 30.0},
-                   "full decay, half-life 30 d": {"recency_half_life_days": 30.0, "recency_weight": 1.0}}
+                   "recency on (band 0.07), half-life 30 d": {"recency_half_life_days": 30.0},
+                   "bounded decay (w 0.05), half-life 30 d": {"recency_half_life_days": 30.0, "recency_mode": "decay",
+                                                              "recency_weight": 0.05},
+                   "full decay, half-life 30 d": {"recency_half_life_days": 30.0, "recency_mode": "decay",
+                                                  "recency_weight": 1.0}}
 
 
 def _eval_refind(args, settings) -> int:

@@ -64,7 +64,8 @@ def test_paging_is_a_stable_slice(client):
 
 
 def test_explain_adds_up_to_the_final_score(client):
-    res = search(client, query="transactions and locking", k=8, explain=True, recency_half_life_days=45, rollup="sum")
+    res = search(client, query="transactions and locking", k=8, explain=True, recency_half_life_days=45, rollup="sum",
+                 recency_mode="decay")
     assert res["pages"]
     for p in res["pages"]:
         ex = p["explain"]
@@ -77,7 +78,7 @@ def test_explain_adds_up_to_the_final_score(client):
         assert ex["rollup"]["how"] == "sum"
         assert ex["rollup"]["value"] == pytest.approx(sum(c["score"] for c in ex["chunks"]))
         w = ex["decay"]["weight"]
-        assert w == 0.05   # the default: recency may take at most 5 % of a score
+        assert w == 0.05   # the default weight: decay may take at most 5 % of a score
         assert ex["decay"]["factor"] == pytest.approx(1 - w * (1 - 0.5 ** (ex["decay"]["age_days"] / 45)), rel=1e-4)
         assert p["score"] == pytest.approx(ex["rollup"]["value"] * ex["decay"]["factor"]) == pytest.approx(ex["score"])
     scores = [p["score"] for p in res["pages"]]
@@ -304,29 +305,70 @@ def test_recency_decay_orders_equal_pages_by_last_seen(make):
                     page("https://r.example/new", "Identical text about tide pools.",
                          seen_at=(now - timedelta(days=1)).isoformat())])
     with TestClient(create_app(corpus.settings, corpus)) as c:
-        plain = search(c, query="tide pools", explain=True, recency_half_life_days=0)["pages"]
-        bounded = search(c, query="tide pools", explain=True)["pages"]          # the default: on, bounded
-        full = search(c, query="tide pools", recency_half_life_days=7, recency_weight=1, explain=True)["pages"]
+        plain = search(c, query="tide pools", explain=True)["pages"]             # the default: off
+        band = search(c, query="tide pools", explain=True, recency_half_life_days=30)["pages"]
+        bounded = search(c, query="tide pools", explain=True, recency_half_life_days=30, recency_mode="decay")["pages"]
+        full = search(c, query="tide pools", recency_half_life_days=7, recency_mode="decay", recency_weight=1,
+                      explain=True)["pages"]
     # the same words score the same in both arms and fuse to the same score: recency alone orders them
-    assert plain[0]["score"] == pytest.approx(plain[1]["score"])
-    assert bounded[0]["url"] == full[0]["url"] == "https://r.example/new"
+    assert plain[0]["score"] == pytest.approx(plain[1]["score"]) and plain[0]["explain"]["decay"] is None
+    assert band[0]["url"] == bounded[0]["url"] == full[0]["url"] == "https://r.example/new"
+    assert [p["score"] for p in band] == [p["score"] for p in plain]     # the band orders, it does not rescore
+    assert band[0]["explain"]["decay"]["band"] == band[1]["explain"]["decay"]["band"] == 1
     old_plain = plain[[p["url"] for p in plain].index("https://r.example/old")]["score"]
     assert old_plain * 0.95 <= bounded[1]["score"] < old_plain       # at most 5 % taken
     assert full[1]["score"] < old_plain / 100                          # a full decay takes nearly all
 
 
-def test_default_recency_never_lets_age_outvote_a_clearly_better_match(make):
+def _siblings(now):
+    """Three different pages about one thing (a near-equal match each) and one about another, each
+    seen at another time; the closest match to the query was seen longest ago."""
+    return [page("https://r.example/hives", "Beekeeping: hives, frames, queens and swarm control for the beekeeper.",
+                 seen_at=(now - timedelta(days=300)).isoformat()),
+            page("https://r.example/swarms", "Beekeeping: swarm control, queens, frames and hives in spring.",
+                 seen_at=(now - timedelta(days=2)).isoformat()),
+            page("https://r.example/queens", "Beekeeping: queens and swarm control, hives and frames for beginners.",
+                 seen_at=(now - timedelta(days=40)).isoformat()),
+            page("https://r.example/garden", "A garden diary: tomatoes, compost and a bee now and then.",
+                 seen_at=(now - timedelta(hours=1)).isoformat())]
+
+
+def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen(make):
     corpus = make()
     now = datetime.utcnow()
-    ingest(corpus, [page("https://r.example/apiary", "Beekeeping: hives, queens, honey harvest and swarm control "
-                         "for the beekeeper.", seen_at=(now - timedelta(days=400)).isoformat()),
-                    page("https://r.example/garden", "A garden diary: tomatoes, compost and a bee now and then.",
-                         seen_at=(now - timedelta(hours=1)).isoformat())])
+    ingest(corpus, _siblings(now))
     with TestClient(create_app(corpus.settings, corpus)) as c:
-        bounded = search(c, query="beekeeping hives and swarm control")["pages"]
-        full = search(c, query="beekeeping hives and swarm control", recency_weight=1)["pages"]
-    assert bounded[0]["url"] == "https://r.example/apiary"
-    assert full[0]["url"] == "https://r.example/garden"                 # what a full decay did
+        q = "beekeeping hives queens and swarm control"
+        off = search(c, query=q, explain=True)["pages"]
+        on = search(c, query=q, explain=True, recency_half_life_days=30, recency_band=1.0)["pages"]
+        narrow = search(c, query=q, explain=True, recency_half_life_days=30, recency_band=0.0)["pages"]
+        paged = [search(c, query=q, k=1, offset=i, recency_half_life_days=30, recency_band=1.0)["pages"][0]["url"]
+                 for i in range(4)]
+    bees = {"https://r.example/hives", "https://r.example/swarms", "https://r.example/queens"}
+    assert {p["url"] for p in off[:3]} == bees                      # the three match about equally
+    # a band as wide as the scale: every page is about as relevant, so last_seen alone orders them
+    assert [p["url"] for p in on] == [p["url"] for p in sorted(off, key=lambda p: p["last_seen"], reverse=True)]
+    assert {p["explain"]["decay"]["band"] for p in on} == {1}
+    levels = [p["explain"]["decay"]["level"] for p in on]
+    assert all(0 <= x <= 1 for x in levels) and max(levels) == pytest.approx(1.0, abs=0.2)
+    # a band of 0: only equal levels share a band, so the order is relevance's
+    assert [p["url"] for p in narrow][:1] == [p["url"] for p in off][:1]
+    assert paged == [p["url"] for p in on]                          # paging is a slice of one ranking
+
+
+def test_recency_band_never_lets_age_outvote_a_clearly_better_match(make):
+    corpus = make()
+    now = datetime.utcnow()
+    ingest(corpus, _siblings(now))
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        q = "beekeeping hives queens and swarm control"
+        band = search(c, query=q, explain=True, recency_half_life_days=30)["pages"]      # the shipped band
+        full = search(c, query=q, recency_half_life_days=7, recency_mode="decay", recency_weight=1)["pages"]
+    assert band[-1]["url"] == "https://r.example/garden"            # seen an hour ago, but far less relevant
+    assert band[-1]["explain"]["decay"]["band"] > band[0]["explain"]["decay"]["band"] == 1
+    # what a full decay does: the garden page, seen an hour ago, above a far better match seen long ago
+    assert [p["url"] for p in full].index("https://r.example/garden") < [p["url"] for p in full].index(
+        "https://r.example/hives")
 
 
 def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(corpus):

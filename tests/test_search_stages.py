@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from engine.refind.fusion import extra_arm, fuse, normalise, rrf, rrf_arrays, tied_ranks
+from engine.refind.fusion import arm_levels, extra_arm, fuse, normalise, rrf, rrf_arrays, tied_ranks
 from engine.refind.pinning import pin_intent
 from engine.refind.ranking import rank_pages
 from engine.refind.recency import decay_factor, factors_us
@@ -248,3 +248,19 @@ def test_rrf_arrays_are_fuses_scores_bit_for_bit_in_the_same_order(seed):
     got = list(zip(ids.tolist(), scores.tolist()))
     assert got == expected and all(a[1].hex() == b[1].hex() for a, b in zip(got, expected))
     assert ids.dtype == np.int64 and scores.dtype == np.float64
+
+
+def test_arm_levels_are_each_pages_best_chunk_over_each_arms_best_averaged_by_weight():
+    pages = np.array([3, 5, 9])
+    arms = {"dense": (np.array([5, 3, 5, -1]), np.array([0.8, 0.4, 0.6, 0.9])),   # -1: a chunk of no page
+            "sparse": (np.array([3, 9]), np.array([10.0, 5.0]))}
+    # the dense arm's best is 0.9 (a chunk the view does not hold still sets the arm's scale)
+    d = {3: 0.4 / 0.9, 5: 0.8 / 0.9, 9: 0.0}
+    s = {3: 1.0, 5: 0.0, 9: 0.5}
+    got = arm_levels(pages, arms, {"dense": 1.0, "sparse": 1.0})
+    assert got.tolist() == pytest.approx([(d[p] + s[p]) / 2 for p in (3, 5, 9)])
+    got = arm_levels(pages, arms, {"dense": 3.0, "sparse": 1.0})
+    assert got.tolist() == pytest.approx([(3 * d[p] + s[p]) / 4 for p in (3, 5, 9)])
+    # an arm turned off, or one that returned nothing above 0, adds nothing
+    assert arm_levels(pages, arms, {"dense": 0.0, "sparse": 1.0}).tolist() == pytest.approx([1.0, 0.0, 0.5])
+    assert arm_levels(pages, {"sparse": (np.array([3]), np.array([0.0]))}, {"sparse": 1.0}).tolist() == [0, 0, 0]

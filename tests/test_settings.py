@@ -8,7 +8,8 @@ from engine.core.settings import ConfigFileError, load_settings
 def test_defaults_come_from_default_toml():
     s = load_settings()
     assert s.search.rrf_k == 60
-    assert s.search.recency_half_life_days == 30 and s.search.recency_weight == 0.05
+    assert s.search.recency_half_life_days == 0       # seed 001: recency off by default
+    assert s.search.recency_mode == "band" and s.search.recency_band == 0.07
     assert s.chunking.max_tokens == 256 and s.chunking.overlap_tokens == 32
     assert s.models.active == "all-minilm-l6-v2"
     assert s.data_dir == Path("./data").resolve()
@@ -32,8 +33,8 @@ def test_file_overrides_default_and_env_overrides_file(tmp_path, monkeypatch):
 
 
 def test_env_nested_variable_without_file(monkeypatch):
-    monkeypatch.setenv("REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS", "0")
-    assert load_settings().search.recency_half_life_days == 0
+    monkeypatch.setenv("REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS", "30")   # seed 001's way to turn it on
+    assert load_settings().search.recency_half_life_days == 30
 
 
 def test_config_from_environment_variable(tmp_path, monkeypatch):

@@ -121,12 +121,21 @@ class SearchSettings(BaseModel):
                            "times weighs (k3+1)·n/(k3+n); 0 counts it once.", json_schema_extra=REQUEST)
     rollup: Literal["max", "sum", "mean_top2"] = Field("max", description="How a page scores from its chunks.",
                                                        json_schema_extra=REQUEST)
-    recency_half_life_days: float = Field(30.0, ge=0, le=100_000, description="Recency: the half-life, in days "
-                                          "since last seen, of the decayed part of a page's score; 0 is off.",
-                                          json_schema_extra=REQUEST)
-    recency_weight: float = Field(0.05, ge=0, le=1, description="The part of a page's score recency may take away: "
-                                  "factor = 1 - w * (1 - 0.5 ** (age / half-life)). Small, it only reorders pages "
-                                  "that match about equally; 1 is a full exponential decay.", json_schema_extra=REQUEST)
+    recency_half_life_days: float = Field(0.0, ge=0, le=100_000, description="Recency on last_seen (seed 001: off "
+                                          "by default; 30 turns it on): the half-life, in days, of a page's recency "
+                                          "factor; 0 is off.", json_schema_extra=REQUEST)
+    recency_mode: Literal["band", "decay"] = Field(
+        "band", description='"band": pages about as relevant as the best page left (within recency_band of it on '
+                            'the arms\' scale) are ordered among themselves by when they were seen, most recent '
+                            'first; "decay": each page\'s score times 1 - recency_weight * (1 - 0.5 ** (age / '
+                            'half-life)).', json_schema_extra=REQUEST)
+    recency_band: float = Field(0.07, ge=0, le=1, description='recency_mode band: how far below the best page left '
+                                "a page may match and still count as about as relevant, on the arms' scale: the mean "
+                                "over the arms (by weight) of the page's best chunk's score over the arm's best score "
+                                "(0 to 1).", json_schema_extra=REQUEST)
+    recency_weight: float = Field(0.05, ge=0, le=1, description="recency_mode decay: the part of a page's score "
+                                  "recency may take away: factor = 1 - w * (1 - 0.5 ** (age / half-life)); 1 is a "
+                                  "full exponential decay.", json_schema_extra=REQUEST)
     rerank: bool = Field(False, description="Rerank the top chunks with the cross-encoder.", json_schema_extra=REQUEST)
     rerank_n: int = Field(50, ge=1, le=1000, description="Chunks the cross-encoder reranks.", json_schema_extra=REQUEST)
     rerank_fusion: Literal["replace", "rrf"] = Field(

@@ -150,3 +150,30 @@ def contributions(f: Fused, weights: dict[str, float], k: float, method: str = "
         out = {arm: rrf_term(weights.get(arm, 1.0), k, rank) for arm, rank in f.ranks.items()}
     out["total"] = f.score
     return out
+
+
+def arm_levels(pages: np.ndarray, arm_rows: dict[str, tuple[np.ndarray, np.ndarray]],
+               weights: dict[str, float]) -> np.ndarray:
+    """Each page's relevance on the arms' own scale — what recency's band compares ("about as
+    relevant"): per arm, the page's best chunk score over the best score the arm returned (0 where
+    the arm did not return the page, or returned nothing above 0), averaged over the arms by weight.
+    1 is a page every arm put first; RRF's scale says only where a page ranked, this how close it came.
+    `pages`: the pages' keys, ascending (Rolled.pages); `arm_rows[arm]`: each chunk the arm returned,
+    as its page's key (-1: none) and its score."""
+    level = np.zeros(len(pages), dtype=np.float64)
+    used = {a: w for a, w in weights.items() if w > 0 and a in arm_rows}
+    total = sum(used.values())
+    if not total or not len(pages):
+        return level
+    for arm, w in used.items():
+        rows, scores = arm_rows[arm]
+        top = float(scores.max()) if len(scores) else 0.0
+        if top <= 0:
+            continue
+        at = np.searchsorted(pages, rows)
+        held = (rows >= 0) & (at < len(pages))
+        held[held] = pages[at[held]] == rows[held]
+        best = np.full(len(pages), -np.inf)
+        np.maximum.at(best, at[held], scores[held])
+        level += w * np.where(np.isfinite(best), best / top, 0.0)
+    return level / total

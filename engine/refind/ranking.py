@@ -1,5 +1,10 @@
 """From ranked chunks to ranked pages: rollup, then recency, then the order (ties by page id).
 
+Recency has two modes. "band" (`_banded`): the pages in relevance order, and from the best page left,
+every page about as relevant as it (its arm level within `band` of the best's: fusion.arm_levels)
+ordered by last_seen, most recent first — then the next band; a page's score is not changed. "decay"
+(`_decayed`): each score times its decay factor.
+
 Over arrays: the chunks (ids and scores best first, and each one's page as its row in the search's
 in-memory view), the pages as those rows; page ids are read for the pages that get ranked, and a
 page's chunks only for the pages a search returns (`RankedPages.page`). With recency on, only the
@@ -34,6 +39,8 @@ class ScoredPage:
     factor: float
     chunk_ids: list[int]
     chunk_scores: list[float]
+    band: int | None = None          # recency band (from 1) and the page's arm level, in band mode
+    level: float | None = None
 
 
 @dataclass
@@ -47,6 +54,8 @@ class RankedPages:
     chunk_scores: np.ndarray
     _at: dict[str, tuple[int, float, float]] = field(repr=False, default_factory=dict)
     # page id -> (its index in `rolled`, its final score, its recency factor), for the pages ranked
+    _bands: dict[str, tuple[int, float]] = field(repr=False, default_factory=dict)
+    # page id -> (its recency band, its arm level), in band mode
 
     def page(self, page_id: str) -> ScoredPage | None:
         at = self._at.get(page_id)
@@ -54,19 +63,24 @@ class RankedPages:
             return None
         i, score, factor = at
         chunks = self.rolled.chunk_positions(i)
+        band, level = self._bands.get(page_id, (None, None))
         return ScoredPage(page_id, score, float(self.rolled.values[i]), factor,
-                          self.chunk_ids[chunks].tolist(), self.chunk_scores[chunks].tolist())
+                          self.chunk_ids[chunks].tolist(), self.chunk_scores[chunks].tolist(), band, level)
 
 
 def rank_pages(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView,
-               now: datetime, half_life_days: float, weight: float, top: int | None = None) -> RankedPages:
+               now: datetime, half_life_days: float, weight: float, top: int | None = None,
+               levels: np.ndarray | None = None, band: float = 0.0) -> RankedPages:
     """Each rolled-up page times its recency factor (decay_factor on its last_seen; none at a
     half-life or weight of 0), best first, ties by page id. With `top`, only the first `top` pages
     are put in order (a search shows offset + k of them): the pages scoring at least the top-th
-    score, ties with it included, are sorted, the rest only counted."""
+    score, ties with it included, are sorted, the rest only counted. With `levels` (each page's arm
+    level, fusion.arm_levels) and a half-life, recency orders bands instead (`_banded`)."""
     values = rolled.values
     n = len(values)
     cut = top is not None and top < n
+    if half_life_days > 0 and levels is not None:
+        return _banded(rolled, chunk_ids, chunk_scores, view, levels, band, top if cut else None)
     if half_life_days > 0 and weight > 0:
         return _decayed(rolled, chunk_ids, chunk_scores, view, now, half_life_days, weight, top if cut else None)
     if cut:
@@ -122,3 +136,40 @@ def _decayed(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vi
         ranked = ranked[:top]
     return RankedPages([names[j] for j in ranked], n, rolled, chunk_ids, chunk_scores,
                        {names[j]: (rows[j], scores[j], factors[j]) for j in ranked})
+
+
+def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView, levels: np.ndarray,
+            band: float, top: int | None) -> RankedPages:
+    """rank_pages with recency as the order among equals. In relevance order (value, then page id),
+    the best page left and every page left whose level is at least its level - `band` form a band,
+    ordered by last_seen (most recent first; then relevance); then the next band from the best page
+    left. Each band depends only on the bands before it, so the first `top` pages are a prefix of the
+    whole order (paging stays a slice of one ranking). A page's score stays its rollup value."""
+    values = rolled.values
+    n = len(values)
+    names = view.page_ids_of(rolled.pages)
+    relevance = sorted(range(n), key=lambda i: (-values[i], names[i]))
+    place = np.empty(n, dtype=np.int64)
+    place[relevance] = np.arange(n)
+    seen = view.last_seen_us(rolled.pages)
+    left = np.ones(n, dtype=bool)
+    order: list[int] = []
+    bands: dict[str, tuple[int, float]] = {}
+    limit = n if top is None else top
+    at, b = 0, 0
+    while len(order) < limit:
+        while not left[relevance[at]]:
+            at += 1
+        anchor = relevance[at]
+        members = np.flatnonzero(left & (levels >= levels[anchor] - band))
+        members = members[np.lexsort((place[members], -seen[members]))]
+        left[members] = False
+        b += 1
+        for i in members.tolist():
+            bands[names[i]] = (b, float(levels[i]))
+        order += members.tolist()
+    order = order[:limit]
+    scores = values.tolist()
+    return RankedPages([names[i] for i in order], n, rolled, chunk_ids, chunk_scores,
+                       {names[i]: (i, scores[i], 1.0) for i in order},
+                       {names[i]: bands[names[i]] for i in order})

@@ -38,7 +38,7 @@ from engine.core.values import Int64
 from engine.core.errors import (EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable,
                                RerankerNotConfigured)
 from engine.core.querylog import LogEntry
-from engine.refind.fusion import Fused, contributions, extra_arm, fuse, rrf_arrays
+from engine.refind.fusion import Fused, arm_levels, contributions, extra_arm, fuse, rrf_arrays
 from engine.refind.highlight import highlight_all, query_terms
 from engine.core.urls import is_public_suffix
 from engine.refind.pinning import pin_intent
@@ -131,7 +131,11 @@ class ChunkExplain(BaseModel):
 class PageExplain(BaseModel):
     chunks: list[ChunkExplain]
     rollup: dict[str, Any]
-    decay: dict[str, float] | None
+    decay: dict[str, float] | None = Field(description=(
+        "Recency, when on. recency_mode band: half_life_days, age_days, band_width, and band (the page's "
+        "recency band, from 1: pages of one band are about as relevant and ordered by last_seen) and level "
+        "(its arm level, which the band compares). recency_mode decay: half_life_days, weight, age_days and "
+        "factor (the score's multiplier)."))
     pinned: str | None
     score: float
 
@@ -283,8 +287,8 @@ class StageTimer:
 
 
 def _recency_on(p: Params) -> bool:
-    """Recency is off at a half-life or a weight of 0 (the one place that says so)."""
-    return p.recency_half_life_days > 0 and p.recency_weight > 0
+    """Recency is off at a half-life of 0, and in decay mode at a weight of 0 (the one place that says so)."""
+    return p.recency_half_life_days > 0 and (p.recency_mode == "band" or p.recency_weight > 0)
 
 
 class _ArmClock:
@@ -545,8 +549,10 @@ class SearchService:
         with timer("decay"):
             on = _recency_on(p)
             # only the pages up to the slice's end are put in order (pinned ones may come out of them)
+            levels = self._levels(p, cands, rolled) if on and p.recency_mode == "band" else None
             ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
-                                p.recency_weight if on else 0.0, top=p.offset + p.k + len(pinned))
+                                p.recency_weight if on else 0.0, top=p.offset + p.k + len(pinned),
+                                levels=levels, band=p.recency_band)
         order, total = ranked.page_ids, ranked.total
         if pinned:
             order = list(pinned) + [pid for pid in order if pid not in pinned]
@@ -601,6 +607,17 @@ class SearchService:
                 return Candidates(ids, scores, rows, rolled, arms.dense, arms.sparse, depth, snapshot, args, fused)
             depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
                                              "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
+
+    @staticmethod
+    def _levels(p: Params, cands: Candidates, rolled: Rolled) -> np.ndarray:
+        """Each rolled-up page's arm level (fusion.arm_levels), from both arms' chunk lists: the scale
+        recency's band is measured on (with rerank on too: the reranker orders, the arms say how close)."""
+        arm_rows = {}
+        for arm, hits in (("dense", cands.dense), ("sparse", cands.sparse)):
+            ids = np.fromiter((c for c, _ in hits), dtype=np.int64, count=len(hits))
+            arm_rows[arm] = (cands.view.chunk_rows(ids), np.fromiter((x for _, x in hits), dtype=np.float64,
+                                                                     count=len(hits)))
+        return arm_levels(rolled.pages, arm_rows, {"dense": p.dense_weight, "sparse": p.sparse_weight})
 
     def _rerank(self, query: str, p: Params, cands: Candidates) -> tuple[dict[int, float], dict[int, float]]:
         """The cross-encoder over the top rerank_n candidate chunks: (chunk scores, rerank scores). With
@@ -700,7 +717,12 @@ class SearchService:
                 rrf=contrib, normalised=dict(f.normalised) if f and p.fusion == "linear" else None,
                 rerank=rerank_scores.get(c), score=score))
         decay = None
-        if _recency_on(p):
+        if _recency_on(p) and p.recency_mode == "band":
+            decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
+                     "band_width": p.recency_band}
+            if entry is not None and entry.band is not None:
+                decay |= {"band": float(entry.band), "level": entry.level}
+        elif _recency_on(p):
             decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
                      "age_days": age_days(m["last_seen"], now),
                      "factor": entry.factor if entry else 1.0}

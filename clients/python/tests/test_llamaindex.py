@@ -22,7 +22,7 @@ def test_nodes_are_the_pages_with_their_snippets_and_scores(server):
     assert [n.node.metadata["page_id"] for n in nodes] == [p.page_id for p in pages]
     for n, p in zip(nodes, pages):
         assert isinstance(n, NodeWithScore) and isinstance(n.node, TextNode)
-        # (the two searches a moment apart: recency decays the score by a hair in between)
+        # (two searches a moment apart: where recency decay is configured, it moves the score by a hair)
         assert abs(n.score - p.score) < 1e-6 * p.score and n.node.get_content() == p.snippets[0].text
         md = n.node.metadata
         assert md["url"] == p.url and md["chunk_id"] == p.snippets[0].chunk_id

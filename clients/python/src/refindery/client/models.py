@@ -53,6 +53,8 @@ class SearchRequest(Request):
     bm25_k3: float | None = None
     rollup: Literal["max", "sum", "mean_top2"] | None = None
     recency_half_life_days: float | None = None
+    recency_mode: Literal["band", "decay"] | None = None
+    recency_band: float | None = None
     recency_weight: float | None = None
     rerank: bool | None = None
     rerank_n: int | None = None
