@@ -229,6 +229,25 @@ def test_url_prefixes_and_registrable_domains_pin(make):
         assert pinned("alice.github.io") == [("alice.github.io/notes", "domain")]
 
 
+def test_a_pasted_link_with_tracking_parameters_pins_the_page_it_points_to(make):
+    corpus = make()
+    ingest(corpus, [page("https://ex.org/guide", "A guide to tide pools."),
+                    page("https://ex.org/item?id=3", "Item three: anemones."),
+                    page("https://ex.org/feed?utm_source=rss", "A page whose own address carries a utm parameter.")])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        def pinned(query):
+            res = c.post("/v1/search", json={"query": query, "k": 10}).json()
+            return [(p["url"].split("://", 1)[1], p["pinned"]) for p in res["pages"] if p["pinned"]]
+
+        assert pinned("https://ex.org/guide?utm_source=newsletter&utm_medium=email") == [("ex.org/guide", "url")]
+        assert pinned("ex.org/guide?fbclid=abc#top") == [("ex.org/guide", "url")]
+        # the page's own parameters are kept, in their place; only the tracking ones are dropped
+        assert pinned("https://ex.org/item?UTM_campaign=x&id=3&gclid=y") == [("ex.org/item?id=3", "url")]
+        assert pinned("https://ex.org/item?id=4&utm_campaign=x") == []        # another item: no pin
+        # an address stored with a utm parameter is still found as pasted
+        assert pinned("https://ex.org/feed?utm_source=rss") == [("ex.org/feed?utm_source=rss", "url")]
+
+
 def test_similar_pages_and_suggestions(client, corpus):
     pid = corpus.store.cursor().execute("SELECT min(page_id) FROM pages").fetchone()[0]
     sim = client.get(f"/v1/pages/{pid}/similar", params={"k": 5}).json()

@@ -41,7 +41,7 @@ from engine.core.querylog import LogEntry
 from engine.refind.fusion import Fused, arm_levels, contributions, extra_arm, fuse, rrf_arrays
 from engine.refind.highlight import highlight_all, query_terms
 from engine.core.urls import is_public_suffix
-from engine.refind.pinning import pin_intent
+from engine.refind.pinning import pin_intent, without_tracking
 from engine.refind.recency import age_days
 from engine.refind.ranking import RankedPages, rank_pages
 from engine.refind.rollup import Rolled, rollup_rows
@@ -688,10 +688,14 @@ class SearchService:
         found: list[tuple[str, str]] = []
         domain = intent.value if intent.kind == "domain" else None
         if intent.kind == "url":
-            found = [(pid, "url") for pid in store.pages_with_url(workspace, intent.value, within)]
-            host, _, path = intent.value.split("?", 1)[0].partition("/")
+            url = intent.value
+            found = [(pid, "url") for pid in store.pages_with_url(workspace, url, within)]
+            if not found and (clean := without_tracking(url)) is not None:   # a shared link's utm_* and such
+                url = clean
+                found = [(pid, "url") for pid in store.pages_with_url(workspace, url, within)]
+            host, _, path = url.split("?", 1)[0].partition("/")
             if not found and path:
-                found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, intent.value, limit, within)]
+                found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, url, limit, within)]
             elif not found:
                 domain = host
         if not found and domain and not is_public_suffix(domain):
