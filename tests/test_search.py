@@ -352,7 +352,7 @@ def _siblings(now):
                  seen_at=(now - timedelta(hours=1)).isoformat())]
 
 
-def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen(make):
+def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen_and_no_others(make):
     corpus = make()
     now = datetime.utcnow()
     ingest(corpus, _siblings(now))
@@ -363,6 +363,8 @@ def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen(make
         narrow = search(c, query=q, explain=True, recency_half_life_days=30, recency_band=0.0)["pages"]
         paged = [search(c, query=q, k=1, offset=i, recency_half_life_days=30, recency_band=1.0)["pages"][0]["url"]
                  for i in range(4)]
+        band = search(c, query=q, explain=True, recency_half_life_days=30)["pages"]      # the shipped band
+        full = search(c, query=q, recency_half_life_days=7, recency_mode="decay", recency_weight=1)["pages"]
     bees = {"https://r.example/hives", "https://r.example/swarms", "https://r.example/queens"}
     assert {p["url"] for p in off[:3]} == bees                      # the three match about equally
     # a band as wide as the scale: every page is about as relevant, so last_seen alone orders them
@@ -373,19 +375,10 @@ def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen(make
     # a band of 0: only equal levels share a band, so the order is relevance's
     assert [p["url"] for p in narrow][:1] == [p["url"] for p in off][:1]
     assert paged == [p["url"] for p in on]                          # paging is a slice of one ranking
-
-
-def test_recency_band_never_lets_age_outvote_a_clearly_better_match(make):
-    corpus = make()
-    now = datetime.utcnow()
-    ingest(corpus, _siblings(now))
-    with TestClient(create_app(corpus.settings, corpus)) as c:
-        q = "beekeeping hives queens and swarm control"
-        band = search(c, query=q, explain=True, recency_half_life_days=30)["pages"]      # the shipped band
-        full = search(c, query=q, recency_half_life_days=7, recency_mode="decay", recency_weight=1)["pages"]
+    # the shipped band never lets age outvote a clearly better match
     assert band[-1]["url"] == "https://r.example/garden"            # seen an hour ago, but far less relevant
     assert band[-1]["explain"]["decay"]["band"] > band[0]["explain"]["decay"]["band"] == 1
-    # what a full decay does: the garden page, seen an hour ago, above a far better match seen long ago
+    # ... as a full decay does: the garden page, seen an hour ago, above a far better match seen long ago
     assert [p["url"] for p in full].index("https://r.example/garden") < [p["url"] for p in full].index(
         "https://r.example/hives")
 
