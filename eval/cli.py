@@ -209,8 +209,10 @@ def _eval_evidence(args, settings) -> int:
 
 # What the refind benchmark compares: recency off (seed 001's default), recency on as the seed turns
 # it on (REFINDERY_SEARCH__RECENCY_HALF_LIFE_DAYS=30: the band, as shipped), the bounded decay that
-# was the default before (weight 0.05), and a full decay (what "recency" means in most engines).
+# was the default before (weight 0.05), and a full decay (what "recency" means in most engines); and
+# linear fusion, which eval/fusion_loo.py chose on the test collections, beside RRF.
 REFIND_SETTINGS = {"recency off": {"recency_half_life_days": 0.0},
+                   "recency off, fusion linear (minmax)": {"recency_half_life_days": 0.0, "fusion": "linear"},
                    "recency on (band 0.07), half-life 30 d": {"recency_half_life_days": 30.0},
                    "bounded decay (w 0.05), half-life 30 d": {"recency_half_life_days": 30.0, "recency_mode": "decay",
                                                               "recency_weight": 0.05},

@@ -1,6 +1,6 @@
 """Fusion against its better arm, leave one collection out (issue 42): does the fusion ever fall below
 the better of its two arms, and would arm weights chosen on the other collections keep it above?
-Run by `make eval-ltr` beside the learned-ranking study, over the data dirs `make eval` built.
+Run by `make eval-studies` beside the learned-ranking study, over the data dirs `make eval` built.
 
 For every test collection and every configuration — each arm alone, RRF and linear (minmax) fusion
 with the BM25 arm's weight in {0.25, 0.5, 1, 2, 4} (dense 1) — every judged query runs through the

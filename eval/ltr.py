@@ -1,5 +1,5 @@
 """A study of a learned final ranking (issue 42): does LambdaMART — or a linear model — over the
-pipeline's own features rank pages better than the fusion, out of sample? Run by `make eval-ltr`
+pipeline's own features rank pages better than the fusion, out of sample? Run by `make eval-studies`
 (after `make eval` built the data dirs); not part of the search pipeline: a ranking ships only where
 it wins out of sample on both the test collections and the refind benchmark's test half.
 
