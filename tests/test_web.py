@@ -279,7 +279,7 @@ def test_explain_toggle_shows_provenance(tab, server):
     assert cells[2] == (f"#{c['sparse']['rank']} ({c['sparse']['score']:.2f})" if c["sparse"] else "—")
     assert cells[6] == f"{c['score']:.4f}"
     text = first.inner_text()
-    assert f"{x['rollup']['how']} of its chunks" in text and "Recency decay" in text and "Pinned" in text
+    assert f"{x['rollup']['how']} of its chunks" in text and "Recency" in text and "Pinned" in text
     shot(tab, "explain")
 
 

@@ -407,13 +407,17 @@ function explainBlock(hit) {
     h("td", {}, c.sparse ? `#${c.sparse.rank} (${fmt(c.sparse.score, 2)})` : "—"),
     h("td", {}, fmt(c.rrf.dense)), h("td", {}, fmt(c.rrf.sparse)),
     h("td", {}, c.rerank === null ? "—" : fmt(c.rerank, 3)), h("td", {}, fmt(c.score))));
-  const decay = x.decay
-    ? `×${fmt(x.decay.factor, 3)} (age ${fmt(x.decay.age_days, 1)} days, half-life ${x.decay.half_life_days} days)`
-    : "off";
+  const d = x.decay;
+  const decay = !d ? "off"
+    : d.band !== undefined   // recency_mode band: ordered by last seen among pages about as relevant
+      ? `band ${d.band} (arm level ${fmt(d.level, 3)}, within ${d.band_width} of the band's best; seen ${fmt(d.age_days, 1)} days ago)`
+      : d.factor !== undefined
+        ? `×${fmt(d.factor, 3)} (age ${fmt(d.age_days, 1)} days, half-life ${d.half_life_days} days)`
+        : `on (age ${fmt(d.age_days, 1)} days)`;
   return h("div", { class: "explain" },
     h("dl", {},
       h("dt", {}, "Rollup"), h("dd", {}, `${x.rollup.how} of its chunks = ${fmt(x.rollup.value)}`),
-      h("dt", {}, "Recency decay"), h("dd", {}, decay),
+      h("dt", {}, "Recency"), h("dd", {}, decay),
       h("dt", {}, "Pinned"), h("dd", {}, x.pinned ? `yes, exact ${x.pinned} match (placed first)` : "no"),
       h("dt", {}, "Page score"), h("dd", {}, fmt(x.score))),
     h("table", {},
