@@ -11,7 +11,6 @@ default (RRF, equal weights) and the better single arm there.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import ir_measures
@@ -22,7 +21,7 @@ from engine.app import Engine
 from engine.core.settings import load_settings
 from engine.refind.search import SearchRequest
 
-from eval import collections
+from eval import collections, studies
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ("cisi", "med", "npl", "cacm")
@@ -82,7 +81,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ir-data", required=True, help="the data dirs `refindery eval ir` built, one per collection")
     ap.add_argument("--ir-dir", default=str(ROOT.parent / "shared" / "data" / "ir"))
-    ap.add_argument("--out", default=str(ROOT / "eval" / "results"))
+    ap.add_argument("--out", default=str(studies.RESULTS))
     args = ap.parse_args(argv)
     settings = load_settings()
     scores: dict = {}
@@ -91,11 +90,7 @@ def main(argv=None) -> int:
         with Engine(settings.model_copy(update={"data_dir": Path(args.ir_data) / name})) as engine:
             scores[name] = {k: per_query(engine, coll, o) for k, o in {**ARMS, **FUSIONS}.items()}
     result = study(scores)
-    out = Path(args.out)
-    (out / "fusion_loo.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "fusion_loo.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+    return studies.write(args.out, "fusion_loo", result, markdown(result))
 
 
 if __name__ == "__main__":

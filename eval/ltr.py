@@ -20,7 +20,6 @@ every collection and the dev half. Paired against the fusion per query (a two-si
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import time
@@ -35,7 +34,7 @@ from engine.core.urls import normalize_url
 from engine.refind.search import SearchRequest
 from engine.refind.highlight import query_terms
 
-from eval import collections, refind
+from eval import collections, refind, studies
 
 ROOT = Path(__file__).resolve().parent.parent
 FEATURES = ("rrf", "dense_score", "dense_rank", "dense_level", "sparse_score", "sparse_rank", "sparse_level",
@@ -244,7 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ir-data", required=True, help="the data dirs `refindery eval ir` built, one per collection")
     ap.add_argument("--refind-data", required=True, help="the data dir `refindery eval refind` built")
     ap.add_argument("--ir-dir", default=str(ROOT.parent / "shared" / "data" / "ir"))
-    ap.add_argument("--out", default=str(ROOT / "eval" / "results"))
+    ap.add_argument("--out", default=str(studies.RESULTS))
     args = ap.parse_args(argv)
     settings = load_settings()
     names = ["cisi", "med", "npl", "cacm"]
@@ -257,11 +256,7 @@ def main(argv=None) -> int:
         groups += refind_groups(engine)
     result = {name: study(groups, names, features) for name, features in FEATURE_SETS.items()}
     result["seconds"] = round(time.perf_counter() - t, 1)
-    out = Path(args.out)
-    (out / "ltr.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "ltr.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+    return studies.write(args.out, "ltr", result, markdown(result))
 
 
 if __name__ == "__main__":

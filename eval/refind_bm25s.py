@@ -6,7 +6,6 @@ and PyStemmer (the `bench` extra); run by `make eval-studies` over the data dir 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from engine.app import Engine
@@ -14,9 +13,8 @@ from engine.core.settings import load_settings
 from engine.core.urls import normalize_url
 from engine.refind.search import SearchRequest
 
-from eval import refind
+from eval import refind, studies
 
-ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("vague", "exact", "recent")
 SYSTEMS = ("BM25 arm (chunks, best chunk)", "bm25s (whole pages)")
 
@@ -61,14 +59,11 @@ def markdown(result: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--refind-data", required=True, help="the data dir `refindery eval refind` built")
-    ap.add_argument("--out", default=str(ROOT / "eval" / "results"))
+    ap.add_argument("--out", default=str(studies.RESULTS))
     args = ap.parse_args(argv)
     with Engine(load_settings().model_copy(update={"data_dir": Path(args.refind_data)})) as engine:
         result = compare(engine)
-    (Path(args.out) / "refind_bm25s.json").write_text(json.dumps(result, indent=2) + "\n")
-    (Path(args.out) / "refind_bm25s.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+    return studies.write(args.out, "refind_bm25s", result, markdown(result))
 
 
 if __name__ == "__main__":
