@@ -233,6 +233,21 @@ def test_6_a_url_pin_looks_the_url_up_within_the_callers_scopes(tenants):
     assert [(p["page_id"], p["pinned"]) for p in hit["pages"] if p["pinned"]][:1] == [(sub, "prefix")]
 
 
+def test_6_a_link_with_tracking_parameters_pins_only_within_the_callers_walls(tenants):
+    """The second lookup a pasted link gets (its utm_* and such dropped) reads the caller's scopes and
+    workspace like the first: another scope's or workspace's page is never pinned through it."""
+    link = "https://s2.example.com/gamma?utm_source=newsletter&fbclid=x"
+
+    def pinned(token, **body):
+        res = tenants.post("/v1/search", headers=h(token), json={"query": link, **body}).json()
+        return [(p["url"], p["pinned"]) for p in res.get("pages", []) if p["pinned"]]
+
+    assert pinned(tenants.s2) == [("https://s2.example.com/gamma", "url")]       # its own scope's page
+    assert pinned(tenants.reader) == [("https://s2.example.com/gamma", "url")]   # read-only reads it too
+    assert pinned(tenants.s1) == []               # another scope's page: as if absent (no URL, no prefix)
+    assert pinned(tenants.hr, workspace="acme:hr") == []                        # another workspace
+
+
 # 7. Text a client sends is read in linear time ------------------------------------------------------------------
 # Sizes on which the code before took hours (cubic or quadratic backtracking): the test asserts what is read.
 
