@@ -236,14 +236,17 @@ def test_6_a_url_pin_looks_the_url_up_within_the_callers_scopes(tenants):
 def test_6_a_link_with_tracking_parameters_pins_only_within_the_callers_walls(tenants):
     """The second lookup a pasted link gets (its utm_* and such dropped) reads the caller's scopes and
     workspace like the first: another scope's or workspace's page is never pinned through it."""
-    link = "https://s2.example.com/gamma?utm_source=newsletter&fbclid=x"
+    r = tenants.post("/v1/pages", headers=h(tenants.admin), json={"pages": [
+        page("https://s2.example.com/shared-link", "Delta: an s2 page someone shared by newsletter.", scope="s2")]})
+    delta = r.json()["items"][0]["page_id"]
+    link = "https://s2.example.com/shared-link?utm_source=newsletter&fbclid=x"
 
     def pinned(token, **body):
         res = tenants.post("/v1/search", headers=h(token), json={"query": link, **body}).json()
-        return [(p["url"], p["pinned"]) for p in res.get("pages", []) if p["pinned"]]
+        return [(p["page_id"], p["pinned"]) for p in res.get("pages", []) if p["pinned"]]
 
-    assert pinned(tenants.s2) == [("https://s2.example.com/gamma", "url")]       # its own scope's page
-    assert pinned(tenants.reader) == [("https://s2.example.com/gamma", "url")]   # read-only reads it too
+    assert pinned(tenants.s2) == [(delta, "url")]          # its own scope's page
+    assert pinned(tenants.reader) == [(delta, "url")]      # a read-only key of the workspace reads it too
     assert pinned(tenants.s1) == []               # another scope's page: as if absent (no URL, no prefix)
     assert pinned(tenants.hr, workspace="acme:hr") == []                        # another workspace
 
