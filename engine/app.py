@@ -57,6 +57,16 @@ def _user_errors() -> tuple[type[Exception], ...]:
 USER_ERRORS = _user_errors()
 
 
+def _data_dir_busy() -> type[Exception]:
+    from indexes.store import StoreBusy
+
+    return StoreBusy
+
+
+# The store is held by another process (a server, an ingest): the faces say who, and what to do.
+DataDirBusy = _data_dir_busy()
+
+
 class Engine:
     def __init__(self, settings: Settings | None = None, pool=None, repair: bool = True,
                  corpus: Corpus | None = None):

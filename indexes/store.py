@@ -20,6 +20,7 @@ catching up) sees either all of a batch or none of it.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -176,6 +177,18 @@ class StoreError(RuntimeError):
     pass
 
 
+class StoreBusy(StoreError):
+    """Another process holds the store's file (DuckDB lets one process open it for writing)."""
+
+    def __init__(self, path: Path, message: str):
+        found = re.search(r"held in (.*?) \(PID (\d+)\)", message)
+        self.pid = int(found.group(2)) if found else None
+        who = f"process {self.pid} ({found.group(1)})" if found else "another process"
+        super().__init__(f"the data dir {path.parent} is in use by {who}: one process may open it at a time. "
+                         "If that is `refindery serve`, refindery commands go through it once it is up; "
+                         "otherwise wait for that process to finish, or stop it.")
+
+
 class CorpusStore:
     """DuckDB-backed corpus store. One writer at a time (a lock); readers use their own cursors."""
 
@@ -185,6 +198,8 @@ class CorpusStore:
         try:
             self._con = duckdb.connect(str(self.path))
         except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise StoreBusy(self.path, str(exc)) from exc
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
         self._write_lock = threading.RLock()
         self._epoch = 0                                  # commits that moved the generation (generation())

@@ -67,7 +67,9 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
         engine = Engine(corpus=corpus)
     app.state.engine = engine   # given: usable without the lifespan too (a TestClient outside `with`)
     install_error_handlers(app)
-    app.add_middleware(KeyAuth, engine_of=lambda: app.state.engine)
+    app.state.owner_socket = None   # `refindery serve` sets the data dir's own socket (server/owner.py)
+    app.add_middleware(KeyAuth, engine_of=lambda: app.state.engine,
+                       owner_socket_of=lambda: app.state.owner_socket)
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.engine.settings.server.max_body_bytes)
     for module in ROUTERS:
         app.include_router(module.router)

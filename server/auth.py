@@ -2,7 +2,8 @@
 request's grant (engine/access.py), and the dependency routes read it with.
 
 While no key exists every request is granted everything (the server then binds to loopback only,
-see `refindery serve`). Once one exists, /v1/* and /mcp need a key: 401 without or with a bad one
+see `refindery serve`); so is every request on the data dir's own Unix socket (server/owner.py),
+whose file mode lets only the owner's user connect. Once one exists, /v1/* and /mcp need a key: 401 without or with a bad one
 (`WWW-Authenticate: Bearer`); the MCP tools served at /mcp apply the key's grant as the routes do.
 Health and the OpenAPI pages stay open.
 """
@@ -93,10 +94,19 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def on_owner_socket(scope, owner_socket: str | None) -> bool:
+    """Whether a request came in on the data dir's own Unix socket (server/owner.py): uvicorn names a
+    Unix socket's path as the request's `server`, with no port."""
+    server = scope.get("server")
+    return bool(owner_socket) and isinstance(server, (tuple, list)) and len(server) == 2 \
+        and server[1] is None and server[0] == owner_socket
+
+
 class KeyAuth:
-    def __init__(self, app, engine_of):
+    def __init__(self, app, engine_of, owner_socket_of=lambda: None):
         self.app = app
         self.engine_of = engine_of  # () -> the Engine, once the app's lifespan has built it
+        self.owner_socket_of = owner_socket_of  # () -> the path of the data dir's own socket, if served
         self.limiter: RateLimiter | None = None
 
     async def __call__(self, scope, receive, send):
@@ -120,7 +130,9 @@ class KeyAuth:
         grant = None
         try:
             try:
-                grant = dataclasses.replace(engine.grant_for(headers.get("authorization")), seen=[])
+                # the owner's socket: its file mode (0600) already said who may connect
+                grant = Grant(None) if on_owner_socket(scope, self.owner_socket_of()) else \
+                    dataclasses.replace(engine.grant_for(headers.get("authorization")), seen=[])
             except EngineError as exc:
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
                 return await refuse(send_with_id, exc.status, exc.public_body(), extra)

@@ -8,7 +8,11 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from engine.app import USER_ERRORS, Engine
+log = logging.getLogger("refindery.cli")
+
+from pydantic import ValidationError
+
+from engine.app import USER_ERRORS, DataDirBusy, Engine
 from engine.core.access import is_loopback
 from engine.core.settings import ConfigFileError, Settings, load_settings
 
@@ -40,23 +44,80 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    """Serve HTTP (host:port, or --uds) and, for every other process on this machine, the data dir's
+    own socket (server/owner.py): server.json beside the store says where, once the app is up."""
     import uvicorn
 
+    from . import owner as owners
     from .app import create_app
 
     settings = _settings(args)
-    if args.uds:
-        uvicorn.run(create_app(settings, freeze_heap=True), uds=args.uds, log_level="info")
-        return 0
-    host = args.host or settings.server.host
-    port = args.port or settings.server.port
-    if not is_loopback(host) and not _active_keys(settings):
-        print(f"error: refusing to serve on {host} with no API key: anyone who can reach it could read and "
-              "write everything. Create one first (refindery keys create --workspace '*'), or serve on "
-              "127.0.0.1.", file=sys.stderr)
+    running = owners.find(settings.data_dir)
+    if running is not None:
+        print(f"error: the data dir {settings.data_dir} is already served ({running.describe()}); other "
+              "refindery commands go through that server. Stop it to serve this data dir again.", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(settings, freeze_heap=True), host=host, port=port, log_level="info")
+    app = create_app(settings, freeze_heap=True)
+    if args.uds:
+        config = uvicorn.Config(app, uds=args.uds, log_level="info")
+    else:
+        host = args.host or settings.server.host
+        port = settings.server.port if args.port is None else args.port
+        if not is_loopback(host) and not _active_keys(settings):
+            print(f"error: refusing to serve on {host} with no API key: anyone who can reach it could read and "
+                  "write everything. Create one first (refindery keys create --workspace '*'), or serve on "
+                  "127.0.0.1.", file=sys.stderr)
+            return 2
+        config = uvicorn.Config(app, host=host, port=port, log_level="info")
+    try:
+        if args.uds:
+            owners.clear_stale(args.uds)
+        own = owners.bind(settings.data_dir)
+    except OSError as exc:
+        print(f"error: cannot listen on a Unix socket: {exc}", file=sys.stderr)
+        return 2
+    own_path = own.getsockname()
+    app.state.owner_socket = own_path
+    try:
+        listener = config.bind_socket()
+        if args.uds:
+            http = None
+        else:
+            bound_host, bound_port = listener.getsockname()[:2]
+            http = f"http://{'[' + bound_host + ']' if ':' in bound_host else bound_host}:{bound_port}"
+        server = _OwningServer(config, lambda: _announce(owners.publish(settings.data_dir, own_path, http)),
+                               lambda: owners.withdraw(settings.data_dir, own_path))
+        server.run(sockets=[listener, own])
+    finally:
+        owners.withdraw(settings.data_dir, own_path)
     return 0
+
+
+def _announce(owner) -> None:
+    logging.getLogger("uvicorn.error").info(
+        "Other refindery commands on this machine (search, ingest, mcp, keys, status ...) reach this data dir "
+        "through %s (%s)", owner.socket, Path(owner.data_dir) / "server.json")
+
+
+def _OwningServer(config, on_started, on_stopping):
+    import uvicorn
+
+    class OwningServer(uvicorn.Server):
+        """uvicorn's server, which says it owns the data dir once it accepts connections (not before:
+        a client that found server.json must find it listening), and stops saying so first thing
+        when it shuts down (uvicorn re-raises SIGTERM/SIGINT after its shutdown, so nothing after
+        `run` would run)."""
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                on_started()
+
+        async def shutdown(self, sockets=None) -> None:
+            on_stopping()
+            await super().shutdown(sockets)
+
+    return OwningServer(config)
 
 
 def _active_keys(settings) -> int:
@@ -98,38 +159,51 @@ def cmd_search(args) -> int:
     from engine.refind.search import SearchRequest
 
     with Engine(_settings(args)) as e:
-        resp = e.search(SearchRequest(query=args.query, k=args.k, offset=args.offset, workspace=args.workspace,
-                                      rerank=args.rerank))
-        if args.json:
-            print(resp.model_dump_json(indent=2))
-            return 0
-        print(f"{resp.total} pages ranked; showing {len(resp.pages)} ({resp.timings_ms['total']:.0f} ms)")
-        for hit in resp.pages:
-            print(f"{hit.rank:>3}. {hit.title or '(untitled)'}\n     {hit.url}   score={hit.score:.4f}")
-            if hit.snippets:
-                snip = " ".join(hit.snippets[0].text.split())
-                print(f"     {snip[:160]}{'…' if len(snip) > 160 else ''}")
+        return _show_search(args, e.search(SearchRequest(query=args.query, k=args.k, offset=args.offset,
+                                                         workspace=args.workspace, rerank=args.rerank)))
+
+
+def _show_search(args, resp) -> int:
+    if args.json:
+        print(resp.model_dump_json(indent=2))
         return 0
+    print(f"{resp.total} pages ranked; showing {len(resp.pages)} ({resp.timings_ms['total']:.0f} ms)")
+    for hit in resp.pages:
+        print(f"{hit.rank:>3}. {hit.title or '(untitled)'}\n     {hit.url}   score={hit.score:.4f}")
+        if hit.snippets:
+            snip = " ".join(hit.snippets[0].text.split())
+            print(f"     {snip[:160]}{'…' if len(snip) > 160 else ''}")
+    return 0
 
 
-def cmd_evidence(args) -> int:
+def _evidence_request(args):
+    """The evidence request the arguments make, or None (the error printed)."""
     from pydantic import ValidationError
 
     from engine.evidence.search import EvidenceRequest
 
     try:
-        req = EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
-                              max_rounds=args.max_rounds, k=args.k, line_budget=args.line_budget,
-                              min_high_sources=args.min_high_sources, decompose=args.decompose,
-                              siblings=args.siblings, pages=args.page,
-                              route_constraints=["map_write"] if args.map_write else [])
+        return EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
+                               max_rounds=args.max_rounds, k=args.k, line_budget=args.line_budget,
+                               min_high_sources=args.min_high_sources, decompose=args.decompose,
+                               siblings=args.siblings, pages=args.page,
+                               route_constraints=["map_write"] if args.map_write else [])
     except ValidationError as exc:
         print(f"error: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
+        return None
+
+
+def cmd_evidence(args) -> int:
+    req = _evidence_request(args)
+    if req is None:
         return 2
     with Engine(_settings(args)) as e:
-        resp = e.evidence(req)
-        print(json.dumps(resp.model_dump(mode="json") | {"file": resp.file}, indent=2) if args.json else resp.summary)
-        return 0
+        return _show_evidence(args, e.evidence(req))
+
+
+def _show_evidence(args, resp) -> int:
+    print(json.dumps(resp.model_dump(mode="json") | {"file": resp.file}, indent=2) if args.json else resp.summary)
+    return 0
 
 
 def cmd_dictionary(args) -> int:
@@ -149,6 +223,10 @@ def cmd_dictionary(args) -> int:
 def cmd_maps(args) -> int:
     with Engine(_settings(args), repair=False) as e:
         m = e.maps(args.workspace)
+    return _show_maps(args, m)
+
+
+def _show_maps(args, m: dict) -> int:
     if args.json:
         _print(m)
         return 0
@@ -169,20 +247,24 @@ def cmd_compare(args) -> int:
     from engine.refind.compare import CompareRequest
 
     with Engine(_settings(args)) as e:
-        resp = e.compare(CompareRequest(query=args.query, models=args.models.split(","), k=args.k))
-        if args.json:
-            print(resp.model_dump_json(indent=2))
-            return 0
-        for run in resp.runs:
-            print(f"{run.model}:")
-            for h in run.pages:
-                print(f"  {h.rank:>2}. {h.title or h.url}")
-        for a in resp.agreement:
-            tau = "n/a" if a.kendall_tau_b is None else f"{a.kendall_tau_b:.3f}"
-            print(f"{a.model_a} vs {a.model_b} @{a.k}: Jaccard {a.jaccard:.3f}  RBO_EXT(p={a.rbo_p}) {a.rbo_ext:.3f}  "
-                  f"Kendall tau-b {tau} over {a.shared} shared")
-        print(f"query_id {resp.query_id}")
+        return _show_compare(args, e.compare(CompareRequest(query=args.query, models=args.models.split(","),
+                                                            k=args.k)))
+
+
+def _show_compare(args, resp) -> int:
+    if args.json:
+        print(resp.model_dump_json(indent=2))
         return 0
+    for run in resp.runs:
+        print(f"{run.model}:")
+        for h in run.pages:
+            print(f"  {h.rank:>2}. {h.title or h.url}")
+    for a in resp.agreement:
+        tau = "n/a" if a.kendall_tau_b is None else f"{a.kendall_tau_b:.3f}"
+        print(f"{a.model_a} vs {a.model_b} @{a.k}: Jaccard {a.jaccard:.3f}  RBO_EXT(p={a.rbo_p}) {a.rbo_ext:.3f}  "
+              f"Kendall tau-b {tau} over {a.shared} shared")
+    print(f"query_id {resp.query_id}")
+    return 0
 
 
 def cmd_reindex(args) -> int:
@@ -437,20 +519,123 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Verbs that open the data dir of the settings: while a server owns it they go through the server.
+OWNED = {"ingest", "search", "evidence", "maps", "dictionary", "compare", "reindex", "models", "clusters", "log",
+         "relations", "keys", "mcp", "status"}
+
+
+def _verb(args) -> str:
+    if args.command == "relations" and args.action in ("load", "sync", "demo", "demo-profiles"):
+        return f"relations {args.action}"
+    if args.command == "models" and args.embed:
+        return "models --embed"
+    if args.command == "keys" and args.action == "open":
+        return "keys open"
+    return args.command
+
+
+def _through(args, owner) -> int:
+    """A verb of OWNED, sent to the server that owns the data dir (server/remote.py)."""
+    from . import remote
+
+    verb = _verb(args)
+    if verb in remote.NEEDS_THE_DATA_DIR:
+        print(remote.refusal(verb, owner), file=sys.stderr)
+        return 2
+    if verb == "search":
+        return remote.search(args, owner, _show_search)
+    if verb == "evidence":
+        req = _evidence_request(args)
+        return 2 if req is None else remote.evidence(args, owner, req, _show_evidence)
+    if verb == "keys" and args.action == "create" and not args.workspace:
+        print("error: keys create needs --workspace W (repeat it, or '*' for every workspace)", file=sys.stderr)
+        return 2
+    if verb == "keys" and args.action == "revoke" and not args.key_id:
+        print("error: keys revoke needs a KEY_ID", file=sys.stderr)
+        return 2
+    if verb == "ingest":
+        batch = max(64 * 1024, int(_settings(args).server.max_body_bytes * 0.8))
+        try:
+            return remote.ingest(args, owner, batch)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if verb == "mcp":
+        return remote.mcp_stdio(owner)
+    if verb == "compare":
+        return remote.compare(args, owner, _show_compare)
+    if verb == "maps":
+        return remote.maps(args, owner, _show_maps)
+    if verb == "relations" and args.action == "search" and not args.constraints:
+        print("error: relations search needs --constraints FILE", file=sys.stderr)
+        return 2
+    return getattr(remote, verb)(args, owner)
+
+
+def _owner(args):
+    """The server that owns the data dir this command would open, if one does."""
+    from . import owner as owners
+
+    if args.command not in OWNED:
+        return None
+    return owners.find(_settings(args).data_dir)
+
+
+def _busy(args) -> str | None:
+    """A one-line account of why the data dir could not be opened, when another process holds it."""
+    from . import owner as owners
+
+    settings = _settings(args)
+    running = owners.find(settings.data_dir)
+    if running is not None:
+        return (f"error: a server has just started on the data dir {settings.data_dir} ({running.describe()}); "
+                "run the command again and it goes through the server")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.func(args)
+        owner = _owner(args)
+        return _through(args, owner) if owner is not None else args.func(args)
     except ConfigFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a clear one-line error for known failures
         if isinstance(exc, USER_ERRORS):
-            print(f"error: {exc}", file=sys.stderr)
+            print(_busy(args) if isinstance(exc, DataDirBusy) and _busy(args) else f"error: {exc}", file=sys.stderr)
+            return 2
+        if _is_client_error(exc):
+            print(f"error: {_client_error_line(exc)}", file=sys.stderr)
+            return 2
+        if isinstance(exc, ValidationError):   # a request the arguments make, refused before it is sent
+            first = exc.errors()[0]
+            print(f"error: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}", file=sys.stderr)
             return 2
         raise
+
+
+def _is_client_error(exc: Exception) -> bool:
+    try:
+        import httpx
+        from refindery.client import RefinderyError
+    except ImportError:   # the client package is not installed: no server could have been reached
+        return False
+    return isinstance(exc, (RefinderyError, httpx.TransportError))
+
+
+def _client_error_line(exc: Exception) -> str:
+    """A refusal from the server, as the local verb would have put it; or the server gone."""
+    detail = getattr(exc, "detail", None)
+    if isinstance(detail, dict) and detail.get("type") == "validation_error" and detail.get("errors"):
+        first = detail["errors"][0]
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return f"{exc.status} validation_error: {where}: {first.get('msg')}"
+    if hasattr(exc, "status"):
+        return str(exc)
+    return f"the server that holds the data dir stopped answering ({type(exc).__name__}: {exc})"
 
 
 if __name__ == "__main__":

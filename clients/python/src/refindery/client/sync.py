@@ -103,6 +103,11 @@ class _Operations:
         return self._call(_Op("GET", f"/v1/evidence/packets/{_segment(session_id)}", params=params, text=True))
 
     # Operations ----------------------------------------------------------------------------------
+    def request(self, method: str, path: str, json: Any = None, params: dict[str, Any] | None = None) -> Any:
+        """Any route by method and path, JSON in and out: for what the typed operations do not cover
+        (`refindery`'s own command line reaches its server this way). The same retries and typed errors."""
+        return self._call(_Op(method.upper(), path, json, dict(params or {})))
+
     def status(self) -> dict:
         return self._call(_Op("GET", "/v1/status"))
 

@@ -1,0 +1,219 @@
+"""The CLI's verbs through the server that owns the data dir (server/owner.py).
+
+Each verb builds the same request as when it opens the data dir itself, validated by the same engine
+model, sends it over the owner's socket with the Python client (`refindery-client`), reads the reply
+into the same engine model and prints it the same way. A verb that needs the data dir to itself
+(it rebuilds indexes, or reads files only the CLI's own process may name) says so in one line.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .owner import Owner
+
+# Verbs that cannot run beside a server, and what to do instead.
+NEEDS_THE_DATA_DIR = {
+    "reindex": "it rebuilds every index with the writer",
+    "log": "it deletes from the query log with the writer",
+    "relations load": "it reads files any local path names",
+    "relations sync": "it re-reads a load's files from their local paths",
+    "relations demo": "it writes and loads an export under the data dir",
+    "relations demo-profiles": "it copies and loads documents under the data dir",
+    "models --embed": "it embeds the whole corpus with the writer",
+    "keys open": "it reopens the server's key table",
+    "reranker": "it trains on and writes into the data dir",
+}
+
+
+def refusal(verb: str, owner: Owner) -> str:
+    why = NEEDS_THE_DATA_DIR.get(verb, "it opens the data dir itself")
+    return (f"error: `refindery {verb}` cannot run while a server holds the data dir ({owner.describe()}): {why}. "
+            "Stop the server, run it, then start the server again.")
+
+
+def _print(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def _call(owner: Owner, method: str, path: str, body: Any = None, params: dict | None = None) -> Any:
+    with owner.client() as client:
+        return client.request(method, path, json=body, params=params)
+
+
+def search(args, owner: Owner, show: Callable) -> int:
+    from engine.refind.search import SearchRequest, SearchResponse
+
+    req = SearchRequest(query=args.query, k=args.k, offset=args.offset, workspace=args.workspace, rerank=args.rerank)
+    body = _call(owner, "POST", "/v1/search", req.model_dump(mode="json", exclude_unset=True))
+    return show(args, SearchResponse.model_validate(body))
+
+
+def evidence(args, owner: Owner, req, show: Callable) -> int:
+    from engine.evidence.search import EvidenceResponse
+
+    body = _call(owner, "POST", "/v1/evidence", req.model_dump(mode="json", exclude_unset=True))
+    return show(args, EvidenceResponse.model_validate({**body, "file": str(Path(owner.data_dir) / body["path"])}))
+
+
+def status(args, owner: Owner) -> int:
+    out = _call(owner, "GET", "/v1/status")
+    out["data_dir"] = owner.data_dir   # the route names only the folder; this caller is on its machine
+    _print({**out, "served_by": {"pid": owner.pid, "http": owner.http, "socket": owner.socket,
+                                 "started": owner.started}})
+    return 0
+
+
+def keys(args, owner: Owner) -> int:
+    if args.action == "create":
+        _print(_call(owner, "POST", "/v1/keys", {"workspaces": args.workspace, "scopes": args.scope,
+                                                 "read_only": args.read_only, "name": args.name}))
+    elif args.action == "list":
+        _print(_call(owner, "GET", "/v1/keys"))
+    else:
+        _print(_call(owner, "DELETE", f"/v1/keys/{args.key_id}"))
+    return 0
+
+
+def ingest(args, owner: Owner, batch_bytes: int) -> int:
+    """`refindery ingest` beside a server: the records posted to POST /v1/pages in batches (at most
+    1,000 records, and bodies well under the server's limit), one summary for all of them."""
+    from engine.ingest.records import RecordError, read_source
+
+    totals = {"records": 0, "created": 0, "updated": 0, "revisited": 0, "unchanged": 0, "errors": 0,
+              "chunks_embedded": 0, "seconds": 0.0, "generation": None}
+    errors: list[str] = []
+    t0 = time.perf_counter()
+    batch: list[tuple[str, dict]] = []
+    size = 0
+
+    def post() -> None:
+        nonlocal batch, size
+        if not batch:
+            return
+        body = {"pages": [rec for _, rec in batch]} | ({"workspace": args.workspace} if args.workspace else {})
+        reply = _call(owner, "POST", "/v1/pages", body)
+        for item in reply["items"]:
+            if item.get("error"):
+                errors.append(f"{batch[item['index']][0]}: skipped: {item['error']}")
+        s = reply["summary"]
+        for k in ("records", "created", "updated", "revisited", "unchanged", "errors", "chunks_embedded"):
+            totals[k] += s.get(k) or 0
+        totals["generation"] = s.get("generation", totals["generation"])
+        if not args.no_progress:
+            rate = totals["chunks_embedded"] / max(time.perf_counter() - t0, 1e-9)
+            print(f"ingest: {totals['records']} records sent to the server, {totals['chunks_embedded']} chunks "
+                  f"embedded ({rate:.1f}/s)", file=sys.stderr, flush=True)
+        batch, size = [], 0
+
+    for _, source, rec in read_source(args.path, args.base_url):
+        if isinstance(rec, RecordError):
+            errors.append(f"{rec.source}:{rec.line}: skipped: {rec.error}")
+            totals["errors"] += 1
+            continue
+        n = len(json.dumps(rec, default=str))
+        if batch and (len(batch) >= 1000 or size + n > batch_bytes):
+            post()
+        batch.append((source, rec))
+        size += n
+    post()
+    for line in errors:
+        print(line, file=sys.stderr)
+    totals["seconds"] = round(time.perf_counter() - t0, 3)
+    totals["chunks_per_second"] = round(totals["chunks_embedded"] / totals["seconds"], 1) if totals["seconds"] else None
+    _print(totals | {"through": owner.describe()})
+    return 1 if totals["errors"] and not totals["records"] else 0
+
+
+def compare(args, owner: Owner, show: Callable) -> int:
+    from engine.refind.compare import CompareRequest, CompareResponse
+
+    req = CompareRequest(query=args.query, models=args.models.split(","), k=args.k)
+    return show(args, CompareResponse.model_validate(
+        _call(owner, "POST", "/v1/compare", req.model_dump(mode="json", exclude_unset=True))))
+
+
+def dictionary(args, owner: Owner) -> int:
+    params = {"workspace": args.workspace} if args.workspace else None
+    if args.action == "set":
+        if not args.file:
+            print("error: dictionary set needs a FILE (.toml or .md)", file=sys.stderr)
+            return 2
+        path = Path(args.file)
+        fmt = "toml" if path.suffix.lower() == ".toml" else "markdown"
+        _print(_call(owner, "PUT", "/v1/evidence/dictionary", {"format": fmt, "text": path.read_text(encoding="utf-8")},
+                     params))
+    else:
+        _print(_call(owner, "GET", "/v1/evidence/dictionary", params=params))
+    return 0
+
+
+def maps(args, owner: Owner, show: Callable) -> int:
+    return show(args, _call(owner, "GET", "/v1/evidence/maps",
+                            params={"workspace": args.workspace} if args.workspace else None))
+
+
+def models(args, owner: Owner) -> int:
+    _print(_call(owner, "GET", "/v1/models"))
+    return 0
+
+
+def clusters(args, owner: Owner) -> int:
+    params = {"workspace": args.workspace} if args.workspace else {}
+    if args.action == "refit":
+        live = _call(owner, "GET", "/v1/clusters", params=params or None)
+        if args.if_missing and live["clusters"]:
+            _print({"workspace": live["workspace"], "skipped": True, "clusters": len(live["clusters"])})
+        else:
+            _print(_call(owner, "POST", "/v1/clusters/refit", None, (params | ({"k": args.k} if args.k else {})) or None))
+    else:
+        _print(_call(owner, "GET", "/v1/clusters", params=params | {"include_tombstoned": True})["clusters"])
+    return 0
+
+
+def relations(args, owner: Owner) -> int:
+    if args.action == "create":
+        body = {"workspace_id": args.workspace, "name": args.name, "packs": args.packs or ["expert_network"]}
+        _print(_call(owner, "POST", "/v1/public/workspaces", {k: v for k, v in body.items() if v is not None}))
+    else:
+        constraints = json.loads(Path(args.constraints).read_text(encoding="utf-8"))
+        body = {"workspace_id": args.workspace, "constraints": constraints, "as_of": args.as_of, "limit": args.limit}
+        _print(_call(owner, "POST", "/v1/public/search", {k: v for k, v in body.items() if v is not None}))
+    return 0
+
+
+def mcp_stdio(owner: Owner) -> int:
+    """`refindery mcp` beside a server: a relay between this process's stdio and the server's own
+    MCP endpoint (/mcp, over the socket) — the same tools, the same sessions, nothing opened here."""
+    import anyio
+
+    anyio.run(_relay, owner)
+    return 0
+
+
+async def _relay(owner: Owner) -> None:
+    import anyio
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.server.stdio import stdio_server
+
+    http = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=owner.socket),
+                             timeout=httpx.Timeout(30.0, read=600.0))
+
+    async def pump(source, sink, side: str) -> None:
+        async with sink:
+            async for item in source:
+                if isinstance(item, Exception):   # a message that could not be read: say so, go on
+                    print(f"refindery mcp: {side}: {item}", file=sys.stderr, flush=True)
+                    continue
+                await sink.send(item)
+
+    async with http, stdio_server() as (from_agent, to_agent), \
+            streamable_http_client(f"{owner.base_url}/mcp", http_client=http) as (from_server, to_server, _):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump, from_server, to_agent, "from the server")
+            await pump(from_agent, to_server, "from the client")   # ends when the agent closes stdin
+            tg.cancel_scope.cancel()

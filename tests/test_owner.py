@@ -1,0 +1,179 @@
+"""One process owns a data dir (server/owner.py): with `refindery serve` holding it, the other verbs
+and `refindery mcp` go through the server's own socket instead of dying on DuckDB's lock; with no
+server they open the data dir themselves, as before.
+
+Everything real: `refindery serve` and every verb are subprocesses of the installed command line; the
+MCP session is the SDK's stdio client talking to `refindery mcp`. The server listens on Unix sockets
+only (`serve --uds`), because the suite must pass under `unshare -n`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import anyio
+import httpx
+import pytest
+from conftest import ROOT, serving_on
+
+PAGES = [
+    {"url": "https://notes.example/json", "title": "JSON notes",
+     "body_text": "Pretty printing with the json module: indent, sort_keys and separators."},
+    {"url": "https://notes.example/csv", "title": "CSV notes",
+     "body_text": "Reading comma separated values with the csv module, dialects and quoting."},
+]
+
+
+def env_for(data) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
+    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu")
+    return env
+
+
+def cli(data, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, env=env_for(data), input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+@contextlib.contextmanager
+def served(data, sock):
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
+                            env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        serving_on(sock)
+        deadline = time.monotonic() + 60   # server.json is written once the app accepts connections
+        while not (data / "server.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def mcp_session(data, query: str) -> tuple[set[str], dict]:
+    """A real MCP client session with `refindery mcp` over stdio: its tools, and one search."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "server.cli", "mcp"], env=env_for(data),
+                                   cwd=str(ROOT))
+    async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
+        await session.initialize()
+        tools = {t.name for t in (await session.list_tools()).tools}
+        found = await session.call_tool("refind_search", {"query": query})
+        assert found.isError is False, found.content[0].text
+        return tools, json.loads(found.content[0].text)
+
+
+def the_verbs(data, tag: str) -> dict:
+    """search, status, evidence, keys create, ingest and mcp, each checked; what they answered."""
+    out = {}
+    r = cli(data, "search", "pretty printing json indent", "-k", "1")
+    assert r.returncode == 0, r.stderr
+    assert "JSON notes" in r.stdout and "https://notes.example/json" in r.stdout
+    r = cli(data, "status")
+    assert r.returncode == 0, r.stderr
+    out["status"] = json.loads(r.stdout)
+    r = cli(data, "evidence", "csv dialects and quoting", "--session", f"s-{tag}", "--json")
+    assert r.returncode == 0, r.stderr
+    packet = json.loads(r.stdout)
+    assert packet["sources_found"] >= 1 and os.path.isfile(packet["file"])
+    assert "CSV notes" in open(packet["file"], encoding="utf-8").read()
+    r = cli(data, "keys", "create", "--workspace", "*", "--name", f"key-{tag}")
+    assert r.returncode == 0, r.stderr
+    out["token"] = json.loads(r.stdout)["token"]
+    new = {"url": f"https://notes.example/{tag}", "title": f"Zeppelin {tag} notes",
+           "body_text": f"Airships and zeppelins, written down in the {tag} run."}
+    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(new) + "\n")
+    assert r.returncode == 0, r.stderr
+    out["ingest"] = json.loads(r.stdout)
+    assert out["ingest"]["created"] == 1
+    tools, found = anyio.run(mcp_session, data, f"zeppelin airships {tag}")
+    assert {"refind_search", "limma_search", "evidence_search"} <= tools
+    assert found["pages"][0]["url"] == new["url"]          # the page the CLI just ingested, found over MCP
+    return out
+
+
+def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_path):
+    data, sock = tmp_path / "data", tmp_path / "http.sock"
+    r = cli(data, "ingest", "-", "--no-progress", stdin="".join(json.dumps(p) + "\n" for p in PAGES))
+    assert r.returncode == 0, r.stderr
+
+    with served(data, sock) as proc:
+        owner = json.loads((data / "server.json").read_text())
+        assert owner["pid"] == proc.pid
+        assert stat.S_IMODE(os.stat(owner["socket"]).st_mode) == 0o600   # only this user may connect
+
+        got = the_verbs(data, "served")
+        assert got["status"]["served_by"]["pid"] == proc.pid     # it went through the server ...
+        assert got["status"]["counts"]["pages"] == 2
+        assert "through" in got["ingest"]
+        # ... whose own store now holds the key the CLI made: the API asks for it at once
+        over_http = serving_on(sock)
+        assert over_http.get("/v1/status").status_code == 401
+        assert over_http.get("/v1/status", headers={"Authorization": f"Bearer {got['token']}"}).status_code == 200
+        # the owner's socket carries every grant without a key (its file mode is the check)
+        local = httpx.Client(transport=httpx.HTTPTransport(uds=owner["socket"]), base_url="http://localhost:0")
+        assert local.get("/v1/status").json()["counts"]["pages"] == 3
+        # a verb that needs the data dir to itself says so in one line, and what to do
+        r = cli(data, "reindex")
+        assert r.returncode == 2 and r.stdout == ""
+        assert len(r.stderr.strip().splitlines()) == 1 and "Stop the server" in r.stderr
+        # a second server on the same data dir is refused, naming the first
+        r = cli(data, "serve", "--uds", str(tmp_path / "second.sock"))
+        assert r.returncode == 2 and f"pid {proc.pid}" in r.stderr
+
+    assert not (data / "server.json").exists() and not os.path.exists(owner["socket"])   # withdrawn on stop
+    got = the_verbs(data, "alone")
+    assert "served_by" not in got["status"] and got["status"]["counts"]["pages"] == 3   # before its ingest
+    assert "through" not in got["ingest"]
+
+
+def test_a_stale_owner_file_is_ignored_and_a_busy_store_is_named_in_one_line(tmp_path):
+    data = tmp_path / "data"
+    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(PAGES[0]) + "\n")
+    assert r.returncode == 0, r.stderr
+    # a server that died without cleaning up (SIGKILL): its file names a process that is gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (data / "server.json").write_text(json.dumps({"pid": dead.pid, "socket": str(data / "refindery.sock"),
+                                                  "http": None, "data_dir": str(data), "started": ""}))
+    r = cli(data, "search", "json module", "-k", "1")
+    assert r.returncode == 0 and "JSON notes" in r.stdout, r.stderr
+    # another process (not a server) holds the store: one line naming it, no DuckDB traceback
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(120)", str(data / "refindery.duckdb")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = cli(data, "search", "json module")
+        assert r.returncode == 2
+        assert r.stderr.count("\n") == 1 and f"process {holder.pid}" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("argv,name", [(["reindex"], "reindex"), (["log", "prune", "--before", "2026-01-01"], "log"),
+                                       (["keys", "open", "--yes"], "keys open"),
+                                       (["models", "--embed", "all-minilm-l6-v2"], "models --embed"),
+                                       (["relations", "demo"], "relations demo")])
+def test_verbs_that_need_the_data_dir_name_themselves_and_what_to_do(argv, name):
+    """The refusal's text (checked without a server; the served test runs one of them for real)."""
+    from server.cli import _verb, build_parser
+    from server.owner import Owner
+    from server.remote import refusal
+
+    line = refusal(_verb(build_parser().parse_args(argv)), Owner(42, "/d/refindery.sock", "http://127.0.0.1:8000",
+                                                                 "/d", ""))
+    assert line.startswith(f"error: `refindery {name}` cannot run while a server holds the data dir (pid 42")
+    assert "Stop the server" in line and "\n" not in line
