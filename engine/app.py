@@ -42,7 +42,12 @@ from engine.relations.criteria_model import ModelCriterionReader
 from engine.relations import documents as relation_documents
 from engine.relations.loads import LoadRequest, load, workspace_roots
 from engine.relations.search import RelationSearch, RelationSearchRequest
-from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace
+from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace, schema_of
+
+
+# How one constraint is written (the listing of workspaces says it once, beside what it may name).
+CONSTRAINT_HELP = ("{relation, slot, op, value, required?}: op one of the slot's operators; value one value, or a "
+                   "list with op in; required false makes it a preference. Several constraints all hold (AND).")
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -251,6 +256,14 @@ class Engine:
 
     def has_relation_workspace(self, workspace_id: str) -> bool:
         return self.corpus.relations.workspace(workspace_id) is not None
+
+    def relation_workspaces(self, caller: Grant = OPEN) -> dict:
+        """The relation workspaces the caller may read, each with what its constraints may say
+        (relations, slots, operators, allowed values with counts): an agent's first call."""
+        rstore = self.corpus.relations
+        return {"workspaces": [schema_of(rstore, ws, caller.document_scopes) for ws in rstore.workspace_ids()
+                               if caller.may_read(ws)],
+                "constraint": CONSTRAINT_HELP}
 
     def describe_relation_workspace(self, workspace_id: str, caller: Grant = OPEN) -> dict:
         caller.workspace(workspace_id, workspace_id)

@@ -327,6 +327,28 @@ class RelationStore:
             con.execute("INSERT INTO rel_workspaces VALUES (?, ?, ?, ?, 1)", [workspace_id, name, packs, now])
             con.execute("INSERT INTO workspaces VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [workspace_id, name, now])
 
+    def workspace_ids(self) -> list[str]:
+        return [r[0] for r in self.cursor().execute("SELECT workspace_id FROM rel_workspaces ORDER BY workspace_id")
+                .fetchall()]
+
+    def term_counts(self, table: str, workspace_id: str, slot: str, sight: Sight = EVERYTHING) -> dict[str, int]:
+        """Entities per term of a term slot, over the workspace's current rows the caller may read
+        (`slot` is a pack identifier: letters, digits and underscores)."""
+        if not self.table_exists(table):
+            return {}
+        return dict(self.cursor().execute(
+            f"SELECT t_{slot}, count(DISTINCT entity_id) FROM {table} WHERE workspace_id = ? AND current "
+            f"AND retired IS NULL AND t_{slot} IS NOT NULL AND {sight.row()} GROUP BY 1", [workspace_id]).fetchall())
+
+    def entities_with_terms(self, table: str, workspace_id: str, slot: str, terms: list[str],
+                            sight: Sight = EVERYTHING) -> int:
+        """Entities with a current row whose term slot holds any of `terms` (a group and its members)."""
+        if not self.table_exists(table):
+            return 0
+        return self.cursor().execute(
+            f"SELECT count(DISTINCT entity_id) FROM {table} WHERE workspace_id = ? AND current AND retired IS NULL "
+            f"AND list_contains(?, t_{slot}) AND {sight.row()}", [workspace_id, terms]).fetchone()[0]
+
     def entity_counts(self, workspace_id: str, sight: Sight = EVERYTHING) -> dict[str, int]:
         return dict(self.cursor().execute(
             f"SELECT kind, count(*) FROM rel_entities WHERE workspace_id = ? AND {sight.entity()} "

@@ -31,16 +31,17 @@ from engine.core.errors import EngineError
 from engine.evidence import service as evidence
 from engine.relations.facts import CorrectionRequest, FactsRequest, RegionRequest
 from engine.relations.search import RelationSearchRequest
+from engine.relations.workspaces import installed_constraint_items
 from engine.refind.search import SearchRequest
 from engine.refind.similar import MEDIATIONS
 
 from .auth import SCOPE_KEY
 from .errors import internal_error
-from .http.relations import ROUTES as RELATION_ROUTES
 
 INSTRUCTIONS = (
     "Refindery finds again the pages someone saw (refind_search, get_page) and answers closed-set "
-    "questions over typed relations with their warrant (limma_search, limma_facts; limma_region re-reads a "
+    "questions over typed relations with their warrant (limma_workspaces first: what may be asked; then "
+    "limma_search, limma_facts; limma_region re-reads a "
     "receipt, limma_correct retires a wrong row), and gathers evidence for a question into a packet file (evidence_search, read_evidence_packet).")
 
 
@@ -149,6 +150,41 @@ def refind_reply(full: dict, explain: bool) -> dict:
                                     for s in p["snippets"]]} for p in full["pages"]]}
 
 
+class WorkspacesRef(BaseModel):
+    workspace_id: str | None = Field(default=None, max_length=100,
+                                     description="Only this workspace (default: every workspace the key may read).")
+
+
+def list_workspaces(e: Engine, r: WorkspacesRef, g: Grant) -> dict:
+    out = e.relation_workspaces(g)
+    if r.workspace_id is not None:
+        g.workspace(r.workspace_id, r.workspace_id)      # outside the grant: workspace_not_found, as elsewhere
+        out["workspaces"] = [w for w in out["workspaces"] if w["workspace_id"] == r.workspace_id]
+        if not out["workspaces"]:
+            e.describe_relation_workspace(r.workspace_id, g)   # no such workspace: the route's 404
+    return json.loads(json.dumps(out, default=str))
+
+
+# The follow-up calls a compact limma_search reply names under `more`: tools and their arguments.
+MCP_ROUTES = {"search": {"tool": "limma_search"}, "facts": {"tool": "limma_facts"},
+              "region": {"tool": "limma_region"}}
+
+
+def typed_constraints(tool: Tool) -> Tool:
+    """limma_search with its `constraints` items typed: one variant per (relation, slot) of the
+    packs installed, with the ops each slot answers and its terms (the request model reads `Any`, so
+    a malformed constraint still gets the seed's search_constraint_invalid, not a schema error)."""
+    params = json.loads(json.dumps(tool.parameters))
+    prop = params["properties"]["constraints"]
+    prop.pop("anyOf", None)
+    prop.pop("type", None)
+    prop["anyOf"] = [{"type": "array", "items": installed_constraint_items(), "minItems": 1, "maxItems": 64},
+                     {"type": "null"}]
+    prop["description"] = ("The conditions, all of which must hold: [{relation, slot, op, value, required?}]. "
+                           "limma_workspaces lists each workspace's relations, slots, operators and values.")
+    return tool.model_copy(update={"parameters": params})
+
+
 class PacketRef(BaseModel):
     session_id: str = Field(pattern=evidence.SESSION, description="The session_id evidence_search returned.")
     topic: str | None = Field(default=None, max_length=120, description="The topic, if the search named one.")
@@ -167,8 +203,10 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
     # (tool, request model, the route it mirrors, the Engine verb over (request, caller), description,
     # defaults that differ from the route's). Each verb applies the caller's grant itself.
     tools = [
+        ("limma_workspaces", WorkspacesRef, "/v1/public/workspaces",
+         lambda r, g: list_workspaces(engine(), r, g), LIMMA_WORKSPACES, None),
         ("limma_search", RelationSearchRequest, "/v1/public/search",
-         lambda r, g: engine().relation_search(r, g, routes=RELATION_ROUTES), LIMMA_SEARCH, {"detail": "compact"}),
+         lambda r, g: engine().relation_search(r, g, routes=MCP_ROUTES), LIMMA_SEARCH, {"detail": "compact"}),
         ("limma_facts", FactsRequest, "/v1/public/facts", lambda r, g: engine().facts(r, g), LIMMA_FACTS, None),
         ("limma_correct", CorrectionRequest, "/v1/public/corrections", lambda r, g: engine().correct(r, g),
          LIMMA_CORRECT, None),
@@ -191,14 +229,21 @@ def build_mcp(app: FastAPI, host: str = "127.0.0.1") -> FastMCP:
                        "text": engine().read_packet(r.session_id, r.topic, r.part, r.workspace, g)},
          "The Markdown of an evidence packet (or its appendix) by session.", None),
     ]
-    return FastMCP("refindery", instructions=INSTRUCTIONS, host=host, streamable_http_path="/mcp",
-                   tools=[route_tool(model, call, path, name, description, defaults)
-                          for name, model, path, call, description, defaults in tools])
+    built = [route_tool(model, call, path, name, description, defaults)
+             for name, model, path, call, description, defaults in tools]
+    built = [typed_constraints(t) if t.name == "limma_search" else t for t in built]
+    return FastMCP("refindery", instructions=INSTRUCTIONS, host=host, streamable_http_path="/mcp", tools=built)
 
 
+LIMMA_WORKSPACES = (
+    "Start here for relation search: the workspaces you may search, each with its relations, "
+    "their slots, the type and operators of each slot, and for a term slot its allowed values "
+    "with how many entities hold each — everything a limma_search constraint may name, and an "
+    "example constraint per relation.")
 LIMMA_SEARCH = (
     "Who exactly matches these conditions — and are these all of them? Send `constraints` "
-    "[{relation, slot, op, value}] (or a plain-language `brief`) for a workspace. The reply is "
+    "[{relation, slot, op, value}] (limma_workspaces lists what they may name) or a plain-language "
+    "`brief` (needs a compile model) for a workspace. The reply is "
     "the closed set with its warrant; detail defaults to \"compact\" here: `matched.total` is "
     "the whole set, page with `offset` = `matched.next_offset`; `complete` false means the "
     "set may not be whole, and `incomplete_because` says why; `more` names the calls that "

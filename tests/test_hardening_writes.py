@@ -583,3 +583,41 @@ def test_a_packet_of_the_flat_layout_moves_into_its_workspace_folder_when_first_
     text = tenants.get("/v1/evidence/packets/flat", headers=h(tenants.admin))
     assert text.status_code == 200 and "gannets" in text.text
     assert folder.is_file() and not (reports / folder.name).exists()
+
+
+def test_3_the_workspace_listing_shows_a_scoped_key_only_its_workspaces_and_its_rows(pool, tmp_path):
+    """GET /v1/public/workspaces (and limma_workspaces, the same verb): workspaces outside the grant are
+    absent, and the entity counts and the counts per allowed value are over the key's scopes only."""
+    from docs.examples import make_client
+    from engine.core.access import create_key
+    from test_relations_documents import AMARA, BO, write
+
+    cl = make_client(tmp_path / "data", pool=pool)
+    try:
+        for ws in ("scoped", "elsewhere"):
+            assert cl.post("/v1/public/workspaces", json={"workspace_id": ws}).status_code == 201
+        keys = cl.corpus.keys
+        admin, a = create_key(keys, ["*"])["token"], create_key(keys, ["scoped"], scopes=["A"])["token"]
+        write(tmp_path / "data" / "sources" / "scoped" / "mixed", {
+            "amara.md": AMARA.replace("---\n", "---\nscope: A\n", 1), "bo.md": BO.replace("---\n", "---\nscope: B\n", 1)})
+        body = {"documents": {"key_path": "id", "name_path": "name", "scope_path": "scope"}, "coverage": ["screening"]}
+        loaded = cl.post("/v1/public/workspaces/scoped/loads", json={"source": "mixed", **body}, headers=h(admin))
+        assert loaded.status_code == 201, loaded.text
+
+        def listing(token):
+            r = cl.get("/v1/public/workspaces", headers=h(token))
+            assert r.status_code == 200, r.text
+            return {w["workspace_id"]: w for w in r.json()["workspaces"]}
+
+        def held(w):   # (relation, slot, term) -> entities, for every value some entity holds
+            return {(r["relation"], s["slot"], v["term"]): v["entities"] for r in w["relations"]
+                    for s in r["slots"] for v in s.get("values", []) if v["entities"]}
+
+        everyone, mine = listing(admin), listing(a)
+        assert set(everyone) >= {"scoped", "elsewhere"} and set(mine) == {"scoped"}
+        assert everyone["scoped"]["entities"] == {"person": 2} and mine["scoped"]["entities"] == {"person": 1}
+        assert held(everyone["scoped"]) and held(mine["scoped"])
+        assert all(n <= held(everyone["scoped"])[k] for k, n in held(mine["scoped"]).items())
+        assert held(mine["scoped"]) != held(everyone["scoped"])   # B's rows are not counted for A's key
+    finally:
+        cl.corpus.close()

@@ -39,7 +39,7 @@ def test_the_tools_are_listed_with_the_routes_schemas(client):
             return (await session.list_tools()).tools
 
     tools = {t.name: t for t in anyio.run(listing)}
-    assert set(tools) == {"limma_search", "limma_facts", "limma_correct", "limma_region", "refind_search", "refind_compare", "get_page",
+    assert set(tools) == {"limma_workspaces", "limma_search", "limma_facts", "limma_correct", "limma_region", "refind_search", "refind_compare", "get_page",
                           "similar_pages", "evidence_search", "read_evidence_packet"}
     assert all(len(t.description) > 40 for t in tools.values())
     schema = tools["limma_search"].inputSchema
@@ -55,7 +55,11 @@ def test_limma_search_defaults_to_the_compact_reply(client):
     assert reply["detail"] == "compact" and reply["matched"]["total"] == 2
     http = client.post("/v1/public/search", json={"workspace_id": client.ws, "constraints": passed,
                                                   "detail": "compact"}).json()
-    assert {k: v for k, v in reply.items() if k != "request_id"} == {k: v for k, v in http.items() if k != "request_id"}
+    same = {k: v for k, v in reply.items() if k not in ("request_id", "more")}
+    assert same == {k: v for k, v in http.items() if k not in ("request_id", "more")}
+    # `more` names the same calls: over HTTP by route and body, over MCP by tool and arguments
+    tools = {"/v1/public/search": "limma_search", "/v1/public/facts": "limma_facts", "/v1/public/region": "limma_region"}
+    assert reply["more"] == {k: {"tool": tools[v["path"]], "arguments": v["body"]} for k, v in http["more"].items()}
     full = result(call_tool(client, "limma_search", {"workspace_id": client.ws, "constraints": passed,
                                                      "detail": "full"}))
     assert full["counts"]["matched"] == 2

@@ -159,3 +159,65 @@ def test_over_streamable_http_a_keys_grant_holds_in_every_tool(pool, tmp_path):
             assert refused.isError is True
             assert json.loads(refused.content[0].text.partition(": ")[2])["detail"]["type"] == kind
         assert json.loads(similar.content[0].text)["pages"] == []
+
+
+def test_an_agent_discovers_the_schema_through_the_tools_and_searches_with_it(data):
+    """As an agent meets it, over stdio: list the tools, ask limma_workspaces what may be asked,
+    build a limma_search call from that answer alone (checked against the tool's own input schema),
+    follow `more` by the tool names it gives, and hear plainly about a relation that does not exist."""
+    import jsonschema
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "server.cli", "mcp"], env=env_for(data),
+                                   cwd=str(ROOT))
+
+    def reply(result) -> dict:
+        assert result.isError is False, result.content[0].text
+        return json.loads(result.content[0].text)
+
+    async def run():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            listing = reply(await session.call_tool("limma_workspaces", {}))
+            (ws,) = [w for w in listing["workspaces"] if w["workspace_id"] == "roster"]
+            rel = next(r for r in ws["relations"] if r["relation"] == "held_role")
+            # two conditions, from the listing alone: the value most entities hold on the first term
+            # slot that has a group (with its members), and an ordered slot's middle rung and up
+            geo = next(s for s in rel["slots"] if any("includes" in v for v in s.get("values", [])))
+            group = max((v for v in geo["values"] if "includes" in v), key=lambda v: v["entities"])
+            ranked = next(s for s in rel["slots"] if "order" in s and "gte" in s["operators"])
+            rung = ranked["order"][len(ranked["order"]) // 2]
+            call = {"workspace_id": ws["workspace_id"], "constraints": [
+                {"relation": rel["relation"], "slot": geo["slot"], "op": "eq", "value": group["term"]},
+                {"relation": rel["relation"], "slot": ranked["slot"], "op": "gte", "value": rung}]}
+            jsonschema.validate(call, tools["limma_search"].inputSchema)
+            one = reply(await session.call_tool("limma_search", {**call, "constraints": call["constraints"][:1]}))
+            both = reply(await session.call_tool("limma_search", call))
+            rows_call = both["more"]["rows"]
+            args = json.loads(json.dumps(rows_call["arguments"]).replace("<entity_id>", both["matches"][0]["entity_id"])
+                              .replace("<relation>", rel["relation"]))
+            rows = reply(await session.call_tool(rows_call["tool"], args))
+            wrong = reply(await session.call_tool("limma_search", {"workspace_id": "roster", "constraints": [
+                {"relation": "role", "slot": "function", "op": "eq", "value": "Sales"}]}))
+            return tools, ws, group, one, both, rows_call, rows, wrong
+
+    tools, ws, group, one, both, rows_call, rows, wrong = anyio.run(run)
+    assert "limma_workspaces" in tools["limma_search"].description
+    items = tools["limma_search"].inputSchema["properties"]["constraints"]["anyOf"][0]["items"]["anyOf"]
+    assert {(v["properties"]["relation"]["enum"][0], v["properties"]["slot"]["enum"][0]) for v in items} >= {
+        ("held_role", "geography"), ("screening", "outcome")}
+    with pytest.raises(jsonschema.ValidationError):   # the schema now says what a constraint is
+        jsonschema.validate({"workspace_id": "roster", "constraints": [{"relation": "held_role", "slot": "geography",
+                                                                        "op": "gte", "value": "DACH"}]},
+                            tools["limma_search"].inputSchema)
+    assert ws["entities"] == {"person": 5} and group["term"] == "DACH" and group["entities"] == 4
+    assert one["matched"]["total"] == group["entities"]      # the listing's count is the search's
+    assert 0 < both["matched"]["total"] <= one["matched"]["total"] and both["complete"] is True
+    assert rows_call["tool"] == "limma_facts" and rows["absence"]["kind"] == "recorded"
+    assert set(both["more"]["entity"]) == {"tool", "arguments"} and both["more"]["receipt"]["tool"] == "limma_region"
+    keys = list(wrong)
+    assert keys.index("unbound") == keys.index("complete") + 1 and wrong["complete"] is False
+    (line,) = wrong["unbound"]
+    assert "no relation 'role'" in line and "held_role" in line and "limma_workspaces" in line

@@ -155,14 +155,19 @@ def reason_count(reason: str, full: dict) -> int:
 
 
 def follow_up(verb: str, body: dict, routes: dict[str, dict] | None) -> dict:
-    """A call that fetches more: the face's address for the verb when it gave one, else the verb."""
+    """A call that fetches more: the face's address for the verb when it gave one — an HTTP route
+    ({method, path, body}) or an MCP tool ({tool, arguments}) — else the verb."""
     where = (routes or {}).get(verb)
+    if where and "tool" in where:
+        return {"tool": where["tool"], "arguments": body}
     return {**where, "body": body} if where else {"verb": verb, "body": body}
 
 
 def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str, list[str]],
                   request: dict, criteria: list[dict] | None = None, close: list[dict] | None = None,
-                  routes: dict[str, dict] | None = None) -> dict:
+                  routes: dict[str, dict] | None = None, unbound: list[str] | None = None) -> dict:
+    """`unbound`: a plain line per constraint that names what the workspace does not have (the
+    full reply's gaps), shown right after `complete`."""
     counts, coverage = full["counts"], full["coverage"]
     matches = full["matches"]
     groups_of = {b: g.index for g in groups for b in g.constraints}
@@ -176,6 +181,8 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
                     "next_offset": following if following < total and matches else None},
         "complete": coverage["completeness_licensed"],
     }
+    if unbound:
+        reply["unbound"] = unbound
     if coverage.get("withheld_because") == "narrowed":
         reply["incomplete_because"] = [f"{r}: {reason_count(r, full)}"
                                        for r in coverage["narrowed_by"][:REASONS_SHOWN]]

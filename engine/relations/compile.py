@@ -52,7 +52,11 @@ def _value_schema(slot: Slot) -> dict:
     return {"anyOf": [scalar, {"type": "array", "items": scalar, "minItems": 1}]}
 
 
-def compile_tool(schema: Schema, vocabulary: Vocabulary) -> dict:
+def constraint_variants(schema: Schema, vocabulary: Vocabulary, required: list[str] = REQUIRED) -> list[dict]:
+    """One JSON Schema per (relation, slot) a constraint may name: the relation and slot as constants,
+    the ops the slot's type answers, the value's form (the axis's terms in the slot's description).
+    The compile model must fill every key (`REQUIRED`); a caller writing constraints itself, only
+    relation, slot, op and value."""
     variants = []
     for rel in schema.relations.values():
         for slot in rel.slots.values():
@@ -72,9 +76,14 @@ def compile_tool(schema: Schema, vocabulary: Vocabulary) -> dict:
                     "required": {"type": "boolean",
                                  "description": "false when the brief states a preference, not a condition"},
                 },
-                "required": list(REQUIRED),
+                "required": list(required),
                 "additionalProperties": False,
             })
+    return variants
+
+
+def compile_tool(schema: Schema, vocabulary: Vocabulary) -> dict:
+    variants = constraint_variants(schema, vocabulary)
     return {
         "name": TOOL_NAME,
         "description": ("Compile a search brief into constraints over this workspace's relations. One "

@@ -71,6 +71,22 @@ class RelationSearchRequest(BaseModel):
 
 
 
+def unbound_line(gap, schema) -> str:
+    """A constraint that did not run, said plainly, with what the workspace has instead."""
+    c = gap.constraint
+    kind = gap.reason.split(":", 1)[0]
+    head = f"constraints[{gap.index}] did not run: "
+    tail = " Every entity is judged without it" + (", and the set is not complete." if c.required else ".")
+    if kind == "relation_unknown":
+        return (f"{head}this workspace has no relation {c.relation!r}; it has "
+                f"{', '.join(sorted(schema.relations))} (limma_workspaces, GET /v1/public/workspaces: their "
+                f"slots and values).{tail}")
+    rel = schema.relation(c.relation)
+    if kind == "slot_unknown":
+        return f"{head}{c.relation} has no slot {c.slot!r}; its slots are {', '.join(rel.slots)}.{tail}"
+    return f"{head}{c.relation}.{c.slot} has no vocabulary, so {c.value!r} cannot be bound to its terms.{tail}"
+
+
 def time_rule(rel, as_of: str | None) -> str:
     if as_of is None:
         return "no as_of: every current row counts, whatever its period"
@@ -158,7 +174,7 @@ class RelationSearch:
         if req.detail == "compact":
             about = about_lines(self.rstore, space, {**warrant.page_numbers, **self.close_numbers})
             return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True), criteria,
-                                 self.close, routes)
+                                 self.close, routes, [unbound_line(g, space.schema) for g in gaps])
         return body
 
     def _read_criteria(self, en: Enumerator, req: RelationSearchRequest) -> list[dict]:

@@ -106,3 +106,71 @@ def describe_workspace(rstore: RelationStore, workspace_id: str, scopes: tuple[s
         "loads": rstore.loads(workspace_id),
         "map_version": space.map_version,
     }
+
+
+# What each slot type takes as a value, for a caller that has only the schema to go on.
+VALUE_FORMS = {"term": "a term of the slot's vocabulary (or one of its synonyms)", "text": "free text",
+               "number": "a number", "month": "YYYY, YYYY-MM or YYYY-MM-DD", "date": "YYYY, YYYY-MM or YYYY-MM-DD"}
+
+
+def schema_of(rstore: RelationStore, workspace_id: str, scopes: tuple[str, ...] | None = None) -> dict:
+    """Everything a caller needs to write constraints for one workspace, and nothing it cannot use:
+    each relation's slots with their type, the operators the type answers, and for a term slot its
+    allowed values with how many entities hold each (over the rows the caller may read)."""
+    space = open_space(rstore, workspace_id, scopes)
+    row = rstore.workspace(workspace_id)
+    relations = []
+    for rel in space.schema.relations.values():
+        table = space.shape(rel).name
+        slots = []
+        example = None
+        for s in rel.slots.values():
+            slot: dict = {"slot": s.name, "type": s.type, "operators": list(s.ops(space.vocabulary)),
+                          "value": VALUE_FORMS.get(s.type, s.type)}
+            if s.computed:
+                slot["computed"] = "years from period_from to period_to (or to as_of / today while open)"
+            if s.type == "term" and s.axis is not None:
+                axis = space.vocabulary.axis(s.axis)
+                counts = rstore.term_counts(table, workspace_id, s.name, space.sight)
+                slot["values"] = []
+                for t in axis.terms:
+                    if axis.hierarchy.get(t):   # a group: the entities of any of its terms, counted once
+                        group = axis.covered(t)
+                        slot["values"].append({"term": t, "entities": rstore.entities_with_terms(
+                            table, workspace_id, s.name, group, space.sight), "includes": group[1:]})
+                    else:
+                        slot["values"].append({"term": t, "entities": counts.get(t, 0)})
+                if axis.ordered:
+                    slot["order"] = list(axis.order)
+                best = max(slot["values"], key=lambda v: v["entities"], default=None)
+                if example is None and best is not None and best["entities"]:
+                    example = {"relation": rel.name, "slot": s.name, "op": "eq", "value": best["term"]}
+            elif s.type == "term":
+                slot["value"] = "free text compared as a term (this slot has no vocabulary)"
+            slots.append(slot)
+        relations.append({"relation": rel.name, "subject": rel.subject, "description": rel.description,
+                          "slots": slots, "period": list(rel.period) if rel.period else None,
+                          "date_slot": rel.date_slot, **({"example_constraint": example} if example else {})})
+    return {"workspace_id": workspace_id, "name": row["name"], "packs": row["packs"],
+            "entities": rstore.entity_counts(workspace_id, space.sight), "relations": relations}
+
+
+def installed_constraint_items() -> dict:
+    """The JSON Schema of one constraint over every pack installed (configs/packs/): one variant per
+    (relation, slot), for a tool schema an agent reads before it knows which workspace it will ask.
+    The search still reads what is sent itself (a name no workspace has is a gap, as the seed says)."""
+    from engine.core.packs import pack_names
+    from engine.relations.compile import constraint_variants
+
+    variants, seen = [], set()
+    for name in pack_names():
+        try:
+            schema, vocabulary = combine([load_pack(name)])
+        except PackError:
+            continue
+        for v in constraint_variants(schema, vocabulary, ["relation", "slot", "op", "value"]):
+            key = (v["properties"]["relation"]["enum"][0], v["properties"]["slot"]["enum"][0])
+            if key not in seen:
+                seen.add(key)
+                variants.append(v)
+    return {"anyOf": variants}

@@ -25,6 +25,14 @@ def workspaces_create(body: WorkspaceCreate, e: Engine = Depends(engine), g: Gra
     return e.create_relation_workspace(body, g)
 
 
+@router.get("/v1/public/workspaces")
+def workspaces_list(e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """The workspaces this key may read, each with what a constraint may name: relations, slots,
+    their types and operators, and for a term slot its allowed values with how many entities hold
+    each (over the rows the key may read)."""
+    return e.relation_workspaces(g)
+
+
 @router.get("/v1/public/workspaces/{workspace_id}")
 def workspaces_get(workspace_id: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """The workspace's packs, relations and entity counts, and its loads (for a key with document scopes:

@@ -85,6 +85,11 @@ class _Operations:
         return self._call(_Op("POST", "/v1/public/search", req.body(),
                               read=m.RelationSearchResponse.model_validate))
 
+    def relation_workspaces(self) -> dict:
+        """GET /v1/public/workspaces: the workspaces the key may read, each with its relations, slots,
+        operators and allowed values (with how many entities hold each) — what constraints may name."""
+        return self._call(_Op("GET", "/v1/public/workspaces"))
+
     def facts(self, **body) -> m.FactsResponse:
         """POST /v1/public/facts (the body as the server documents it)."""
         return self._call(_Op("POST", "/v1/public/facts", body, read=m.FactsResponse.model_validate))
