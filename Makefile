@@ -12,10 +12,13 @@ DEMO   := demo/pages.jsonl.gz
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml
+	@echo "[install $$(date +%T)] a virtual environment in $(VENV), torch's CPU build first (quiet: a minute or two)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	@echo "[install $$(date +%T)] refindery and its dependencies"
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
+	@echo "[install $$(date +%T)] done"
 
 install: $(STAMP)
 
@@ -33,14 +36,15 @@ $(CSTAMP): clients/python/pyproject.toml
 	$(CVENV)/bin/python -m pip install -q --disable-pip-version-check -e 'clients/python[test]'
 	touch $(CSTAMP)
 
+# The demo serves as soon as the pages are in; the compare view's second embedder (ONNX int8) is
+# embedded in the server's background (the compare view shows how far). Another port: make demo PORT=8001.
 demo: install
+	@echo "[demo $$(date +%T)] ingesting $(DEMO): a progress line every few seconds (about a minute on 2 cores, first run)"
 	$(BIN)/refindery ingest $(DEMO)
-	@$(BIN)/refindery models --embed all-minilm-l6-v2-int8 > /dev/null && \
-	    echo "Embedded the demo with all-minilm-l6-v2-int8 as well (ONNX int8): the web page's compare view."
-	@$(BIN)/refindery clusters refit --if-missing > /dev/null && echo "Clustered the demo pages: the cluster filter."
-	@$(BIN)/refindery relations demo > /dev/null && echo "Loaded the relation-search roster into workspace 'roster'."
-	@$(BIN)/refindery relations demo-profiles > /dev/null && echo "Loaded 30 invented profiles (documents) into workspace 'profiles'."
-	@$(BIN)/refindery dictionary set demo/dictionary.md > /dev/null && echo "Installed demo/dictionary.md for evidence search."
+	@$(BIN)/refindery clusters refit --if-missing > /dev/null && echo "[demo $$(date +%T)] clustered the demo pages: the cluster filter."
+	@$(BIN)/refindery relations demo > /dev/null && echo "[demo $$(date +%T)] loaded the relation-search roster into workspace 'roster'."
+	@$(BIN)/refindery relations demo-profiles > /dev/null && echo "[demo $$(date +%T)] loaded 30 invented profiles (documents) into workspace 'profiles'."
+	@$(BIN)/refindery dictionary set demo/dictionary.md > /dev/null && echo "[demo $$(date +%T)] installed demo/dictionary.md for evidence search."
 	@$(BIN)/refindery reranker status --brief
 	@echo ""
 	@echo "Refindery is serving the demo corpus at http://$(HOST):$(PORT)  (Ctrl-C stops it)"
@@ -51,9 +55,11 @@ demo: install
 	@echo "       -d '{\"workspace_id\": \"roster\", \"constraints\": [{\"relation\": \"held_role\", \"slot\": \"seniority\", \"op\": \"gte\", \"value\": \"VP\"}]}'"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/evidence -H 'content-type: application/json' \\"
 	@echo "       -d '{\"query\": \"compare Postgres and SQLite transactions\", \"session_id\": \"demo\"}'"
-	@echo "  MCP (streamable HTTP): http://$(HOST):$(PORT)/mcp   (stdio: $(BIN)/refindery mcp)"
+	@echo "  MCP (streamable HTTP): http://$(HOST):$(PORT)/mcp   (stdio: $(BIN)/refindery mcp — it goes through this server)"
+	@echo "  Other commands go through this server too: $(BIN)/refindery search \"json indent\" | status | keys create ..."
+	@echo "The compare view's int8 embedder is embedded in the background (about a minute, first run): it shows how far."
 	@echo ""
-	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
+	$(BIN)/refindery serve --host $(HOST) --port $(PORT) --embed all-minilm-l6-v2-int8
 
 # tests/test_web.py drives Debian's Chromium; installed here (as root, with apt-get) when missing.
 browser:

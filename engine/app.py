@@ -11,9 +11,11 @@ imports `indexes`/`models` itself.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from pydantic import ValidationError
@@ -21,7 +23,9 @@ from pydantic import ValidationError
 from engine.core import access
 from engine.core.access import OPEN, Forbidden, Grant
 from engine.core.corpus import Corpus, open_corpus, read_page
-from engine.core.errors import EngineError, LoadInvalid, LoadNotFound, ModelUnavailable, PageNotFound
+from engine.core.clock import utcnow
+from engine.core.errors import (EngineError, InvalidRequest, LoadInvalid, LoadNotFound, ModelUnavailable, ModelUnknown,
+                                PageNotFound)
 from engine.core.urls import normalize_url
 from engine.core.querylog import LogEntry
 from engine.core.settings import SearchSettings, Settings, load_settings
@@ -44,6 +48,8 @@ from engine.relations.loads import LoadRequest, load, workspace_roots
 from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace, schema_of
 
+
+log = logging.getLogger("refindery.engine")
 
 # How one constraint is written (the listing of workspaces says it once, beside what it may name).
 CONSTRAINT_HELP = ("{relation, slot, op, value, required?}: op one of the slot's operators; value one value, or a "
@@ -83,6 +89,9 @@ class Engine:
         self.settings = self.corpus.settings
         self.pages = SearchService(self.corpus)
         self._evidence: evidence.EvidenceSearch | None = None
+        self._embeds: dict[str, dict] = {}          # model -> its background embedding's state
+        self._embed_threads: list[threading.Thread] = []
+        self._stop_embedding = threading.Event()
 
     # Lifetime ------------------------------------------------------------------------------------
     def __enter__(self) -> "Engine":
@@ -92,6 +101,9 @@ class Engine:
         self.close()
 
     def close(self) -> None:
+        self._stop_embedding.set()        # a background embedding stops between two batches
+        for t in self._embed_threads:
+            t.join()
         if self.owns_corpus:
             self.corpus.close()
         else:
@@ -129,6 +141,11 @@ class Engine:
 
     def compare(self, req: CompareRequest, caller: Grant = OPEN) -> CompareResponse:
         req.workspace = caller.scoped(req.workspace, self.default_workspace)
+        for m in req.models:
+            state = self.embedding(m)
+            if state is not None and state["state"] == "embedding":
+                raise ModelUnavailable(f"model {m!r} is being embedded ({state.get('percent', 0)} %); compare it "
+                                       "once that is done", model=m, embedding=state)
         return compare(self.pages, req, scopes=caller.document_scopes)
 
     def similar(self, page_id: str, mediation: str = "vector", k: int = 10, caller: Grant = OPEN) -> list[dict]:
@@ -144,7 +161,12 @@ class Engine:
         return {"workspace": ws} | self.corpus.store.facets(ws, caller.document_scopes, limit)
 
     def models(self) -> list[dict]:
-        return self.corpus.models_status()
+        rows = self.corpus.models_status()
+        for row in rows:
+            state = self.embedding(row["name"])
+            if state is not None:
+                row["embedding"] = state
+        return rows
 
     def feedback(self, query_id: str, page_id: str, kind: str, caller: Grant = OPEN) -> dict:
         """A judgment on a logged query; a read-only key may send one (it changes no document)."""
@@ -483,14 +505,60 @@ class Engine:
         """Train a cross-encoder on `pairs` into `out_dir` (engine/refind/reranker_training.py)."""
         return train_reranker(self.corpus.registry, pairs, out_dir, **kw)
 
-    def embed_model(self, model: str) -> int:
+    def embed_model(self, model: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Embed every chunk `model` lacks and bring its index up (`refindery models --embed`)."""
+        self._embeddable(model)
         c = self.corpus
         c.sync([])
-        n = c.embed_missing(model)
+        n = c.embed_missing(model, progress=progress, stop=self._stop_embedding)
         c.sync([model])
         c.flush()
         return n
+
+    def embed_model_in_background(self, model: str, caller: Grant = OPEN) -> dict:
+        """Start embedding what `model` lacks in a thread of this process (a server keeps serving;
+        writes wait one batch at most); its progress is `embedding(model)`. Idempotent while it runs."""
+        caller.require_everywhere("embedding a model (every workspace's chunks)")
+        caller.require_write()
+        self._embeddable(model)
+        state = self._embeds.get(model)
+        if state is not None and state["state"] == "embedding":
+            return self.embedding(model)
+        self._embeds[model] = state = {"model": model, "state": "embedding", "done": 0, "total": None,
+                                       "started": utcnow().isoformat(timespec="seconds")}
+
+        def progress(done: int, total: int) -> None:
+            state["done"], state["total"] = done, total
+
+        def run() -> None:
+            try:
+                self.embed_model(model, progress)
+                state["state"] = "stopped" if self._stop_embedding.is_set() else "ready"
+            except Exception as exc:   # noqa: BLE001 — said in the state (and the log), not lost in a thread
+                log.exception("embedding %s failed", model)
+                state["state"], state["error"] = "failed", f"{type(exc).__name__}: {exc}"
+
+        t = threading.Thread(target=run, name=f"embed-{model}", daemon=True)
+        self._embed_threads.append(t)
+        t.start()
+        return self.embedding(model)
+
+    def embedding(self, model: str) -> dict | None:
+        """A background embedding's state: embedding (with done, total and percent), ready, failed, stopped."""
+        state = self._embeds.get(model)
+        if state is None:
+            return None
+        out = dict(state)
+        if out.get("total"):
+            out["percent"] = min(100, int(100 * out["done"] / out["total"]))
+        return out
+
+    def _embeddable(self, model: str) -> None:
+        reg = self.corpus.registry
+        if model not in reg.names():
+            raise ModelUnknown(f"no model {model!r} in the registry (known: {', '.join(reg.names())})", model=model)
+        if reg.spec(model).kind != "embedder":
+            raise InvalidRequest(f"{model!r} is not an embedder", model=model)
 
     def logged_searches(self, since: datetime, limit: int = 10_000) -> dict:
         """The searches logged since `since` (query id, request params, model), the pages each

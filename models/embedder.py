@@ -160,8 +160,20 @@ def backend_of(spec: ModelSpec) -> str:
     return backend
 
 
+def quiet_loading() -> None:
+    """No "Loading weights 0%…100%" bar from transformers: a log file gets it as noise."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:   # pragma: no cover — transformers comes with sentence-transformers
+        pass
+
+
 def _load_weights(path: Path, device: str, max_seq_length: int | None):
     from sentence_transformers import SentenceTransformer
+
+    quiet_loading()
 
     key = (str(Path(path).resolve()), device)
     model = _WEIGHTS.get(key)

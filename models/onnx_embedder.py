@@ -17,8 +17,10 @@ torch backend's, but not identical: an ONNX entry is a model of its own with its
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -122,6 +124,25 @@ def export_path(cache_dir: Path, folder: Path, variant: str) -> Path:
     return Path(cache_dir) / "onnx" / f"{folder.name}-{h.hexdigest()[:12]}" / f"model-{variant}.onnx"
 
 
+class _PreprocessingAdvice(logging.Filter):
+    """onnxruntime's quantizer logs a warning to the root logger on every run, advising a shape
+    pre-processing step meant for vision models: noise in a log, never a problem here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_preprocessing_advice():
+    advice = _PreprocessingAdvice()
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+
+
 def export(folder: Path, target: Path, variant: str = "int8") -> Path:
     """Export a sentence-transformers folder's transformer to an optimized ONNX file at `target`
     (written under a temporary name and renamed: a crash leaves no half file). Offline."""
@@ -135,6 +156,9 @@ def export(folder: Path, target: Path, variant: str = "int8") -> Path:
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()   # no "Loading weights" bar in a log file
     folder, target = Path(folder), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
@@ -168,8 +192,9 @@ def export(folder: Path, target: Path, variant: str = "int8") -> Path:
         final = optimized
         if variant == "int8":
             final = Path(tmp) / "int8.onnx"
-            quantize_dynamic(str(optimized), str(final), weight_type=QuantType.QInt8, per_channel=True,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            with _without_preprocessing_advice():
+                quantize_dynamic(str(optimized), str(final), weight_type=QuantType.QInt8, per_channel=True,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         with open(final, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(final, target)

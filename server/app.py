@@ -29,11 +29,13 @@ ROUTERS = (ops, pages, search, clusters, relations, evidence, keys)
 
 
 def create_app(settings: Settings | None = None, corpus: Corpus | None = None, engine: Engine | None = None,
-               freeze_heap: bool = False) -> FastAPI:
+               freeze_heap: bool = False, embed: list[str] | None = None) -> FastAPI:
     """`engine` (or a `corpus` to wrap): serve one already open (the CLI's MCP, tests, examples; its
     owner closes it), else the lifespan opens the data dir of `settings` (or of the default settings)
     and closes it at shutdown. `freeze_heap` (`refindery serve`: the process is the server's own):
-    once started, the heap is frozen when `[server] gc_freeze` says so (engine/core/heap.py)."""
+    once started, the heap is frozen when `[server] gc_freeze` says so (engine/core/heap.py).
+    `embed`: models whose missing vectors are embedded in the background once the app is up
+    (`refindery serve --embed`: the demo's compare model), while it serves."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -44,6 +46,12 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
             await run_in_threadpool(engine.load_model)
         except ModelUnavailable as exc:
             log.warning("search will answer 503 until the model is installed: %s", exc)
+        for name in embed or ():
+            try:
+                state = engine.embed_model_in_background(name)
+                log.info("embedding %s in the background (GET /v1/models shows how far)", state["model"])
+            except Exception as exc:   # noqa: BLE001 — a model that cannot be embedded does not stop the server
+                log.warning("not embedding %s: %s", name, exc)
         if freeze_heap and engine.corpus.settings.server.gc_freeze:
             frozen = await run_in_threadpool(heap.freeze)
             log.info("%d objects moved out of the garbage collector's scans", frozen)

@@ -31,7 +31,7 @@ def cmd_ingest(args) -> int:
     with Engine(_settings(args)) as e:
         try:
             report = e.ingest(read_source(args.path, args.base_url), args.workspace, progress=not args.no_progress,
-                              ray=args.ray)
+                              ray=args.ray, total=_count_records(args.path))
         except FileNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -41,6 +41,17 @@ def cmd_ingest(args) -> int:
         summary["chunks_per_second"] = round(report.chunks_embedded / report.seconds, 1) if report.seconds else None
         _print(summary)
         return 1 if report.errors and not report.outcomes else 0
+
+
+def _count_records(path: str) -> int | None:
+    """Records in a JSONL file (for the progress line's total and time left); None for stdin or a folder."""
+    import gzip
+
+    p = Path(path)
+    if path == "-" or not p.is_file():
+        return None
+    with (gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz" else open(p, encoding="utf-8")) as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 def cmd_serve(args) -> int:
@@ -57,7 +68,7 @@ def cmd_serve(args) -> int:
         print(f"error: the data dir {settings.data_dir} is already served ({running.describe()}); other "
               "refindery commands go through that server. Stop it to serve this data dir again.", file=sys.stderr)
         return 2
-    app = create_app(settings, freeze_heap=True)
+    app = create_app(settings, freeze_heap=True, embed=args.embed)
     if args.uds:
         config = uvicorn.Config(app, uds=args.uds, log_level="info")
     else:
@@ -274,9 +285,22 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_models(args) -> int:
+    from engine.core.progress import Progress
+
     with Engine(_settings(args), repair=False) as e:
         if args.embed:
-            _print({"model": args.embed, "embedded": e.embed_model(args.embed)})
+            bar = None
+
+            def progress(done: int, total: int) -> None:
+                nonlocal bar
+                if bar is None:
+                    bar = Progress(f"embed {args.embed}", total, "chunks")
+                bar.update(done - bar.done)
+
+            n = e.embed_model(args.embed, progress)
+            if bar is not None:
+                bar.close()
+            _print({"model": args.embed, "embedded": n})
         else:
             _print(e.models())
         return 0
@@ -413,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--uds", default=None, help="serve on this Unix domain socket instead of host:port")
+    s.add_argument("--embed", action="append", default=[], metavar="MODEL",
+                   help="embed what MODEL lacks in the background once serving (repeatable; progress in GET /v1/models)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("search", help="search from the command line")
@@ -527,8 +553,6 @@ OWNED = {"ingest", "search", "evidence", "maps", "dictionary", "compare", "reind
 def _verb(args) -> str:
     if args.command == "relations" and args.action in ("load", "sync", "demo", "demo-profiles"):
         return f"relations {args.action}"
-    if args.command == "models" and args.embed:
-        return "models --embed"
     if args.command == "keys" and args.action == "open":
         return "keys open"
     return args.command

@@ -23,7 +23,6 @@ NEEDS_THE_DATA_DIR = {
     "relations sync": "it re-reads a load's files from their local paths",
     "relations demo": "it writes and loads an export under the data dir",
     "relations demo-profiles": "it copies and loads documents under the data dir",
-    "models --embed": "it embeds the whole corpus with the writer",
     "keys open": "it reopens the server's key table",
     "reranker": "it trains on and writes into the data dir",
 }
@@ -157,7 +156,30 @@ def maps(args, owner: Owner, show: Callable) -> int:
 
 
 def models(args, owner: Owner) -> int:
-    _print(_call(owner, "GET", "/v1/models"))
+    if not args.embed:
+        _print(_call(owner, "GET", "/v1/models"))
+        return 0
+    return embed(args, owner)
+
+
+def embed(args, owner: Owner, poll_s: float = 1.0) -> int:
+    """`models --embed NAME` beside a server: the server embeds in its background (it keeps
+    serving); this follows its progress until it is done."""
+    from engine.core.progress import Progress
+
+    state = _call(owner, "POST", f"/v1/models/{args.embed}/embed")
+    bar = Progress(f"embed {args.embed} (in the server)", state.get("total"), "chunks")
+    while state["state"] == "embedding":
+        time.sleep(poll_s)
+        row = next(m for m in _call(owner, "GET", "/v1/models")["models"] if m["name"] == args.embed)
+        state = row.get("embedding") or {"state": "ready", "done": row["chunks_embedded"]}
+        bar.total = state.get("total") or bar.total
+        bar.update(state.get("done", 0) - bar.done)
+    bar.close()
+    if state["state"] != "ready":
+        print(f"error: embedding {args.embed} {state['state']}: {state.get('error', '')}", file=sys.stderr)
+        return 2
+    _print({"model": args.embed, "embedded": state.get("done", 0), "through": owner.describe()})
     return 0
 
 

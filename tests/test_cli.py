@@ -66,3 +66,51 @@ def test_folder_ingest_and_clear_errors(capsys, tmp_path, monkeypatch, pool):
     assert run(capsys, "ingest", str(tmp_path / "missing.jsonl"))[0] == 2
     code, _, err = run(capsys, "--config", str(tmp_path / "nope.toml"), "status")
     assert code == 2 and "config file not found" in err
+
+
+def test_progress_reaches_a_log_file_as_lines_and_a_model_is_embedded_in_a_servers_background(capsys, tmp_path,
+                                                                                              monkeypatch, pool,
+                                                                                              int8_pool):
+    """With stderr not a terminal (a log file), ingest and `models --embed` print plain progress lines
+    — counts of a total, rate, time left, then the totals — instead of nothing; and an Engine embeds
+    a model in a thread of its own, its state readable as it goes (the server's GET /v1/models)."""
+    import time
+
+    from engine.app import Engine
+    from engine.core.progress import Progress
+    from engine.core.settings import load_settings
+
+    monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("REFINDERY_MODELS__DEVICE", "cpu")
+    src = tmp_path / "p.jsonl"
+    src.write_text("".join(json.dumps(page(f"https://example.org/{i}", f"Page {i} about owls and larks.")) + "\n"
+                           for i in range(5)))
+    code, out, err = run(capsys, "ingest", str(src))
+    assert code == 0, err
+    assert err.strip().splitlines()[-1].startswith("ingest: 5/5 pages, 5 chunks embedded, in ")
+
+    import io
+    log = io.StringIO()
+    p = Progress("embed x", 10, "chunks", every=0, stream=log)
+    p.update(4)
+    p.close()
+    first, last = log.getvalue().splitlines()
+    assert first.startswith("embed x: 4/10 chunks, ") and "left" in first
+    assert last.startswith("embed x: 4/10 chunks, in ")
+
+    int8 = "all-minilm-l6-v2-int8"
+    with Engine(load_settings(), int8_pool) as e:
+        assert e.embedding(int8) is None
+        state = e.embed_model_in_background(int8)
+        assert state["state"] == "embedding" and state["model"] == int8
+        deadline = time.monotonic() + 300
+        while e.embedding(int8)["state"] == "embedding" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done = e.embedding(int8)
+        assert done["state"] == "ready" and done["done"] == done["total"] == 5 and done["percent"] == 100
+        row = next(m for m in e.models() if m["name"] == int8)
+        assert row["embedding"]["state"] == "ready" and row["chunks_embedded"] == 5
+        e.embed_model_in_background(int8)                         # again: nothing left to embed
+        while e.embedding(int8)["state"] == "embedding" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert e.embedding(int8)["state"] == "ready" and e.embedding(int8)["done"] == 0

@@ -124,6 +124,15 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
         # the owner's socket carries every grant without a key (its file mode is the check)
         local = httpx.Client(transport=httpx.HTTPTransport(uds=owner["socket"]), base_url="http://localhost:0")
         assert local.get("/v1/status").json()["counts"]["pages"] == 3
+        # a model's embedding runs in the server's background; the command follows it to the end
+        r = cli(data, "models", "--embed", "all-minilm-l6-v2-int8")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["embedded"] == 3 and "through" in r.stdout
+        assert "embed all-minilm-l6-v2-int8 (in the server): 3/3 chunks" in r.stderr   # the last progress line
+        r = cli(data, "compare", "zeppelin airships", "--models", "all-minilm-l6-v2,all-minilm-l6-v2-int8", "--json")
+        assert r.returncode == 0, r.stderr
+        runs = json.loads(r.stdout)["runs"]
+        assert [run["pages"][0]["url"] for run in runs] == ["https://notes.example/served"] * 2
         # a verb that needs the data dir to itself says so in one line, and what to do
         r = cli(data, "reindex")
         assert r.returncode == 2 and r.stdout == ""
@@ -165,7 +174,6 @@ def test_a_stale_owner_file_is_ignored_and_a_busy_store_is_named_in_one_line(tmp
 
 @pytest.mark.parametrize("argv,name", [(["reindex"], "reindex"), (["log", "prune", "--before", "2026-01-01"], "log"),
                                        (["keys", "open", "--yes"], "keys open"),
-                                       (["models", "--embed", "all-minilm-l6-v2"], "models --embed"),
                                        (["relations", "demo"], "relations demo")])
 def test_verbs_that_need_the_data_dir_name_themselves_and_what_to_do(argv, name):
     """The refusal's text (checked without a server; the served test runs one of them for real)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -376,14 +377,23 @@ class Corpus:
                 reports.append(RepairReport(f"dense:{m}", "rebuilt", g, g))
             return reports
 
-    def embed_missing(self, model: str, batch: int = 2048) -> int:
-        """Embed every chunk that has no vector of `model` yet (adding a model embeds only this)."""
+    def embed_missing(self, model: str, batch: int = 128, progress: Callable[[int, int], None] | None = None,
+                      stop: threading.Event | None = None) -> int:
+        """Embed every chunk that has no vector of `model` yet (adding a model embeds only this).
+        Batch by batch, each under the write lock and no longer (a server embeds while it serves:
+        a write waits for one batch at most); `progress(done, total)` after each; `stop` ends it
+        between batches."""
         emb = self.embedder(model)
         dense = self.dense(model)
+        counts = self.store.counts()
+        total = max(0, counts["chunks"] - counts["embeddings"].get(model, 0))
         done = 0
         with self.write_lock:
-            present = set(dense.ids().tolist())
-            while True:
+            present = set(dense.ids().tolist())   # vectors the index holds without a stored row (a repair's)
+        if progress is not None:
+            progress(0, total)
+        while stop is None or not stop.is_set():
+            with self.write_lock:
                 rows = self.store.chunks_missing_embeddings(model, limit=batch)
                 if not rows:
                     break
@@ -393,6 +403,9 @@ class Corpus:
                 fresh = [i for i, cid in enumerate(ids) if cid not in present]
                 dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
                 done += len(ids)
+            if progress is not None:
+                progress(done, max(total, done))
+        with self.write_lock:
             self.maintain_dense(model)
         return done
 

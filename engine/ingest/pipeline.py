@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from engine.core.corpus import Corpus
 from engine.core.errors import EngineError
 from engine.core.faults import maybe_crash
 from engine.core.identity import entity_id_for, page_id_for
+from engine.core.progress import Progress
 from engine.core.urls import InvalidURL, domain_of, normalize_url
 from engine.ingest.chunking import chunk_text
 from engine.ingest.extract import ExtractionFailed, html_to_text
@@ -178,7 +178,7 @@ class Ingester:
         self.batch_chunks = batch_chunks or self.settings.ingest.batch_chunks
         self.workspace = workspace or self.settings.default_workspace
         show = self.settings.ingest.progress if progress is None else progress
-        self.progress = show and sys.stderr.isatty()
+        self.progress = show
         self.embedder = corpus.embedder()
         self.max_tokens = min(self.settings.chunking.max_tokens, self.embedder.max_content_tokens)
         self._batch_no = 0
@@ -191,15 +191,13 @@ class Ingester:
         report = IngestReport()
         t0 = time.perf_counter()
         self.corpus.store.ensure_workspace(self.workspace)
-        bar = None
-        if self.progress:
-            from tqdm import tqdm
-            bar = tqdm(total=total, unit="page", desc="ingest", file=sys.stderr)
+        bar = Progress("ingest", total, "pages") if self.progress else None
         try:
             for group in self._groups(records, report):
+                before = report.chunks_embedded
                 self._process(group, report)
                 if bar is not None:
-                    bar.update(len(group))
+                    bar.update(len(group), **{"chunks embedded": report.chunks_embedded - before})
         finally:
             if bar is not None:
                 bar.close()

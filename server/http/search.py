@@ -53,6 +53,15 @@ def models(e: Engine = Depends(engine)) -> dict:
             "models": [{k: v for k, v in m.items() if k != "path"} for m in e.models()]}
 
 
+@router.post("/v1/models/{name}/embed", status_code=202)
+def models_embed(name: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Embed every chunk the model lacks, in the background of this server (it keeps serving; a
+    write waits one batch at most). The reply, and `embedding` in GET /v1/models, say how far it
+    is: embedding (done, total, percent), then ready (or failed, with the error). A key for every
+    workspace that may write; `refindery models --embed NAME` sends this when a server runs."""
+    return e.embed_model_in_background(name, g)
+
+
 @router.post("/v1/feedback")
 def feedback(body: FeedbackIn, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant.

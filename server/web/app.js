@@ -523,7 +523,10 @@ function goBack() {
 
 async function models() {
   if (!modelsCache) modelsCache = api("GET", "/v1/models").catch((err) => { modelsCache = null; throw err; });
-  return modelsCache;
+  const reg = await modelsCache;
+  // a model being embedded in the server's background: ask again next time, for its progress
+  if (reg.models.some((m) => m.embedding && m.embedding.state === "embedding")) modelsCache = null;
+  return reg;
 }
 
 async function renderCompare(p) {
@@ -552,12 +555,14 @@ async function renderCompare(p) {
     return;
   }
   const embedders = reg.models.filter((m) => m.kind === "embedder");
+  const embedding = (m) => m.embedding && m.embedding.state === "embedding";
   const label = (m) => `${m.name}${m.active ? " (active)" : ""} · ${m.backend}` +
-    (m.installed ? ` · ${m.chunks_embedded} chunks embedded` : " · not installed");
+    (!m.installed ? " · not installed" : embedding(m) ? ` · embedding, ${m.embedding.percent || 0} %`
+      : ` · ${m.chunks_embedded} chunks embedded`);
   for (const sel of [a, b]) {
-    sel.replaceChildren(...embedders.map((m) => h("option", { value: m.name }, label(m))));
+    sel.replaceChildren(...embedders.map((m) => h("option", { value: m.name, disabled: !m.installed }, label(m))));
   }
-  const others = embedders.filter((m) => !m.active && m.installed);
+  const others = embedders.filter((m) => !m.active && m.installed && !embedding(m));
   const pickB = others.find((m) => m.chunks_embedded > 0) || others[0] || embedders.find((m) => !m.active);
   a.value = p.get("a") || reg.active;
   b.value = p.get("b") || (pickB ? pickB.name : reg.active);
@@ -566,8 +571,9 @@ async function renderCompare(p) {
     () => searchUrl({ view: "compare", q: qi.value.trim(), a: a.value, b: b.value, k: ki.value }));
   if (!q) {
     out.append(h("p", { class: "empty" }, "Runs the whole search pipeline once per embedder over one shared BM25 " +
-      "arm, and shows both lists with how far they agree. An embedder with no vectors yet embeds the corpus on " +
-      "its first comparison (that one is slow)."));
+      "arm, and shows both lists with how far they agree. An embedder is compared once it has embedded the " +
+      "corpus (`refindery models --embed NAME`; beside a running server it embeds in the server's background, " +
+      "and this list shows how far it is)."));
     return;
   }
   out.append(h("p", { class: "status", role: "status" }, "Comparing…"));
