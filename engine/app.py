@@ -24,6 +24,7 @@ from engine.core import access
 from engine.core.access import OPEN, Forbidden, Grant
 from engine.core.corpus import Corpus, open_corpus, read_page
 from engine.core.clock import utcnow
+from engine.core.progress import Progress
 from engine.core.errors import (EngineError, InvalidRequest, LoadInvalid, LoadNotFound, ModelUnavailable, ModelUnknown,
                                 PageNotFound)
 from engine.core.urls import normalize_url
@@ -515,9 +516,10 @@ class Engine:
         c.flush()
         return n
 
-    def embed_model_in_background(self, model: str, caller: Grant = OPEN) -> dict:
+    def embed_model_in_background(self, model: str, caller: Grant = OPEN, report: bool = False) -> dict:
         """Start embedding what `model` lacks in a thread of this process (a server keeps serving;
-        writes wait one batch at most); its progress is `embedding(model)`. Idempotent while it runs."""
+        writes wait one batch at most); its progress is `embedding(model)`, and with `report` a line on
+        stderr every few seconds (the server's log). Idempotent while it runs."""
         caller.require_everywhere("embedding a model (every workspace's chunks)")
         caller.require_write()
         self._embeddable(model)
@@ -527,13 +529,22 @@ class Engine:
         self._embeds[model] = state = {"model": model, "state": "embedding", "done": 0, "total": None,
                                        "started": utcnow().isoformat(timespec="seconds")}
 
+        bar: Progress | None = None
+
         def progress(done: int, total: int) -> None:
+            nonlocal bar
             state["done"], state["total"] = done, total
+            if report:
+                if bar is None:
+                    bar = Progress(f"embed {model} (in the background)", total, "chunks", lines=True)
+                bar.update(done - bar.done)
 
         def run() -> None:
             try:
                 self.embed_model(model, progress)
                 state["state"] = "stopped" if self._stop_embedding.is_set() else "ready"
+                if bar is not None:
+                    bar.close()
             except Exception as exc:   # noqa: BLE001 — said in the state (and the log), not lost in a thread
                 log.exception("embedding %s failed", model)
                 state["state"], state["error"] = "failed", f"{type(exc).__name__}: {exc}"

@@ -384,6 +384,14 @@ class CorpusStore:
             f"SELECT chunk_id, text, section_path FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})").fetchall()
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    def lead_chunks(self, page_ids: list[str]) -> dict[str, int]:
+        """page id -> its first chunk's id (how the page begins)."""
+        if not page_ids:
+            return {}
+        rows = self.cursor().execute("SELECT page_id, chunk_id FROM chunks WHERE ordinal = 0 AND page_id IN "
+                                     "(SELECT unnest(?))", [list(page_ids)]).fetchall()
+        return {r[0]: r[1] for r in rows}
+
     def page_chunks(self, page_id: str) -> list[dict]:
         res = self.cursor().execute(
             """SELECT chunk_id, ordinal, text, char_start, char_end, section_path, n_tokens

@@ -48,8 +48,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
             log.warning("search will answer 503 until the model is installed: %s", exc)
         for name in embed or ():
             try:
-                state = engine.embed_model_in_background(name)
-                log.info("embedding %s in the background (GET /v1/models shows how far)", state["model"])
+                engine.embed_model_in_background(name, report=True)   # progress lines in the server's log
             except Exception as exc:   # noqa: BLE001 — a model that cannot be embedded does not stop the server
                 log.warning("not embedding %s: %s", name, exc)
         if freeze_heap and engine.corpus.settings.server.gc_freeze:

@@ -180,7 +180,8 @@ def _show_search(args, resp) -> int:
         return 0
     print(f"{resp.total} pages ranked; showing {len(resp.pages)} ({resp.timings_ms['total']:.0f} ms)")
     for hit in resp.pages:
-        print(f"{hit.rank:>3}. {hit.title or '(untitled)'}\n     {hit.url}   score={hit.score:.4f}")
+        why = f"pinned: {hit.pinned}" if hit.pinned and not hit.score else f"score={hit.score:.4f}"
+        print(f"{hit.rank:>3}. {hit.title or '(untitled)'}\n     {hit.url}   {why}")
         if hit.snippets:
             snip = " ".join(hit.snippets[0].text.split())
             print(f"     {snip[:160]}{'…' if len(snip) > 160 else ''}")
@@ -213,7 +214,10 @@ def cmd_evidence(args) -> int:
 
 
 def _show_evidence(args, resp) -> int:
-    print(json.dumps(resp.model_dump(mode="json") | {"file": resp.file}, indent=2) if args.json else resp.summary)
+    if args.json:
+        print(json.dumps(resp.model_dump(mode="json") | {"file": resp.file}, indent=2))
+    else:   # the seed's return text names the packet relative to the data dir; say where it is on disk
+        print(f"{resp.summary}\n- Open: {resp.file}")
     return 0
 
 

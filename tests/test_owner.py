@@ -83,11 +83,11 @@ def the_verbs(data, tag: str) -> dict:
     r = cli(data, "status")
     assert r.returncode == 0, r.stderr
     out["status"] = json.loads(r.stdout)
-    r = cli(data, "evidence", "csv dialects and quoting", "--session", f"s-{tag}", "--json")
+    r = cli(data, "evidence", "csv dialects and quoting", "--session", f"s-{tag}")
     assert r.returncode == 0, r.stderr
-    packet = json.loads(r.stdout)
-    assert packet["sources_found"] >= 1 and os.path.isfile(packet["file"])
-    assert "CSV notes" in open(packet["file"], encoding="utf-8").read()
+    assert r.stdout.startswith(f"Evidence written to agent_reports/default/evidence_packet_s-{tag}.md")
+    opened = r.stdout.split("- Open: ")[1].strip()          # where the packet is on this machine
+    assert os.path.isabs(opened) and "CSV notes" in open(opened, encoding="utf-8").read()
     r = cli(data, "keys", "create", "--workspace", "*", "--name", f"key-{tag}")
     assert r.returncode == 0, r.stderr
     out["token"] = json.loads(r.stdout)["token"]

@@ -227,6 +227,13 @@ def test_url_prefixes_and_registrable_domains_pin(make):
         # a public suffix is many sites, not one: nothing pins
         assert pinned("github.io") == []
         assert pinned("alice.github.io") == [("alice.github.io/notes", "domain")]
+        # a page pinned with no passage the query matched shows how it begins (its first chunk), score 0
+        # (with the dense arm off, only the pin brings the pages whose text has none of the query's words)
+        res = c.post("/v1/search", json={"query": "python.org", "k": 10, "dense_weight": 0}).json()["pages"]
+        unmatched = {p["url"].split("://", 1)[1]: [s["text"] for s in p["snippets"]] for p in res if p["score"] == 0}
+        assert unmatched == {"docs.python.org/3/libraryx/other.html": ["Not under the library section."],
+                             "docs.python.org/3/library/csv.html": ["The csv module reads rows."],
+                             "docs.python.org/3/library/json.html": ["The json module encodes objects."]}
 
 
 def test_a_pasted_link_with_tracking_parameters_pins_the_page_it_points_to(make):

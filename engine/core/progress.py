@@ -17,7 +17,9 @@ def _seconds(s: float) -> str:
 
 class Progress:
     def __init__(self, what: str, total: int | None = None, unit: str = "pages", every: float = 5.0,
-                 stream: TextIO | None = None, enabled: bool = True):
+                 stream: TextIO | None = None, enabled: bool = True, lines: bool = False):
+        """`lines`: plain lines on a terminal too (a server's log, where a bar would tangle with the
+        other lines)."""
         self.what, self.total, self.unit, self.every = what, total, unit, every
         self.stream = stream or sys.stderr
         self.enabled = enabled
@@ -25,7 +27,7 @@ class Progress:
         self.extra: dict[str, int] = {}
         self.t0 = self._last = time.monotonic()
         self._bar = None
-        if enabled and self.stream.isatty():
+        if enabled and not lines and self.stream.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, unit=unit.rstrip("s") or unit, desc=what, file=self.stream)

@@ -164,6 +164,10 @@ def prepare(index: int, source: str, raw: dict[str, Any] | PageInput, workspace:
 
 
 
+# Chunks per encode call while progress is shown: a line can then come every few seconds.
+PROGRESS_STEP = 128
+
+
 class Ingester:
     def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None,
                  encode: Callable[[str, list[str]], np.ndarray] | None = None, batch_chunks: int | None = None,
@@ -175,6 +179,8 @@ class Ingester:
         self.caller = caller
         self.settings = corpus.settings
         self.encode = encode or (lambda model, texts: corpus.embedder(model).encode_documents(texts))
+        self._local = encode is None
+        self._tick: Callable[[int], None] | None = None
         self.batch_chunks = batch_chunks or self.settings.ingest.batch_chunks
         self.workspace = workspace or self.settings.default_workspace
         show = self.settings.ingest.progress if progress is None else progress
@@ -192,12 +198,14 @@ class Ingester:
         t0 = time.perf_counter()
         self.corpus.store.ensure_workspace(self.workspace)
         bar = Progress("ingest", total, "pages") if self.progress else None
+        # chunks embedded, told as they are (a batch of pages takes a while on a small machine)
+        self._tick = (lambda n: bar.update(0, **{"chunks embedded": n})) if bar is not None and self._local else None
         try:
             for group in self._groups(records, report):
                 before = report.chunks_embedded
                 self._process(group, report)
                 if bar is not None:
-                    bar.update(len(group), **{"chunks embedded": report.chunks_embedded - before})
+                    bar.update(len(group), **({} if self._tick else {"chunks embedded": report.chunks_embedded - before}))
         finally:
             if bar is not None:
                 bar.close()
@@ -324,8 +332,15 @@ class Ingester:
         if not texts:
             return
         ids = list(texts)
-        for model in vectors:
-            vecs = self.encode(model, [texts[i] for i in ids])
+        for n, model in enumerate(vectors):
+            if self._tick is None or n:   # one call; or, for the first model with progress shown, in steps
+                vecs = self.encode(model, [texts[i] for i in ids])
+            else:
+                parts = []
+                for at in range(0, len(ids), PROGRESS_STEP):
+                    parts.append(self.encode(model, [texts[i] for i in ids[at:at + PROGRESS_STEP]]))
+                    self._tick(len(parts[-1]))
+                vecs = np.concatenate(parts)
             vectors[model].update((cid, vecs[i]) for i, cid in enumerate(ids))
 
     def _classify(self, newest: _Prepared, visits: list[_Prepared], seen: list[datetime],

@@ -643,7 +643,10 @@ class SearchService:
         meta = cands.view.page_rows(window)
         by_id = {pid: sp for pid in window if (sp := ranked.page(pid)) is not None}
         snippets_n = self.corpus.settings.search.snippets_per_page
-        shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]]
+        # a page pinned without a matched passage (a bare domain, a URL) shows how it begins
+        unranked = [pid for pid in window if pid not in by_id]
+        lead = self.corpus.store.lead_chunks(unranked) if unranked and snippets_n else {}
+        shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]] + list(lead.values())
         chunk_meta, offsets = cands.view.snippets(shown)   # texts in memory or on file when the view holds them
         if chunk_meta is None:
             chunk_meta = self.corpus.store.snippet_chunks(shown)
@@ -655,7 +658,7 @@ class SearchService:
         for i, pid in enumerate(window):
             m = meta[pid]
             sp = by_id.get(pid)
-            cids, cscores = (sp.chunk_ids, sp.chunk_scores) if sp else ([], [])
+            cids, cscores = (sp.chunk_ids, sp.chunk_scores) if sp else (([lead[pid]], [0.0]) if pid in lead else ([], []))
             snippets = [{"chunk_id": c, "text": chunk_meta[c][0], "section_path": list(chunk_meta[c][1] or []),
                          "char_start": offsets[c][0], "char_end": offsets[c][1], "score": score,
                          "highlights": marks[c]}

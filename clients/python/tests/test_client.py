@@ -87,9 +87,13 @@ def test_errors_are_typed_and_carry_the_servers_detail(server):
         with pytest.raises(Invalid) as err:
             rf.search(QUERY, k=0)                      # the server's bound, the server's 422
         assert err.value.status == 422 and err.value.type == "validation_error"
+        assert "k: Input should be greater than or equal to 1" in str(err.value)   # which field, and what
         with pytest.raises(Invalid) as err:
             rf.search(QUERY, colour="red")             # a name the server does not take: refused before sending
-        assert err.value.type == "validation_error"
+        assert err.value.type == "validation_error" and "colour: Extra inputs are not permitted" in str(err.value)
+        with pytest.raises(Invalid) as err:
+            rf.search("")
+        assert "query: String should have at least 1 character" in str(err.value)
         with pytest.raises(NotFound) as err:
             rf.read_packet("nobody")
         assert err.value.type == "packet_not_found"

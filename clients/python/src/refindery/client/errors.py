@@ -54,7 +54,13 @@ def from_response(status: int, body: Any, headers: dict[str, str]) -> RefinderyE
     if not isinstance(detail, dict):   # a proxy's page, or a body that is not the server's
         detail = {"type": "http_error", "title": str(detail or body or "")[:500]}
     cls = CLASSES.get(status, ServerError if status >= 500 else RefinderyError)
-    args = (status, str(detail.get("type", "http_error")), str(detail.get("title", "")), detail)
+    title = str(detail.get("title", ""))
+    errors = detail.get("errors")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):   # say which field, and what
+        first = errors[0]
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        title = f"{title}: {where}: {first.get('msg')}" if where else f"{title}: {first.get('msg')}"
+    args = (status, str(detail.get("type", "http_error")), title, detail)
     if cls is RateLimited:
         retry = headers.get("retry-after") or detail.get("retry_after")
         try:

@@ -36,7 +36,9 @@ def _build(model: type[m.Request], **fields) -> m.Request:
     try:
         return model(**fields)
     except ValidationError as exc:   # before anything is sent: the same type as the server's 422
-        raise Invalid(422, "validation_error", f"invalid {model.__name__}: {exc.errors()[0]['msg']}",
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or model.__name__
+        raise Invalid(422, "validation_error", f"invalid {model.__name__}: {where}: {first['msg']}",
                       {"type": "validation_error", "errors": exc.errors(include_url=False)}) from exc
 
 
