@@ -11,12 +11,12 @@ DEMO   := demo/pages.jsonl.gz
 .PHONY: install browser demo test bench eval eval-studies reranker models-mpnet serve clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@echo "[install $$(date +%T)] a virtual environment in $(VENV), torch's CPU build first (quiet: a minute or two)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
-	@echo "[install $$(date +%T)] refindery and its dependencies"
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	@echo "[install $$(date +%T)] refindery and its dependencies, and its Python client (the CLI reaches a running server with it)"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' -e clients/python
 	touch $(STAMP)
 	@echo "[install $$(date +%T)] done"
 

@@ -638,6 +638,11 @@ def main(argv: list[str] | None = None) -> int:
         if _is_client_error(exc):
             print(f"error: {_client_error_line(exc)}", file=sys.stderr)
             return 2
+        from .owner import ClientMissing
+
+        if isinstance(exc, ClientMissing):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if isinstance(exc, ValidationError):   # a request the arguments make, refused before it is sent
             first = exc.errors()[0]
             print(f"error: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}", file=sys.stderr)

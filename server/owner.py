@@ -30,6 +30,10 @@ SOCKET_NAME = "refindery.sock"
 MAX_SOCKET_PATH = 100
 
 
+class ClientMissing(RuntimeError):
+    """The `refindery-client` package is not installed beside the engine."""
+
+
 @dataclass
 class Owner:
     pid: int
@@ -40,7 +44,11 @@ class Owner:
 
     def client(self, timeout: float = 600.0, max_retries: int = 0):
         """A client of the package `refindery-client`, over the owner's socket."""
-        from refindery.client import Client
+        try:
+            from refindery.client import Client
+        except ImportError as exc:   # the engine installed without its client: say how to fix it
+            raise ClientMissing(f"a server holds this data dir ({self.describe()}) and reaching it needs the Python "
+                                "client: pip install -e clients/python (make install does)") from exc
 
         return Client(self.base_url, uds=self.socket, timeout=timeout, max_retries=max_retries)
 

@@ -185,3 +185,11 @@ def test_verbs_that_need_the_data_dir_name_themselves_and_what_to_do(argv, name)
                                                                  "/d", ""))
     assert line.startswith(f"error: `refindery {name}` cannot run while a server holds the data dir (pid 42")
     assert "Stop the server" in line and "\n" not in line
+
+
+def test_without_the_client_package_a_served_data_dir_is_named_with_the_fix(monkeypatch):
+    from server.owner import ClientMissing, Owner
+
+    monkeypatch.setitem(sys.modules, "refindery.client", None)   # as if only the engine were installed
+    with pytest.raises(ClientMissing, match="pip install -e clients/python"):
+        Owner(42, "/d/refindery.sock", None, "/d", "").client()
