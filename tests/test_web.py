@@ -305,6 +305,10 @@ def test_compare_two_embedders_side_by_side(tab, server):
     assert focused(tab)["id"] == "cq"
     tab.wait_for_selector(f"#model-b option[value='{INT8}']", state="attached")
     assert tab.input_value("#model-a") == TORCH and tab.input_value("#model-b") == INT8
+    # a model that is not installed is offered as such, and cannot be picked
+    for m in (m for m in client.get("/v1/models").json()["models"] if m["kind"] == "embedder"):
+        opt = tab.locator(f"#model-b option[value='{m['name']}']")
+        assert (opt.get_attribute("disabled") is not None) == (not m["installed"]) == ("not installed" in opt.inner_text())
     tab.keyboard.type("python json encoding")
     tab.keyboard.press("Enter")
     tab.wait_for_selector("#agreement")

@@ -71,6 +71,10 @@ def test_compare_relations_evidence_and_status(server):
     with server.client() as rf:
         cmp = rf.compare(QUERY, ["all-minilm-l6-v2", "all-minilm-l6-v2-int8"], k=5)
         assert isinstance(cmp, CompareResponse) and len(cmp.runs) == 2 and cmp.agreement[0].k == 5
+        roster = next(w for w in rf.relation_workspaces()["workspaces"] if w["workspace_id"] == "roster")
+        seniority = next(s for r in roster["relations"] if r["relation"] == "held_role"
+                         for s in r["slots"] if s["slot"] == "seniority")
+        assert "gte" in seniority["operators"] and "VP" in seniority["order"]
         c = [{"relation": "held_role", "slot": "seniority", "op": "gte", "value": "VP"}]
         full = rf.relation_search("roster", constraints=c)
         compact = rf.relation_search("roster", constraints=c, detail="compact")
