@@ -39,6 +39,7 @@ $(CSTAMP): clients/python/pyproject.toml
 # The demo serves as soon as the pages are in; the compare view's second embedder (ONNX int8) is
 # embedded in the server's background (the compare view shows how far). Another port: make demo PORT=8001.
 demo: install
+	@$(BIN)/refindery serve --check   # a server already holds ./data: it says where, and the demo stops here
 	@echo "[demo $$(date +%T)] ingesting $(DEMO): a progress line every few seconds (about a minute on 2 cores, first run)"
 	$(BIN)/refindery ingest $(DEMO)
 	@$(BIN)/refindery clusters refit --if-missing > /dev/null && echo "[demo $$(date +%T)] clustered the demo pages: the cluster filter."

@@ -68,6 +68,8 @@ def cmd_serve(args) -> int:
         print(f"error: the data dir {settings.data_dir} is already served ({running.describe()}); other "
               "refindery commands go through that server. Stop it to serve this data dir again.", file=sys.stderr)
         return 2
+    if args.check:
+        return 0
     app = create_app(settings, freeze_heap=True, embed=args.embed)
     if args.uds:
         config = uvicorn.Config(app, uds=args.uds, log_level="info")
@@ -441,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--uds", default=None, help="serve on this Unix domain socket instead of host:port")
+    s.add_argument("--check", action="store_true",
+                   help="only say whether the data dir is free to serve (exit 0) or already served (exit 2)")
     s.add_argument("--embed", action="append", default=[], metavar="MODEL",
                    help="embed what MODEL lacks in the background once serving (repeatable; progress in GET /v1/models)")
     s.set_defaults(func=cmd_serve)

@@ -137,11 +137,14 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
         r = cli(data, "reindex")
         assert r.returncode == 2 and r.stdout == ""
         assert len(r.stderr.strip().splitlines()) == 1 and "Stop the server" in r.stderr
-        # a second server on the same data dir is refused, naming the first
+        # a second server on the same data dir is refused, naming the first (--check: only that; make demo)
         r = cli(data, "serve", "--uds", str(tmp_path / "second.sock"))
         assert r.returncode == 2 and f"pid {proc.pid}" in r.stderr
+        r = cli(data, "serve", "--check")
+        assert r.returncode == 2 and f"pid {proc.pid}" in r.stderr and "already served" in r.stderr
 
     assert not (data / "server.json").exists() and not os.path.exists(owner["socket"])   # withdrawn on stop
+    assert cli(data, "serve", "--check").returncode == 0
     got = the_verbs(data, "alone")
     assert "served_by" not in got["status"] and got["status"]["counts"]["pages"] == 3   # before its ingest
     assert "through" not in got["ingest"]
