@@ -223,15 +223,22 @@ def _show_evidence(args, resp) -> int:
     return 0
 
 
+def dictionary_file(args) -> tuple[str, str] | None:
+    """`dictionary set FILE`: (format, text), or None with the error printed."""
+    if not args.file:
+        print("error: dictionary set needs a FILE (.toml or .md)", file=sys.stderr)
+        return None
+    path = Path(args.file)
+    return ("toml" if path.suffix.lower() == ".toml" else "markdown"), path.read_text(encoding="utf-8")
+
+
 def cmd_dictionary(args) -> int:
     with Engine(_settings(args), repair=False) as e:
         if args.action == "set":
-            if not args.file:
-                print("error: dictionary set needs a FILE (.toml or .md)", file=sys.stderr)
+            source = dictionary_file(args)
+            if source is None:
                 return 2
-            path = Path(args.file)
-            fmt = "toml" if path.suffix.lower() == ".toml" else "markdown"
-            _print(e.set_dictionary(args.workspace, fmt, path.read_text(encoding="utf-8")))
+            _print(e.set_dictionary(args.workspace, *source))
         else:
             _print(e.dictionary(args.workspace))
         return 0
@@ -598,6 +605,9 @@ def _through(args, owner) -> int:
         return remote.compare(args, owner, _show_compare)
     if verb == "maps":
         return remote.maps(args, owner, _show_maps)
+    if verb == "dictionary":
+        source = dictionary_file(args) if args.action == "set" else None
+        return 2 if args.action == "set" and source is None else remote.dictionary(args, owner, source)
     if verb == "relations" and args.action == "search" and not args.constraints:
         print("error: relations search needs --constraints FILE", file=sys.stderr)
         return 2

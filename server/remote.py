@@ -135,16 +135,11 @@ def compare(args, owner: Owner, show: Callable) -> int:
         _call(owner, "POST", "/v1/compare", req.model_dump(mode="json", exclude_unset=True))))
 
 
-def dictionary(args, owner: Owner) -> int:
+def dictionary(args, owner: Owner, source: tuple[str, str] | None) -> int:
+    """`source`: (format, text) of the file to set (None: show)."""
     params = {"workspace": args.workspace} if args.workspace else None
-    if args.action == "set":
-        if not args.file:
-            print("error: dictionary set needs a FILE (.toml or .md)", file=sys.stderr)
-            return 2
-        path = Path(args.file)
-        fmt = "toml" if path.suffix.lower() == ".toml" else "markdown"
-        _print(_call(owner, "PUT", "/v1/evidence/dictionary", {"format": fmt, "text": path.read_text(encoding="utf-8")},
-                     params))
+    if source is not None:
+        _print(_call(owner, "PUT", "/v1/evidence/dictionary", {"format": source[0], "text": source[1]}, params))
     else:
         _print(_call(owner, "GET", "/v1/evidence/dictionary", params=params))
     return 0

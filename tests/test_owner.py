@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import anyio
 import httpx
 import pytest
 from conftest import ROOT, serving_on
+from test_mcp_transports import env_for, served
 
 PAGES = [
     {"url": "https://notes.example/json", "title": "JSON notes",
@@ -30,33 +30,20 @@ PAGES = [
 ]
 
 
-def env_for(data) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
-    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu")
-    return env
-
-
 def cli(data, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, env=env_for(data), input=stdin,
                           capture_output=True, text=True, timeout=300)
 
 
 @contextlib.contextmanager
-def served(data, sock):
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
-                            env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+def owned(data, sock):
+    """`refindery serve --uds sock` over `data`, once it has said it owns the data dir."""
+    with served(data, sock) as proc:
         serving_on(sock)
         deadline = time.monotonic() + 60   # server.json is written once the app accepts connections
         while not (data / "server.json").exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
         yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def mcp_session(data, query: str) -> tuple[set[str], dict]:
@@ -108,7 +95,7 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
     r = cli(data, "ingest", "-", "--no-progress", stdin="".join(json.dumps(p) + "\n" for p in PAGES))
     assert r.returncode == 0, r.stderr
 
-    with served(data, sock) as proc:
+    with owned(data, sock) as proc:
         owner = json.loads((data / "server.json").read_text())
         assert owner["pid"] == proc.pid
         assert stat.S_IMODE(os.stat(owner["socket"]).st_mode) == 0o600   # only this user may connect
