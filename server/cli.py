@@ -8,8 +8,6 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-log = logging.getLogger("refindery.cli")
-
 from pydantic import ValidationError
 
 from engine.app import USER_ERRORS, DataDirBusy, Engine
@@ -647,7 +645,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:  # a clear one-line error for known failures
         if isinstance(exc, USER_ERRORS):
-            print(_busy(args) if isinstance(exc, DataDirBusy) and _busy(args) else f"error: {exc}", file=sys.stderr)
+            busy = _busy(args) if isinstance(exc, DataDirBusy) else None
+            print(busy or f"error: {exc}", file=sys.stderr)
             return 2
         if _is_client_error(exc):
             print(f"error: {_client_error_line(exc)}", file=sys.stderr)

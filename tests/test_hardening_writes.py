@@ -621,3 +621,24 @@ def test_3_the_workspace_listing_shows_a_scoped_key_only_its_workspaces_and_its_
         assert held(mine["scoped"]) != held(everyone["scoped"])   # B's rows are not counted for A's key
     finally:
         cl.corpus.close()
+
+
+def test_9_embedding_a_model_in_the_servers_background_needs_a_key_for_everything_that_may_write(tenants):
+    """POST /v1/models/{name}/embed writes every workspace's vectors: a key of another workspace, a key
+    with document scopes and a read-only key are refused and start nothing; a key for every workspace
+    starts it (the active model: nothing is missing, so it is done at once)."""
+    import time
+
+    engine = tenants.app.state.engine
+    model = engine.settings.models.active
+    for token in (tenants.acme, tenants.s1, tenants.reader):
+        r = tenants.post(f"/v1/models/{model}/embed", headers=h(token))
+        assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden", r.text
+        assert engine.embedding(model) is None
+    r = tenants.post(f"/v1/models/{model}/embed", headers=h(tenants.admin))
+    assert r.status_code == 202 and r.json()["model"] == model
+    deadline = time.monotonic() + 60
+    while engine.embedding(model)["state"] == "embedding" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.embedding(model)["state"] == "ready"
+    assert tenants.post("/v1/models/no-such-model/embed", headers=h(tenants.admin)).status_code == 422
