@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.core.settings import Settings, load_settings
+from engine.core.settings import ModelsSettings, Settings, load_settings
 
 # The supervised training data beside the checkout (eval/squad.py reads it); named here so the
 # parser does not import the training code.
@@ -228,12 +228,17 @@ def _eval_refind(args, settings) -> int:
     with Engine(settings.model_copy(update={"data_dir": base})) as engine:
         visits = refind.prepare(engine)
         result = refind.evaluate(engine, visits, REFIND_SETTINGS)
+    # Another embedder than the shipped one (REFINDERY_MODELS__ACTIVE=...) writes beside, not over, the
+    # shipped figures: refind_<model>.json / .md.
+    model = settings.models.active
+    name = "refind" if model == ModelsSettings().active else f"refind_{model}"
+    result["model"] = model
     out = Path("eval/results")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "refind.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "refind.md").write_text(refind.markdown(result))
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{name}.md").write_text(refind.markdown(result))
     print(refind.markdown(result))
-    print("written: eval/results/refind.json, eval/results/refind.md")
+    print(f"written: eval/results/{name}.json, eval/results/{name}.md")
     return 0
 
 

@@ -174,7 +174,8 @@ def markdown(result: dict) -> str:
     lines = [f"Known-item refind benchmark: {result['pages']} pages, {result['visits']} visits over 18 months "
              f"({result['seen_once']} pages seen once, {result['seen_10_or_more']} ten times or more); "
              f"{sum(sum(v.values()) for v in q.values())} queries written before tuning, in two halves by a hash "
-             "of their text: dev (tuning allowed) and test (reported only). success@1 / success@10 / MRR@10.", ""]
+             "of their text: dev (tuning allowed) and test (reported only). success@1 / success@10 / MRR@10."
+             + (f" Embedder: `{result['model']}`." if result.get("model") else ""), ""]
     for h in HALVES:
         lines += [f"**{h}** ({', '.join(f'{k} {n}' for k, n in q[h].items())})", "",
                   "| setting | " + " | ".join(KINDS) + " | all |", "|---|" + "---|" * (len(KINDS) + 1)]
