@@ -11,9 +11,7 @@ from pathlib import Path
 
 from engine.core.settings import ModelsSettings, Settings, load_settings
 
-# The supervised training data beside the checkout (eval/squad.py reads it); named here so the
-# parser does not import the training code.
-DEFAULT_SQUAD_PATH = Path(__file__).resolve().parents[2] / "shared" / "data" / "train" / "squad-v1.1-train.jsonl.gz"
+from eval.paths import DEFAULT_SQUAD_PATH
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -87,7 +85,7 @@ def cmd_reranker(args) -> int:
                       f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
             else:
                 print("Rerank is off: no trained reranker here (none trained here yet, on this corpus or on SQuAD, "
-                      "beat hybrid search on held-out collections; README, 'Reranker'). To try one on this corpus: "
+                      "beat hybrid search on held-out collections; docs/reranker.md). To try one on this corpus: "
                       "`make reranker`, then search with \"rerank\": true.")
             return 0
         name = args.name

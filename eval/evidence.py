@@ -5,7 +5,7 @@ explain on) gives each returned page its signals (engine/evidence/confidence.py)
 label: judged relevant or not. A logistic regression (scikit-learn) over the signals of all
 collections is the shipped calibration. The check is leave-one-collection-out: fit on the other
 collections, then count on the held-out one how many sources each level holds and how many of
-them are judged relevant (the precision of the high-confidence sources is the figure the README
+them are judged relevant (the precision of the high-confidence sources is the figure docs/evidence.md
 reports).
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ with the active embedder; nDCG@10 and recall@100 from ir_measures.
 
     refindery eval ir [--collections cisi med npl cacm] [--ir-dir DIR] [--data-dir DIR]
 
-Writes eval/results/ir_quality.json and .md (the table the README quotes). `refindery eval run`
+Writes eval/results/ir_quality.json and .md (the table docs/compare-and-eval.md quotes). `refindery eval run`
 does the same for one collection with more metrics, several embedders and significance tests.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engine.refind.reranker_training import Pair
 
-from .cli import DEFAULT_SQUAD_PATH
+from .paths import DEFAULT_SQUAD_PATH
 
 DEFAULT_SQUAD = DEFAULT_SQUAD_PATH
 

@@ -5,8 +5,8 @@ strings, fast), text (the chunk's title, section path and body, analysed by `en_
 first_seen / last_seen / published (dates, fast), cluster_id (i64, fast). Filters are wrapped in a
 zero-score query so they never change BM25.
 
-How the arm scores (format 2; measured against bm25s on the four development collections, README
-"BM25 arm"): one text field, not title + section + body summed as separate fields; the analyser
+How the arm scores (format 2; measured against bm25s on the four development collections,
+docs/search.md "BM25 arm"): one text field, not title + section + body summed as separate fields; the analyser
 drops English stop words and one-character tokens before the Snowball stemmer; and a query is the
 sum of its terms, each weighted by how often the query says it (a query's words are a bag with
 counts, as BM25 defines it — tantivy's query parser counts a repeated word once), saturating as

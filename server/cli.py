@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -643,6 +644,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`refindery search ... | head -3`): stop quietly, as a Unix tool does,
+        # and keep the interpreter's own flush at exit from raising again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):   # a stdout with no file behind it
+            pass
+        return 141   # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
     except Exception as exc:  # a clear one-line error for known failures
         if isinstance(exc, USER_ERRORS):
             busy = _busy(args) if isinstance(exc, DataDirBusy) else None

@@ -114,3 +114,19 @@ def test_progress_reaches_a_log_file_as_lines_and_a_model_is_embedded_in_a_serve
         while e.embedding(int8)["state"] == "embedding" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert e.embedding(int8)["state"] == "ready" and e.embedding(int8)["done"] == 0
+
+
+class _ClosedPipe:
+    """A stdout whose reader has gone: `refindery search ... | head -1` once head has exited."""
+    def write(self, s):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_a_closed_pipe_ends_the_command_quietly(capsys, tmp_path, monkeypatch, pool):
+    monkeypatch.setenv("REFINDERY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    assert main(["status"]) == 141        # no traceback: the exit status a shell gives such a writer
+    assert capsys.readouterr().err == ""

@@ -116,7 +116,7 @@ def test_similar_pages_and_compare_refusals(client):
     res = call_tool(client, "refind_compare", {"query": "pumps", "models": ["all-minilm-l6-v2", "no-such-model"]})
     refusal = json.loads(res.content[0].text.partition(": ")[2])
     assert res.isError is True and refusal["path"] == "/v1/compare" and refusal["status"] == 422
-    assert refusal["detail"]["type"] == "model_unknown"   # as the README promises, and as the route answers
+    assert refusal["detail"]["type"] == "model_unknown"   # as docs/search.md promises, and as the route answers
 
 
 def test_a_refusal_is_a_tool_error_carrying_the_routes_body(client):

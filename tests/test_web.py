@@ -3,7 +3,7 @@ Playwright's Python client with executable_path set, so no browser is downloaded
 uvicorn server on 127.0.0.1 over the bundled demo pages, two embedders (torch MiniLM and its ONNX
 int8 export) and k-means clusters. Every check compares what the page shows with what the API
 answers for the same request. Screenshots of each view go to artifacts/web/ (or
-$REFINDERY_TEST_ARTIFACTS) for a person to look at; the README shows one."""
+$REFINDERY_TEST_ARTIFACTS) for a person to look at; docs/web.md shows one."""
 from __future__ import annotations
 
 import gzip
