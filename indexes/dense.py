@@ -31,6 +31,37 @@ def set_search_threads(n: int) -> None:
         faiss.omp_set_num_threads(n)
 
 
+_caller = threading.local()   # per calling thread: FAISS's OpenMP threads there before a search set them
+
+
+def with_search_threads(threads: int, fn, *args):
+    """`fn(*args)` on the calling thread with FAISS's OpenMP threads set to `threads` for the call and
+    restored after (0: as they are). The thread's own setting is asked once (~0.1 ms a call) and then
+    remembered: only set_search_threads changes it."""
+    if threads <= 0:
+        return fn(*args)
+    before = getattr(_caller, "faiss_threads", None)
+    if before is None:
+        before = _caller.faiss_threads = faiss.omp_get_max_threads()
+    if before == threads:   # (each call releases the GIL, and may wait to take it back)
+        return fn(*args)
+    set_search_threads(threads)
+    try:
+        return fn(*args)
+    finally:
+        set_search_threads(before)
+
+
+def kmeans_labels(matrix: np.ndarray, k: int, seed: int, niter: int = 25) -> np.ndarray:
+    """Spherical k-means (FAISS) over the rows of `matrix`: each row's cluster, 0..k-1."""
+    x = np.ascontiguousarray(matrix, dtype=np.float32)
+    km = faiss.Kmeans(x.shape[1], k, niter=niter, seed=seed, spherical=True, verbose=False,
+                      min_points_per_centroid=1)
+    km.train(x)
+    _, labels = km.index.search(x, 1)
+    return labels[:, 0]
+
+
 class DenseIndex:
     # Dead entries over this share of the graph ask for a rebuild; filters allowing at most
     # `exact_below` ids are searched exactly.

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import math
 
-import faiss
-import numpy as np
-
 from engine.core.corpus import Corpus
 from engine.core.errors import InvalidRequest
 from engine.core.page_vectors import page_vectors
+from indexes.dense import kmeans_labels
 
 
 def refit_clusters(corpus: Corpus, workspace: str | None = None, k: int | None = None,
@@ -24,12 +22,9 @@ def refit_clusters(corpus: Corpus, workspace: str | None = None, k: int | None =
         k = k or max(2, round(math.sqrt(n / 2)))
         if not 2 <= k <= n:
             raise InvalidRequest(f"k must be between 2 and the number of pages ({n})")
-        km = faiss.Kmeans(pv.matrix.shape[1], k, niter=25, seed=seed, spherical=True, verbose=False,
-                          min_points_per_centroid=1)
-        km.train(np.ascontiguousarray(pv.matrix))
-        _, labels = km.index.search(np.ascontiguousarray(pv.matrix), 1)
+        labels = kmeans_labels(pv.matrix, k, seed)
         base = corpus.store.next_cluster_id()
-        assignment = {pid: base + int(labels[i, 0]) for i, pid in enumerate(pv.page_ids)}
+        assignment = {pid: base + int(labels[i]) for i, pid in enumerate(pv.page_ids)}
         sizes: dict[int, int] = {}
         for cid in assignment.values():
             sizes[cid] = sizes.get(cid, 0) + 1

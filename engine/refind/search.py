@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import faiss
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, SkipValidation, TypeAdapter, create_model, field_serializer,
                       field_validator)
 
-from indexes.dense import set_search_threads
+from indexes.dense import set_search_threads, with_search_threads
 from indexes.hot import HotView
 from indexes.milvus import MilvusUnavailable
 from indexes.sparse import SparseFilter
@@ -313,7 +312,6 @@ class _ArmClock:
         return self._sparse is not None and self._dense is not None and self._sparse <= self._dense
 
 
-_caller = threading.local()   # per calling thread: FAISS's OpenMP threads there before a search set them
 
 
 class SearchService:
@@ -451,19 +449,7 @@ class SearchService:
     def _on_caller(self, fn, *args):
         """`fn(*args)` on the calling thread with FAISS's threads as on an arm thread (set for the
         call, restored after)."""
-        threads = self.corpus.settings.index.search_threads
-        if threads <= 0:
-            return fn(*args)
-        before = getattr(_caller, "faiss_threads", None)
-        if before is None:   # asked once per thread (~0.1 ms a call); only set_search_threads changes it
-            before = _caller.faiss_threads = faiss.omp_get_max_threads()
-        if before == threads:   # (each call releases the GIL, and may wait to take it back)
-            return fn(*args)
-        set_search_threads(threads)
-        try:
-            return fn(*args)
-        finally:
-            set_search_threads(before)
+        return with_search_threads(self.corpus.settings.index.search_threads, fn, *args)
 
     def shared_sparse_arm(self, req: SearchRequest, scopes: tuple[str, ...] | None = None
                           ) -> tuple[list[tuple[int, float]], float]:
