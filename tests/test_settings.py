@@ -67,3 +67,21 @@ def test_every_setting_is_in_default_toml():
         sub = field.annotation
         if hasattr(sub, "model_fields"):
             assert set(sub.model_fields) == set(raw[name]), name
+
+
+def test_default_toml_and_the_field_defaults_agree_value_for_value():
+    """Each value is written twice — in default.toml (what a user reads and copies) and as the
+    field's default (what code building a section alone gets): they must not drift apart."""
+    import tomllib
+
+    from engine.core.settings import DEFAULT_CONFIG, Settings
+
+    raw = tomllib.loads(DEFAULT_CONFIG.read_text())
+    drift = []
+    for name, field in Settings.model_fields.items():
+        sub = field.annotation
+        if hasattr(sub, "model_fields"):
+            coded, written = sub().model_dump(), sub(**raw[name]).model_dump()
+            drift += [f"[{name}] {k}: default.toml {written[k]!r}, field {coded[k]!r}"
+                      for k in coded if coded[k] != written[k]]
+    assert not drift, "\n".join(drift)
