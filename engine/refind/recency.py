@@ -11,6 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 
 
+def recency_on(half_life_days: float, mode: str, weight: float) -> bool:
+    """Recency is off at a half-life of 0, and in decay mode at a weight of 0 (the one place that says so)."""
+    return half_life_days > 0 and (mode == "band" or weight > 0)
+
+
 def age_days(last_seen: datetime, now: datetime) -> float:
     return max(0.0, (now - last_seen).total_seconds() / 86400.0)
 

@@ -8,310 +8,38 @@ after the fact. Paging is the very last step, so pages never move between offset
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime
 
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, SkipValidation, TypeAdapter, create_model, field_serializer,
-                      field_validator)
 
 from indexes.dense import set_search_threads, with_search_threads
-from indexes.hot import HotView
 from indexes.milvus import MilvusUnavailable
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
 from models.reranker import RerankerUnavailable, load_reranker
 
-from indexes.sparse import DATE_MAX, DATE_MIN
-
+from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
-from engine.core.settings import SearchSettings, request_fields
-from engine.core.values import Int64
 from engine.core.errors import (EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable,
                                RerankerNotConfigured)
 from engine.core.querylog import LogEntry
-from engine.refind.fusion import Fused, arm_levels, contributions, extra_arm, fuse, rrf_arrays
-from engine.refind.highlight import highlight_all, query_terms
 from engine.core.urls import is_public_suffix
+from engine.refind.candidates import ArmResults, Candidates, Restriction
+from engine.refind.explain import page_explain
+from engine.refind.fusion import Fused, arm_levels, extra_arm, fuse, rrf_arrays
+from engine.refind.highlight import highlight_all, query_terms
 from engine.refind.pinning import pin_intent, without_tracking
-from engine.refind.recency import age_days
 from engine.refind.ranking import RankedPages, rank_pages
+from engine.refind.recency import recency_on
 from engine.refind.rollup import Rolled, rollup_rows
-from engine.core.clock import utcnow
-
-
-MIN_TIME, MAX_TIME = DATE_MIN, DATE_MAX
-
-
-def _listify(v):
-    if v is None or isinstance(v, list):
-        return v
-    return [v]
-
-
-class SearchFilters(BaseModel):
-    """Restrictions pushed into both arms. Several values of one field: any of them; several
-    fields: all of them."""
-    model_config = ConfigDict(extra="forbid")
-    domain: list[str] | None = Field(default=None, max_length=100, description="Domain(s), e.g. sqlite.org.")
-    after: datetime | None = Field(default=None, description="last_seen at or after (inclusive).")
-    before: datetime | None = Field(default=None, description="last_seen before (exclusive).")
-    cluster_id: list[Int64] | None = Field(default=None, max_length=100)
-    entity: list[str] | None = Field(default=None, max_length=100,
-                                     description="Entity id, canonical form or alias (case-insensitive).")
-    page_id: list[str] | None = Field(default=None, max_length=10_000, description=(
-        "Only these pages (page ids; unknown ones match nothing): search within a known list."))
-
-    _lists = field_validator("domain", "cluster_id", "entity", "page_id", mode="before")(_listify)
-
-    @field_validator("after", "before")
-    @classmethod
-    def _utc(cls, v):
-        v = v.astimezone(timezone.utc).replace(tzinfo=None) if v is not None and v.tzinfo else v
-        if v is not None and not MIN_TIME <= v <= MAX_TIME:  # what the BM25 index's dates can hold
-            raise ValueError(f"must be between {MIN_TIME.isoformat()} and {MAX_TIME.isoformat()}")
-        return v
-
-    def is_empty(self) -> bool:
-        return not (self.domain or self.after or self.before or self.cluster_id is not None or self.entity
-                    or self.page_id is not None)
-
-
-SearchRequest = create_model(
-    "SearchRequest", __config__=ConfigDict(extra="forbid"),
-    __doc__="A page search. Every parameter but `query`, `workspace`, `explain` and `filters` is a [search] "
-            "setting the request may override (declared once, in engine/core/settings.py: SearchSettings).",
-    query=(str, Field(min_length=1, max_length=2000, description="What you remember of the page, or its URL.")),
-    workspace=(str | None, Field(default=None, max_length=200)),
-    **request_fields(SearchSettings),
-    explain=(bool, False),
-    filters=(SearchFilters | None, None),
-)
-
-
-class Snippet(BaseModel):
-    chunk_id: int
-    text: str
-    section_path: list[str]
-    char_start: int
-    char_end: int
-    score: float
-    # (made by the search itself: not validated again — ~25 µs a response at ~250 marked words)
-    highlights: SkipValidation[list[tuple[int, int]]] = Field(
-        default_factory=list, description="[start, end) offsets in `text` of the words matching a query term "
-                                          "(compared by the BM25 index's stems), for marking.")
-
-
-class ArmHit(BaseModel):
-    rank: int
-    score: float
-
-
-class ChunkExplain(BaseModel):
-    chunk_id: int
-    dense: ArmHit | None
-    sparse: ArmHit | None
-    rrf: dict[str, float] = Field(description="Each arm's contribution to the fused score and their total: "
-                                              "weight / (rrf_k + rank) with fusion rrf, weight x normalised "
-                                              "score with fusion linear (the name stays rrf for old clients).")
-    normalised: dict[str, float] | None = Field(None, description="fusion linear: each arm's score after the "
-                                                                   "normalizer (its raw score is under dense/sparse).")
-    rerank: float | None
-    score: float = Field(description="The chunk's score entering the rollup (the fused total, or rerank score).")
-
-
-class PageExplain(BaseModel):
-    chunks: list[ChunkExplain]
-    rollup: dict[str, Any]
-    decay: dict[str, float] | None = Field(description=(
-        "Recency, when on. recency_mode band: half_life_days, age_days, band_width, and band (the page's "
-        "recency band, from 1: pages of one band are about as relevant and ordered by last_seen) and level "
-        "(its arm level, which the band compares). recency_mode decay: half_life_days, weight, age_days and "
-        "factor (the score's multiplier)."))
-    pinned: str | None
-    score: float
-
-
-class PageHit(BaseModel):
-    rank: int
-    page_id: str
-    url: str
-    title: str | None
-    domain: str | None
-    score: float
-    first_seen: datetime
-    last_seen: datetime
-    published: datetime | None
-    cluster_id: int | None
-    entities: list[str]
-    pinned: str | None = Field(default=None, description='Why the page was pinned: "url" (the query is its URL), '
-                                                         '"prefix" (a URL prefix it is under) or "domain".')
-    snippets: list[Snippet]
-    explain: PageExplain | None = None
-
-    @field_serializer("first_seen", "last_seen", "published")
-    def _rfc3339(self, v: datetime | None) -> str | None:
-        """Stored times are UTC without a zone; on the wire they say so (RFC 3339, "Z")."""
-        if v is None:
-            return None
-        return (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).isoformat().replace("+00:00", "Z")
-
-
-_PAGE_HITS = TypeAdapter(list[PageHit])
-
-
-class SimilarPage(BaseModel):
-    page_id: str
-    url: str
-    title: str | None
-    score: float
-
-
-class Suggestions(BaseModel):
-    source_page_id: str
-    mediation: str
-    pages: list[SimilarPage]
-
-
-class SearchResponse(BaseModel):
-    query_id: str
-    query: str
-    model: str
-    k: int
-    offset: int
-    total: int = Field(description="Pages in the ranked candidate set before the final slice.")
-    depth: dict[str, int] = Field(description="Chunks asked of each arm (grown from *_top_n when the "
-                                              "candidates rolled up to too few pages).")
-    pages: list[PageHit]
-    timings_ms: dict[str, float]
-    suggestions: Suggestions | None = None
-
-
-REQUEST_PARAMS = tuple(request_fields(SearchSettings))
-_REQUEST_SET = frozenset(REQUEST_PARAMS)
-
-
-class Params(SearchSettings):
-    """One search's parameters: the [search] settings with the request's overrides, its workspace and
-    whether it explains (SearchService.params). Frozen: one is shared by the searches asking the same."""
-    model_config = ConfigDict(frozen=True)
-    workspace: str
-    explain: bool = False
-
-
-@dataclass
-class Restriction:
-    """What the filters leave: a tantivy filter and, for FAISS, the allowed chunk ids (None = all)."""
-    sparse: SparseFilter
-    dense_ids: np.ndarray | None
-    page_ids: set[str] | None
-
-
-@dataclass
-class ArmResults:
-    dense: list[tuple[int, float]] = field(default_factory=list)
-    sparse: list[tuple[int, float]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Candidates:
-    """What candidate generation leaves: the fused chunks best first (their ids and scores, and each
-    one's page as its row in `view`; -1 for a chunk the view does not hold) rolled up to pages, both
-    arms' lists (for trace and explain) and the depth the arms were run at. `fused` (each chunk's
-    ranks and arm scores), `ranked` and `chunk_page` are made when explain, the reranker or the log
-    ask for them."""
-    ids: np.ndarray
-    scores: np.ndarray
-    rows: np.ndarray
-    rolled: Rolled              # ... rolled up to pages (the request's rollup)
-    dense: list[tuple[int, float]]
-    sparse: list[tuple[int, float]]
-    depth: Params
-    view: HotView
-    fusion: tuple = ()          # fuse()'s arguments after the arms' lists
-    _fused: list[Fused] | None = None
-    _chunk_page: dict[int, str] | None = None
-
-    @property
-    def fused(self) -> list[Fused]:
-        if self._fused is None:
-            self._fused = fuse(*self.fusion)
-        return self._fused
-
-    @property
-    def ranked(self) -> list[tuple[int, float]]:
-        """The fused chunks best first as (chunk id, score)."""
-        return list(zip(self.ids.tolist(), self.scores.tolist()))
-
-    @property
-    def chunk_page(self) -> dict[int, str]:
-        """chunk id -> page id, for the fused chunks the view holds."""
-        if self._chunk_page is None:
-            held = self.rows >= 0
-            self._chunk_page = dict(zip(self.ids[held].tolist(), self.view.page_ids_of(self.rows[held])))
-        return self._chunk_page
-
-
-class StageTimer:
-    """Milliseconds per named stage (a stage entered twice adds up), and the total since it was made."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.ms: dict[str, float] = {}
-
-    def add(self, stage: str, ms: float) -> None:
-        self.ms[stage] = self.ms.get(stage, 0.0) + ms
-
-    @contextlib.contextmanager
-    def __call__(self, stage: str):
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(stage, (time.perf_counter() - t) * 1000)
-
-    def stop(self, stage: str = "total") -> None:
-        self.ms[stage] = (time.perf_counter() - self.t0) * 1000
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: round(v, 3) for k, v in self.ms.items()}
-
-
-def _recency_on(p: Params) -> bool:
-    """Recency is off at a half-life of 0, and in decay mode at a weight of 0 (the one place that says so)."""
-    return p.recency_half_life_days > 0 and (p.recency_mode == "band" or p.recency_weight > 0)
-
-
-class _ArmClock:
-    """Recent times of the two arms (exponential moving averages, ms): whether the BM25 arm is
-    expected to end within FAISS's time, so that it can start after the query's encoding."""
-
-    def __init__(self, alpha: float = 0.1):
-        self.alpha = alpha
-        self._sparse: float | None = None
-        self._dense: float | None = None
-
-    def _mix(self, old: float | None, ms: float) -> float:
-        return ms if old is None else old + self.alpha * (ms - old)
-
-    def sparse(self, ms: float) -> None:
-        self._sparse = self._mix(self._sparse, ms)
-
-    def dense(self, ms: float) -> None:
-        self._dense = self._mix(self._dense, ms)
-
-    def sparse_fits_beside_dense(self) -> bool:
-        return self._sparse is not None and self._dense is not None and self._sparse <= self._dense
-
-
+# the wire schemas live in engine/refind/schema.py; the faces import the request and reply from here too
+from engine.refind.schema import (_PAGE_HITS, _REQUEST_SET, PageHit, Params, SearchFilters, SearchRequest,
+                                  SearchResponse, SimilarPage, Suggestions)
+from engine.refind.timing import ArmClock, StageTimer
 
 
 class SearchService:
@@ -322,7 +50,7 @@ class SearchService:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm",
                                         initializer=set_search_threads,
                                         initargs=(corpus.settings.index.search_threads,))
-        self._clock = _ArmClock()
+        self._clock = ArmClock()
         self._params: dict[tuple, Params] = {}
 
     # Parameters and filters ----------------------------------------------------------------------
@@ -408,7 +136,7 @@ class SearchService:
              sparse: list[tuple[int, float]] | None = None) -> ArmResults:
         """Both arms concurrently: the sparse arm on the pool, the dense arm (the query's encoding and
         FAISS) on the calling thread — one hand-off fewer than both on the pool. When the sparse arm
-        starts is chosen from the two arms' recent times (`_ArmClock`): while it has taken no longer
+        starts is chosen from the two arms' recent times (`ArmClock`): while it has taken no longer
         than FAISS, it starts once the query is encoded and runs beside FAISS, which searches on one
         thread (the encoder's threads stop spinning as its run returns), so the other core is free;
         when it takes longer (a large BM25 index), it starts as the encoder starts, to overlap as
@@ -533,7 +261,7 @@ class SearchService:
             pinned = {pid: kind for pid, kind in (self._pins(intent, p.workspace, restriction, scopes) if intent else [])
                       if pid in cands.view.row_of}   # a page written after this request's view waits for the next
         with timer("decay"):
-            on = _recency_on(p)
+            on = recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight)
             # only the pages up to the slice's end are put in order (pinned ones may come out of them)
             levels = self._levels(p, cands, rolled) if on and p.recency_mode == "band" else None
             ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
@@ -649,7 +377,7 @@ class SearchService:
                          "char_start": offsets[c][0], "char_end": offsets[c][1], "score": score,
                          "highlights": marks[c]}
                         for c, score in zip(cids[:snippets_n], cscores) if c in chunk_meta and c in offsets]
-            explain = self._explain(cids, cscores, fused_by_id, rerank_scores, p, sp, m, now,
+            explain = page_explain(cids, cscores, fused_by_id, rerank_scores, p, sp, m, now,
                                     pinned.get(pid)) if p.explain else None
             hits.append({
                 "rank": p.offset + i + 1, "page_id": pid, "url": m["url"], "title": m["title"], "domain": m["domain"],
@@ -691,33 +419,3 @@ class SearchService:
             found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True,
                                                                      scopes=within)]
         return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
-
-    @staticmethod
-    def _explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m, now, pinned) -> PageExplain:
-        chunks = []
-        for c, score in zip(cids, cscores):
-            f = fused_by_id.get(c)
-            contrib = {}
-            if f is not None:
-                contrib = contributions(f, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k, p.fusion)
-                if p.rerank and p.rerank_fusion == "rrf" and c in rerank_scores:
-                    contrib["rerank"] = score - f.score
-                    contrib["total"] = score
-            chunks.append(ChunkExplain(
-                chunk_id=c,
-                dense=ArmHit(rank=f.ranks["dense"], score=f.arm_scores["dense"]) if f and "dense" in f.ranks else None,
-                sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
-                rrf=contrib, normalised=dict(f.normalised) if f and p.fusion == "linear" else None,
-                rerank=rerank_scores.get(c), score=score))
-        decay = None
-        if _recency_on(p) and p.recency_mode == "band":
-            decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
-                     "band_width": p.recency_band}
-            if entry is not None and entry.band is not None:
-                decay |= {"band": float(entry.band), "level": entry.level}
-        elif _recency_on(p):
-            decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
-                     "age_days": age_days(m["last_seen"], now),
-                     "factor": entry.factor if entry else 1.0}
-        return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry.rollup if entry else 0.0},
-                           decay=decay, pinned=pinned, score=entry.score if entry else 0.0)

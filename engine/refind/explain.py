@@ -1,0 +1,40 @@
+"""`explain` for one page of a search: each of its chunks' arm ranks and scores and what each arm
+added to the fused score (and the reranker's, when it ranked), the rollup, recency's band or decay,
+and its pin."""
+from __future__ import annotations
+
+from engine.refind.fusion import contributions
+from engine.refind.recency import age_days, recency_on
+from engine.refind.schema import ArmHit, ChunkExplain, PageExplain, Params
+
+
+def page_explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m, now, pinned) -> PageExplain:
+    """`cids`/`cscores`: the page's chunks and the scores they entered the rollup with; `fused_by_id`:
+    their fusion records; `entry`: the page's place in the ranking; `m`: its hydrated row."""
+    chunks = []
+    for c, score in zip(cids, cscores):
+        f = fused_by_id.get(c)
+        contrib = {}
+        if f is not None:
+            contrib = contributions(f, {"dense": p.dense_weight, "sparse": p.sparse_weight}, p.rrf_k, p.fusion)
+            if p.rerank and p.rerank_fusion == "rrf" and c in rerank_scores:
+                contrib["rerank"] = score - f.score
+                contrib["total"] = score
+        chunks.append(ChunkExplain(
+            chunk_id=c,
+            dense=ArmHit(rank=f.ranks["dense"], score=f.arm_scores["dense"]) if f and "dense" in f.ranks else None,
+            sparse=ArmHit(rank=f.ranks["sparse"], score=f.arm_scores["sparse"]) if f and "sparse" in f.ranks else None,
+            rrf=contrib, normalised=dict(f.normalised) if f and p.fusion == "linear" else None,
+            rerank=rerank_scores.get(c), score=score))
+    decay = None
+    if recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight) and p.recency_mode == "band":
+        decay = {"half_life_days": p.recency_half_life_days, "age_days": age_days(m["last_seen"], now),
+                 "band_width": p.recency_band}
+        if entry is not None and entry.band is not None:
+            decay |= {"band": float(entry.band), "level": entry.level}
+    elif recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight):
+        decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
+                 "age_days": age_days(m["last_seen"], now),
+                 "factor": entry.factor if entry else 1.0}
+    return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry.rollup if entry else 0.0},
+                       decay=decay, pinned=pinned, score=entry.score if entry else 0.0)
