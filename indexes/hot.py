@@ -1,7 +1,7 @@
 """The search's hot path, served from memory: what a result page needs of the store, at one generation.
 
-A page search used to ask DuckDB three or four times per query (chunk -> page, last_seen for recency,
-the page rows, entities). `HotPages` keeps those columns in memory — every page's url, title, domain,
+A result page needs, per query, each chunk's page, last_seen for recency, the page rows and their
+entities: asked of DuckDB that is three or four queries. `HotPages` keeps those columns in memory — every page's url, title, domain,
 workspace, scope, timestamps, visit count, cluster and entity links; every chunk's page and character
 offsets — and keeps them coherent with the store's generation: a search reads the generation (one
 small query) and, when it moved, the view is brought forward from the store's `changes` rows (only
@@ -14,14 +14,12 @@ all the texts take at most `[search] snippet_texts_mb` (default 256 MB): then a 
 of the store at all. Above it — decided at each full read; a view brought forward past it moves its
 texts — they are in a `TextFile`: an unlinked file in the data dir written by the full read straight
 from DuckDB's Arrow buffers (~2.6 s for 1M chunks, 415 MB), appended to by the views brought forward,
-read with os.pread per snippet (~10 µs from the OS's page cache, which holds the parts read often
-outside the process: no RSS). Before it, the k pages' snippets were read from DuckDB, one query per
-search, ~2 ms at 1M chunks. At 0 the texts are neither held nor on file, and read from the store.
+read with os.pread per snippet (from the OS's page cache, which holds the parts read often outside
+the process: no RSS). At 0 the texts are neither held nor on file, and read from the store (one query
+per search).
 
-Memory: about 1.2 KB per page plus 28 bytes per chunk — measured 144 MB at 100k pages / 1M chunks,
-25 MB at 10k / 100k; a full read takes 0.6 s at 1M chunks (bench-data, 2 cores). Texts held add their
-size plus ~60 bytes a chunk (about 47 MB for 100k chunks of 400 characters); texts on file 32 bytes a
-chunk.
+Memory: about 1.2 KB per page plus 28 bytes per chunk; texts held add their size plus ~60 bytes a
+chunk, texts on file 32 bytes a chunk (measured in docs/benchmarks.md, "The hot view").
 """
 from __future__ import annotations
 

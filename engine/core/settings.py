@@ -148,8 +148,8 @@ class SearchSettings(BaseModel):
                       json_schema_extra=REQUEST)
     pin_domain_max: int = Field(50, ge=1)
     filter_pushdown_cap: int = Field(100_000, ge=1)
-    suggestions: bool = Field(False, description="Suggest other wordings when few pages match.",
-                              json_schema_extra=REQUEST)
+    suggestions: bool = Field(False, description="Add pages similar to the top result (by page vector) to "
+                                                 "the reply, as `suggestions`.", json_schema_extra=REQUEST)
     query_cache_size: int = Field(256, ge=0)
     snippets_per_page: int = Field(2, ge=1)
     snippet_texts_mb: float = Field(256, ge=0, description=(

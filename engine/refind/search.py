@@ -140,13 +140,10 @@ class SearchService:
         than FAISS, it starts once the query is encoded and runs beside FAISS, which searches on one
         thread (the encoder's threads stop spinning as its run returns), so the other core is free;
         when it takes longer (a large BM25 index), it starts as the encoder starts, to overlap as
-        much as it can. Measured at 100k chunks (alternated, 2 cores): 8.6 ms p50 started after the
-        encoding against 9.3–9.4 started before it; at 1M, 20.6 against 19.2–19.6; at 10k within
-        noise. (Started before the query is tokenised its Python takes the GIL the tokeniser needs;
-        started as the encoder runs it takes a core from it: the two cost about the same.) An arm
+        much as it can (started earlier, its Python would take the GIL the tokeniser needs). The
+        measurements behind each choice are in docs/benchmarks.md ("Where the arms run"). An arm
         whose weight is 0 is not run. A precomputed sparse list (compare shares one across
-        embedders) is used as given. (The other way round, the sparse arm on the calling thread and
-        the dense arm on the pool, was measured slower: 13.5 vs 9.0 ms p50 at 100k chunks.)"""
+        embedders) is used as given."""
         out = ArmResults()
         started = []
 
