@@ -62,7 +62,7 @@ demo: install
 	@echo ""
 	$(BIN)/refindery serve --host $(HOST) --port $(PORT) --embed all-minilm-l6-v2-int8
 
-# tests/test_web.py drives Debian's Chromium; installed here (as root, with apt-get) when missing.
+# tests/server/test_web.py drives Debian's Chromium; installed here (as root, with apt-get) when missing.
 browser:
 	@command -v chromium > /dev/null 2>&1 || [ -n "$$REFINDERY_CHROMIUM" ] || { \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \

@@ -24,7 +24,7 @@ columns at this workspace version (relation_columns.py) — `judged` evaluates t
 per-row SQL text over them (conditions decided once per distinct value, the rest once per
 combination of inputs, a reduceat per entity) and `_final` computes the statuses from the
 aggregates; the lists, ranking and page then read NumPy arrays (`Held`). Both ways give the same
-tables, column for column (tests/test_relation_columns.py).
+tables, column for column (tests/relations/test_relation_columns.py).
 """
 from __future__ import annotations
 

@@ -179,7 +179,7 @@ def export(folder: Path, target: Path, variant: str = "int8") -> Path:
                        return_tensors="pt", return_token_type_ids=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp, warnings.catch_warnings():
         # The tracer's notes on Python-side branches and index ops: the exported graph is checked
-        # against the torch model's vectors (tests/test_onnx_embedder.py), not by these warnings.
+        # against the torch model's vectors (tests/models/test_onnx_embedder.py), not by these warnings.
         warnings.simplefilter("ignore")
         raw, optimized = Path(tmp) / "raw.onnx", Path(tmp) / "optimized.onnx"
         with torch.no_grad():

@@ -146,7 +146,7 @@ def front_matter(state: dict, appendix: str | None, kind: str = "evidence_packet
 
 
 # libyaml's emitter when PyYAML has it (the packet is drawn after every round: the pure-Python emitter
-# took ~12 ms a packet on a long session); the same YAML either way (tests/test_evidence_workflow.py).
+# took ~12 ms a packet on a long session); the same YAML either way (tests/evidence/test_evidence_workflow.py).
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 

@@ -44,7 +44,7 @@ log = logging.getLogger("refindery.ingest")
 
 
 def _maybe_crash(point: str, batch_no: int) -> None:
-    """Test-only: SIGKILL at `point` of batch `batch_no` (engine/core/faults.py; tests/test_crash.py)."""
+    """Test-only: SIGKILL at `point` of batch `batch_no` (engine/core/faults.py; tests/ingest/test_crash.py)."""
     maybe_crash(f"{point}:{batch_no}")
 
 

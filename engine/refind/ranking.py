@@ -11,7 +11,7 @@ page's chunks only for the pages a search returns (`RankedPages.page`). With rec
 pages that can still reach the slice are decayed and sorted (`_decayed`). At ~200 candidate chunks
 and ~180 pages (bench-data, 10k chunks) chunk -> page, rollup and recency take ~40 µs timed warm
 (~250 µs over Python lists and dicts); the figures are bit for bit the same
-(tests/test_search_stages.py holds both ways equal).
+(tests/refind/test_search_stages.py holds both ways equal).
 """
 from __future__ import annotations
 

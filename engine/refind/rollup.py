@@ -30,7 +30,7 @@ class Rolled:
 def rollup_rows(rows: np.ndarray, scores: np.ndarray, how: str = "max") -> Rolled:
     """Chunks given best first (by score, then chunk id): `rows[i]` the page of the i-th (-1: no
     page, the chunk is left out), `scores[i]` its score. The values are bit for bit those of a
-    rollup over Python lists (the reference in tests/test_search_stages.py): max is a page's first
+    rollup over Python lists (the reference in tests/refind/test_search_stages.py): max is a page's first
     chunk's score, sum adds its chunks' best first (np.bincount adds in order, as Python's sum
     does), mean_top2 is (first + second) / 2, or the first alone."""
     if how not in ROLLUPS:

@@ -390,7 +390,7 @@ def test_a_kill_mid_document_load_leaves_the_store_consistent_and_re_runnable(tm
 
     import duckdb
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
     env["REFINDERY_DATA_DIR"] = str(tmp_path / "data")
 

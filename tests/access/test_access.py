@@ -206,7 +206,7 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
     assert nav["pages_listed"] == 1 and nav["pages_unknown"] == [hidden[0], "https://a.example/nowhere"]
     assert nav["map_write"]["notes"] == 0 and nav["map_write"]["version"] is None
     assert acl.corpus.map_notes.version("alpha") == 0
-    # the MCP tools apply the same grant: tests/test_mcp_transports.py drives them over /mcp with such a key
+    # the MCP tools apply the same grant: tests/server/test_mcp_transports.py drives them over /mcp with such a key
 
 
 def test_facets_models_and_the_web_page_under_keys(acl):

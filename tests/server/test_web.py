@@ -19,7 +19,7 @@ import httpx
 import pytest
 from conftest import loopback_up
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("REFINDERY_TEST_ARTIFACTS") or ROOT / "artifacts" / "web")
 INT8 = "all-minilm-l6-v2-int8"
 TORCH = "all-minilm-l6-v2"
