@@ -15,13 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from indexes.dense import DenseIndex
+from indexes.backends import open_backend
 from indexes.hot import HotPages, HotView
 from indexes.keys import KeyStore
 from indexes.map_notes import MapNotes
-from indexes.milvus import (MilvusDenseIndex, MilvusSparseIndex, client as milvus_client, collection_name,
-                            default_prefix)
-from indexes.sparse import SparseIndex
 from indexes.relations import RelationStore
 from indexes.store import CorpusStore
 from models.device import set_cpu_threads
@@ -36,9 +33,6 @@ from engine.core.settings import Settings
 log = logging.getLogger("refindery.corpus")
 
 STORE_FILE = "refindery.duckdb"
-SPARSE_DIR = "sparse"
-MILVUS_DIR = "milvus"        # generation markers of the Milvus collections (index.backend = "milvus")
-DENSE_DIR = "dense"
 
 
 @dataclass
@@ -61,16 +55,9 @@ class Corpus:
                                          settings.search.query_cache_size, settings.models.query_runtime,
                                          settings.models.cpu_threads)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
-        self.milvus = None
-        if settings.index.backend == "milvus":
-            mv = settings.milvus
-            self.milvus = milvus_client(mv.uri, mv.token, mv.timeout_s)
-            self.milvus_prefix = mv.collection_prefix or default_prefix(self.data_dir)
-            name = collection_name(self.milvus_prefix, "sparse")
-            self.sparse = MilvusSparseIndex(self.milvus, name, self.data_dir / MILVUS_DIR / f"{name}.json")
-        else:
-            self.sparse = SparseIndex(self.data_dir / SPARSE_DIR, settings.index.sparse_writer_heap)
-        self._dense: dict[str, DenseIndex] = {}
+        self.backend = open_backend(settings, self.data_dir, self.store)   # embedded or Milvus (indexes/backends.py)
+        self.sparse = self.backend.sparse()
+        self._dense: dict = {}   # model -> its dense arm
         self.write_lock = threading.RLock()
         self.repairs: list[RepairReport] = []
         self.store.ensure_workspace(settings.default_workspace)
@@ -90,17 +77,11 @@ class Corpus:
     def embedder_names(self) -> list[str]:
         return self.settings.embedder_names
 
-    def dense(self, model: str) -> DenseIndex:
+    def dense(self, model: str):
+        """`model`'s dense arm (opened once)."""
         if model not in self._dense:
             spec = self.registry.spec(model)
-            dim = spec.dim or self.embedder(model).dim
-            ix = self.settings.index
-            path = self.data_dir / DENSE_DIR / f"{model}.faiss"
-            if self.milvus is not None:
-                self._dense[model] = self._milvus_dense(model, dim)
-            else:
-                self._dense[model] = DenseIndex(path, dim, self.dense_kind(model, path),
-                                                ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search)
+            self._dense[model] = self.backend.dense(model, spec.dim or self.embedder(model).dim)
             if model not in self.embedder_names:
                 # A model searched (or compared) without being kept up to date on ingest: bring its
                 # index to the store's vectors now, not to whatever an earlier process left.
@@ -108,57 +89,13 @@ class Corpus:
                     self.sync([model])
         return self._dense[model]
 
-    def _milvus_dense(self, model: str, dim: int) -> MilvusDenseIndex:
-        mv, store = self.settings.milvus, self.store
-        name = collection_name(self.milvus_prefix, "dense", model)
-
-        def fields(chunk_ids: list[int]) -> dict:
-            return {d.chunk_id: d for batch in store.index_docs(chunk_ids=chunk_ids) for d in batch}
-
-        def vectors(page_ids: list[str]):
-            return store.embeddings_for(model, store.chunk_ids_of_pages(page_ids).tolist())
-
-        return MilvusDenseIndex(self.milvus, name, self.data_dir / MILVUS_DIR / f"{name}.json", dim, mv.index_type,
-                                mv.index_params, mv.search_params, fields, vectors)
-
-    def dense_kind(self, model: str, path: Path, n: int | None = None, current: str | None = None) -> str:
-        """The index kind for `model`: the setting, or under "auto" HNSW from `hnsw_above` vectors up
-        and flat below 80% of that, keeping the current kind (or the one on disk) in between, so a
-        corpus near the line does not flip back and forth."""
-        ix = self.settings.index
-        if ix.dense_kind != "auto":
-            return ix.dense_kind
-        if n is None:
-            n = self.store.counts()["embeddings"].get(model, 0)
-        if n >= ix.hnsw_above:
-            return "hnsw"
-        if n < 0.8 * ix.hnsw_above:
-            return "flat"
-        return current or DenseIndex.kind_on_disk(path) or "flat"
-
     def maintain_dense(self, model: str) -> None:
-        """After a write: under "auto", rebuild the index as the other kind when its size crossed the
-        line (once, logged: about a minute per 100k vectors into HNSW on two cores); otherwise
-        compact an HNSW graph whose tombstones passed the limit. Both rebuild from the store; the
-        replacement is built beside the live index and swapped in when complete, so searches
-        meanwhile read the old one."""
-        if self.milvus is not None:
-            return   # Milvus builds and compacts its own index
+        """After a write: whatever the backend does to keep a dense arm fit (a rebuild as the other
+        index kind, a compaction; nothing for Milvus), swapped in once complete."""
         with self.write_lock:
-            dense = self.dense(model)
-            live = int(dense.index.ntotal) - len(dense.deleted)
-            want = self.dense_kind(model, dense.path, live, dense.kind)
-            if want != dense.kind:
-                log.warning("dense:%s: %d vectors, switching the index from %s to %s (rebuild)",
-                            model, live, dense.kind, want)
-            elif not dense.needs_compaction:
-                return
-            ix = self.settings.index
-            fresh = DenseIndex(dense.path, dense.dim, want, ix.hnsw_m, ix.hnsw_ef_construction, ix.hnsw_ef_search,
-                               load=False)
-            ids, vecs = self.store.embeddings_for(model)
-            fresh.add(ids, vecs)
-            self._dense[model] = fresh
+            fresh = self.backend.maintain(model, self.dense(model))
+            if fresh is not None:
+                self._dense[model] = fresh
 
     # Hot-path lookups --------------------------------------------------------------------------
     def hot(self) -> HotView:

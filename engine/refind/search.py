@@ -17,7 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from indexes.dense import set_search_threads, with_search_threads
-from indexes.milvus import MilvusUnavailable
+from indexes.backends import BackendUnavailable
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
 from models.reranker import RerankerUnavailable, load_reranker
@@ -101,8 +101,9 @@ class SearchService:
                 raise FilterTooBroad(
                     f"the filter matches {len(pages)} pages, more than the push-down cap of {cap}; narrow it",
                     matched_pages=len(pages), cap=cap)
-        # Milvus reads the filters as an expression (r.sparse): no chunk id list to build for it
-        dense_ids = None if self.corpus.milvus is not None else (snapshot or self.corpus.hot()).chunk_ids_of_pages(pages)
+        # a backend that reads the filters as an expression (r.sparse) needs no chunk id list
+        dense_ids = ((snapshot or self.corpus.hot()).chunk_ids_of_pages(pages)
+                     if self.corpus.backend.dense_takes_id_lists else None)
         return Restriction(sparse, dense_ids, set(pages))
 
     # The arms ---------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ class SearchService:
         t = time.perf_counter()
         try:
             hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse, p.bm25_k3)
-        except MilvusUnavailable as exc:
+        except BackendUnavailable as exc:
             raise IndexUnavailable(str(exc), index="sparse") from exc
         return hits, (time.perf_counter() - t) * 1000
 
@@ -128,7 +129,7 @@ class SearchService:
             before_dense()
         try:
             hits = self.corpus.dense(model).search(vec, p.dense_top_n, r.dense_ids, r.sparse)
-        except MilvusUnavailable as exc:
+        except BackendUnavailable as exc:
             raise IndexUnavailable(str(exc), index=f"dense:{model}") from exc
         return hits, (t2 - t) * 1000, (time.perf_counter() - t2) * 1000
 
