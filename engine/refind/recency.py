@@ -20,15 +20,10 @@ def age_days(last_seen: datetime, now: datetime) -> float:
     return max(0.0, (now - last_seen).total_seconds() / 86400.0)
 
 
-def decay_factor(last_seen: datetime, now: datetime, half_life_days: float, weight: float = 1.0) -> float:
-    if not half_life_days or half_life_days <= 0 or weight <= 0:
-        return 1.0
-    return 1.0 - weight * (1.0 - 0.5 ** (age_days(last_seen, now) / half_life_days))
-
-
 def factors_us(now_us: int, seen_us: list[int], half_life_days: float, weight: float = 1.0) -> list[float]:
-    """decay_factor of many pages at once, bit for bit, from microseconds since 1970 (the search's
-    in-memory view keeps last_seen so): a difference under 2**53 µs (285 years) is exact in a float,
+    """The recency factor (the module's formula, with age_days) of many pages at once, from their
+    last_seen in microseconds since 1970 (the search's in-memory view keeps it so), bit for bit what
+    the formula gives on datetimes: a difference under 2**53 µs (285 years) is exact in a float,
     and dividing it is then rounded as timedelta.total_seconds() rounds; a longer one is divided as
     an integer. Plain Python: a search decays the few pages that can still reach its slice, and
     NumPy's calls cost more than they save at that size (its power may also differ in the last bit,

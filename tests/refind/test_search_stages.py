@@ -10,7 +10,7 @@ import pytest
 from engine.refind.fusion import arm_levels, extra_arm, fuse, normalise, rrf, rrf_arrays, tied_ranks
 from engine.refind.pinning import pin_intent
 from engine.refind.ranking import rank_pages
-from engine.refind.recency import decay_factor, factors_us
+from engine.refind.recency import age_days, factors_us
 from engine.refind.rollup import rollup_rows
 from indexes.hot import HotView
 
@@ -98,13 +98,28 @@ def test_rollup_rejects_unknown_mode():
         rollup_rows(np.zeros(0, dtype=np.int32), np.zeros(0), "median")
 
 
+def decay_factor(last_seen: datetime, now: datetime, half_life_days: float, weight: float = 1.0) -> float:
+    """The recency factor as seed 001 states it, on datetimes: the reference the search's own
+    implementation (recency.factors_us, over microseconds) is held to."""
+    if not half_life_days or half_life_days <= 0 or weight <= 0:
+        return 1.0
+    return 1.0 - weight * (1.0 - 0.5 ** (age_days(last_seen, now) / half_life_days))
+
+
+def _factor(last_seen: datetime, now: datetime, half_life: float, weight: float = 1.0) -> float:
+    epoch = datetime(1970, 1, 1)
+    return factors_us((now - epoch) // timedelta(microseconds=1), [(last_seen - epoch) // timedelta(microseconds=1)],
+                      half_life, weight)[0]
+
+
 def test_decay_halves_per_half_life_and_is_off_at_zero():
     now = datetime(2026, 11, 29)
-    assert decay_factor(now - timedelta(days=30), now, 30) == pytest.approx(0.5)
-    assert decay_factor(now - timedelta(days=60), now, 30) == pytest.approx(0.25)
-    assert decay_factor(now, now, 30) == 1.0
-    assert decay_factor(now + timedelta(days=3), now, 30) == 1.0  # a future last_seen is not a bonus
-    assert decay_factor(now - timedelta(days=999), now, 0) == 1.0
+    assert _factor(now - timedelta(days=30), now, 30) == pytest.approx(0.5)
+    assert _factor(now - timedelta(days=60), now, 30) == pytest.approx(0.25)
+    assert _factor(now, now, 30) == 1.0
+    assert _factor(now + timedelta(days=3), now, 30) == 1.0  # a future last_seen is not a bonus
+    assert _factor(now - timedelta(days=999), now, 0) == 1.0
+    assert _factor(now - timedelta(days=30), now, 30, weight=0.05) == pytest.approx(0.975)   # bounded
 
 
 @pytest.mark.parametrize("query,kind,value", [
