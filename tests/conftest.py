@@ -282,6 +282,18 @@ normalize = true
     corpus.close()
 
 
+def serve_uds(data, sock):
+    """`refindery serve --uds sock` over `data` in a child process (the caller stops it), writing the
+    query log in small, frequent batches so that a kill lands among them."""
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
+    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu",
+               REFINDERY_LOG__BATCH_SIZE="3", REFINDERY_LOG__FLUSH_INTERVAL_S="0.05")
+    return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def serving_on(sock, timeout_s: float = 120.0, base_url: str = "http://refindery"):
     """An httpx client over a Unix socket, once `refindery serve --uds sock` answers /healthz."""
     import time

@@ -86,8 +86,8 @@ def test_after_the_generated_traffic_a_restart_is_clean(served, pool):
 
 
 def test_a_server_killed_right_after_refusing_bad_items_restarts_clean(tmp_path):
+    from conftest import serve_uds as serve
     from conftest import serving_on
-    from test_crash_server import serve
 
     data, sock = tmp_path / "data", tmp_path / "refindery.sock"
     bad = [{"url": "https://old.example/x", "body_text": "x", "seen_at": "1600-01-01T00:00:00Z"},

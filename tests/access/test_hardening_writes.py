@@ -151,7 +151,7 @@ def test_3_scoped_keys_edit_link_count_and_describe_only_their_scope(tenants, tm
 def test_3_a_scoped_key_sees_no_load_summary_of_another_scopes_documents(pool, tmp_path):
     from docs.examples import make_client
     from engine.core.access import create_key
-    from test_relations_documents import AMARA, BO, write
+    from relations_helpers import AMARA, BO, write
 
     cl = make_client(tmp_path / "data", pool=pool)
     try:
@@ -279,7 +279,7 @@ def test_7_an_evidence_question_of_repeated_ins_and_question_marks():
 
 
 def test_7_a_labelled_value_with_a_long_run_of_spaces_under_a_section(tmp_path):
-    from engine.relations.documents import ReaderRule, parse, read_labelled
+    from engine.relations.doc_readers import ReaderRule, parse, read_labelled
 
     path = tmp_path / "padded.md"
     path.write_text("---\nid: padded\n---\n# Padded\n\n## Screening\nKind: x" + " " * 1_900_000 + "x\nOutcome: passed\n")
@@ -291,7 +291,7 @@ def test_7_a_labelled_value_with_a_long_run_of_spaces_under_a_section(tmp_path):
 
 
 def test_7_a_table_header_over_a_line_of_spaces(tmp_path):
-    from engine.relations.documents import ReaderRule, parse, read_table
+    from engine.relations.doc_readers import ReaderRule, parse, read_table
 
     path = tmp_path / "table.md"
     path.write_text("---\nid: t\n---\n| Topic | Rate |\n" + " " * 1_500_000 + "x\n\n| Topic | Rate |\n|---|---|\n| a | 1 |\n")
@@ -340,7 +340,7 @@ def test_8_a_deeply_nested_body_is_a_422(tenants, path, query):
     ("deep.json", '{"id": "x", "roles": ' + "[" * 20_000 + "]" * 20_000 + "}")])
 def test_8_a_deeply_nested_document_is_a_load_error(pool, tmp_path, name, text):
     from docs.examples import make_client
-    from test_relations_documents import write
+    from relations_helpers import write
 
     cl = make_client(tmp_path / "data", pool=pool)
     try:
@@ -495,7 +495,7 @@ def test_10_a_hard_link_in_a_source_folder_is_refused(pool, tmp_path):
 
 def test_10_a_document_aliasing_one_list_many_times_is_refused_not_written(pool, tmp_path):
     from docs.examples import make_client
-    from test_relations_documents import write
+    from relations_helpers import write
 
     roles = "roles:\n  - &r {title: VP Sales, seniority: VP, function: Sales, company: X, from: 2019-01}\n"
     text = "---\nid: many\n" + roles + "  - *r\n" * 50_000 + "---\nbody\n"
@@ -590,7 +590,7 @@ def test_3_the_workspace_listing_shows_a_scoped_key_only_its_workspaces_and_its_
     absent, and the entity counts and the counts per allowed value are over the key's scopes only."""
     from docs.examples import make_client
     from engine.core.access import create_key
-    from test_relations_documents import AMARA, BO, write
+    from relations_helpers import AMARA, BO, write
 
     cl = make_client(tmp_path / "data", pool=pool)
     try:

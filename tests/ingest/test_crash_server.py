@@ -7,27 +7,16 @@ outside at a moment nobody chose: after a few acknowledged ingest batches, with 
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
-from conftest import ROOT, demo_records, serving_on
+from conftest import demo_records, serving_on
+from conftest import serve_uds as serve
 from test_crash import assert_consistent
 
 BATCH = 4
-
-
-def serve(data, sock):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
-    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu",
-               # write the query log in small, frequent batches, so the kill lands among them
-               REFINDERY_LOG__BATCH_SIZE="3", REFINDERY_LOG__FLUSH_INTERVAL_S="0.05")
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_sigkill_during_ingest_and_log_writes_loses_nothing_acknowledged(make_corpus, tmp_path):

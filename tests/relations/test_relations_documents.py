@@ -9,60 +9,7 @@ import shutil
 
 import pytest
 from fake_llm import compiler_settings, serving
-
-AMARA = """---
-id: amara_okafor
-name: Amara Okafor
-roles:
-  - title: "VP Sales DACH"
-    seniority: VP
-    function: Sales
-    geography: Deutschland
-    company: Kestrel Pumps AG
-    from: 2016-03
-    to: 2018-09
-  - title: Chief Revenue Officer
-    seniority: CRO
-    function: Sales
-    geography: Austria
-    company: Lumen Ridge
-    from: 2019-02
----
-# Amara Okafor
-
-Amara has led commercial teams across the DACH region for a decade. Before that she spent five
-years as Head of Sales at Nordwind Logistics in Sweden, from March 2010 to 2015.
-
-## Screening
-- **Kind:** compliance
-- **Outcome:** passed
-- **Date:** 2024-02
-
-## Engagements
-| Topic | Rate (USD/h) |
-|---|---|
-| pricing strategy | 450 |
-| channel partnerships | 400 |
-"""
-
-BO = """---
-id: bo_lindqvist
-name: Bo Lindqvist
-roles:
-  - title: Director of Marketing
-    seniority: Director
-    function: Marketing
-    geography: Sweden
-    company: Fjord Foods
-    from: 2017-01
----
-Bo runs marketing for a consumer brand.
-
-## Screening
-Kind: compliance
-Outcome: failed
-Date: 2023-06
-"""
+from relations_helpers import AMARA, BO, write
 
 CAI = """---
 id: cai_brandt
@@ -81,14 +28,6 @@ Cai sells glass.
 SALES_PASSED = [{"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"},
                 {"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed"}]
 LOAD = {"documents": {"key_path": "id", "name_path": "name"}, "coverage": ["screening"]}
-
-
-def write(folder, files: dict[str, str]):
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")
