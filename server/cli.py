@@ -14,6 +14,10 @@ from pydantic import ValidationError
 from engine.app import USER_ERRORS, DataDirBusy, Engine
 from engine.core.access import is_loopback
 from engine.core.settings import ConfigFileError, Settings, load_settings
+from engine.evidence.search import EvidenceRequest
+from engine.refind.search import SearchRequest
+
+from .flags import add_request_flags, request_values
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -168,11 +172,13 @@ def cmd_keys(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from engine.refind.search import SearchRequest
-
     with Engine(_settings(args)) as e:
-        return _show_search(args, e.search(SearchRequest(query=args.query, k=args.k, offset=args.offset,
-                                                         workspace=args.workspace, rerank=args.rerank)))
+        return _show_search(args, e.search(search_request(args)))
+
+
+def search_request(args):
+    """The search request the arguments make (the flags it was not given stay unset)."""
+    return SearchRequest(query=args.query, **request_values(args, args.request_fields))
 
 
 def _show_search(args, resp) -> int:
@@ -191,16 +197,11 @@ def _show_search(args, resp) -> int:
 
 def _evidence_request(args):
     """The evidence request the arguments make, or None (the error printed)."""
-    from pydantic import ValidationError
-
-    from engine.evidence.search import EvidenceRequest
-
+    values = request_values(args, args.request_fields)
+    if args.map_write and "map_write" not in values.get("route_constraints", []):
+        values["route_constraints"] = [*values.get("route_constraints", []), "map_write"]
     try:
-        return EvidenceRequest(query=args.query, workspace=args.workspace, session_id=args.session, topic=args.topic,
-                               max_rounds=args.max_rounds, k=args.k, line_budget=args.line_budget,
-                               min_high_sources=args.min_high_sources, decompose=args.decompose,
-                               siblings=args.siblings, pages=args.page,
-                               route_constraints=["map_write"] if args.map_write else [])
+        return EvidenceRequest(query=args.query, **values)
     except ValidationError as exc:
         print(f"error: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return None
@@ -455,32 +456,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="embed what MODEL lacks in the background once serving (repeatable; progress in GET /v1/models)")
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("search", help="search from the command line")
+    s = sub.add_parser("search", help="search from the command line (every parameter of POST /v1/search but "
+                                      "filters; unset ones take the [search] settings)")
     s.add_argument("query")
-    s.add_argument("-k", type=int, default=None)
-    s.add_argument("--offset", type=int, default=None)
-    s.add_argument("--workspace", default=None)
-    s.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
-                   help="rerank with the configured cross-encoder (default: search.rerank)")
     s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_search)
+    s.set_defaults(func=cmd_search, request_fields=add_request_flags(s, SearchRequest, skip=("query",),
+                                                                     names={"k": ["-k", "--k"]}))
 
-    s = sub.add_parser("evidence", help="gather evidence for a question into an evidence packet (seed 002)")
+    s = sub.add_parser("evidence", help="gather evidence for a question into an evidence packet (seed 002); every "
+                                        "parameter of POST /v1/evidence but filters")
     s.add_argument("query")
-    s.add_argument("--workspace", default=None)
-    s.add_argument("--session", default=None, help="session id: names the packet; reuse it to append")
-    s.add_argument("--topic", default=None, help="topic slug for parallel searchers of one session")
-    s.add_argument("--max-rounds", type=int, default=None)
-    s.add_argument("-k", type=int, default=None, help="pages per round")
-    s.add_argument("--line-budget", type=int, default=None)
-    s.add_argument("--decompose", action=argparse.BooleanOptionalAction, default=True)
-    s.add_argument("--siblings", action=argparse.BooleanOptionalAction, default=True)
-    s.add_argument("--min-high-sources", type=int, default=None)
-    s.add_argument("--page", action="append", default=None, metavar="ID_OR_URL",
-                   help="a page known to matter (repeatable): searched first, and the maps skipped")
+    fields = add_request_flags(s, EvidenceRequest, skip=("query",),
+                               names={"session_id": ["--session", "--session-id"], "pages": ["--page", "--pages"],
+                                      "k": ["-k", "--k"], "route_constraints": ["--route-constraint"]})
     s.add_argument("--map-write", action="store_true",
-                   help="grant map_write: what this call finds is written into the workspace's group maps")
+                   help="grant map_write (--route-constraint map_write): what this call finds is written into the "
+                        "workspace's group maps")
     s.add_argument("--json", action="store_true", help="the whole reply as JSON (default: the summary)")
+    s.set_defaults(request_fields=fields)
     s.set_defaults(func=cmd_evidence)
 
     s = sub.add_parser("maps", help="a workspace's evidence maps: groups, and what searches wrote into them")

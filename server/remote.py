@@ -44,9 +44,11 @@ def _call(owner: Owner, method: str, path: str, body: Any = None, params: dict |
 
 
 def search(args, owner: Owner, show: Callable) -> int:
-    from engine.refind.search import SearchRequest, SearchResponse
+    from engine.refind.search import SearchResponse
 
-    req = SearchRequest(query=args.query, k=args.k, offset=args.offset, workspace=args.workspace, rerank=args.rerank)
+    from .cli import search_request
+
+    req = search_request(args)
     body = _call(owner, "POST", "/v1/search", req.model_dump(mode="json", exclude_unset=True))
     return show(args, SearchResponse.model_validate(body))
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import page
 
 from server.cli import main
@@ -130,3 +132,44 @@ def test_a_closed_pipe_ends_the_command_quietly(capsys, tmp_path, monkeypatch, p
     monkeypatch.setattr("sys.stdout", _ClosedPipe())
     assert main(["status"]) == 141        # no traceback: the exit status a shell gives such a writer
     assert capsys.readouterr().err == ""
+
+
+def _subparser(verb):
+    from server.cli import build_parser
+
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(getattr(a, "choices", None), dict) and verb in a.choices)
+    return subcommands.choices[verb]
+
+
+def test_search_and_evidence_take_every_parameter_their_routes_take():
+    """The flags are derived from the request models: a field added to a route reaches the CLI too."""
+    from engine.evidence.search import EvidenceRequest
+    from engine.refind.search import SearchRequest
+
+    for verb, model in (("search", SearchRequest), ("evidence", EvidenceRequest)):
+        dests = {a.dest for a in _subparser(verb)._actions}
+        missing = set(model.model_fields) - {"query", "filters"} - dests
+        assert not missing, f"refindery {verb} has no flag for {sorted(missing)}"
+
+
+def test_flags_make_the_request_and_leave_the_rest_unset():
+    from server.cli import _evidence_request, build_parser, search_request
+
+    args = build_parser().parse_args(["search", "owls at night", "-k", "3", "--rrf-k", "10", "--fusion", "linear",
+                                      "--no-pin", "--recency-half-life-days", "30", "--workspace", "w"])
+    req = search_request(args)
+    assert (req.k, req.rrf_k, req.fusion, req.pin, req.recency_half_life_days, req.workspace) == \
+        (3, 10, "linear", False, 30, "w")
+    assert req.model_fields_set == {"query", "k", "rrf_k", "fusion", "pin", "recency_half_life_days", "workspace"}
+
+    args = build_parser().parse_args(["evidence", "csv quoting", "--session", "s1", "--page", "a", "--page", "b",
+                                      "--map-write", "--max-rounds", "2", "--no-decompose", "--topic", "dialects"])
+    req = _evidence_request(args)
+    assert (req.session_id, req.pages, req.route_constraints, req.max_rounds, req.decompose, req.topic) == \
+        ("s1", ["a", "b"], ["map_write"], 2, False, "dialects")
+    assert req.siblings is True and req.k is None           # unset: the model's and the settings' defaults
+
+    assert search_request(build_parser().parse_args(["search", "x"])).model_fields_set == {"query"}
+    with pytest.raises(SystemExit):          # a value the model does not take is refused by the parser
+        build_parser().parse_args(["search", "x", "--fusion", "nope"])
