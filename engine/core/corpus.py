@@ -55,7 +55,7 @@ class Corpus:
                                          settings.search.query_cache_size, settings.models.query_runtime,
                                          settings.models.cpu_threads)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
-        self.backend = open_backend(settings, self.data_dir, self.store)   # embedded or Milvus (indexes/backends.py)
+        self.backend = open_backend(settings, self.data_dir, self.store)   # index.backend (indexes/backends.py)
         self.sparse = self.backend.sparse()
         self._dense: dict = {}   # model -> its dense arm
         self.write_lock = threading.RLock()
@@ -91,7 +91,7 @@ class Corpus:
 
     def maintain_dense(self, model: str) -> None:
         """After a write: whatever the backend does to keep a dense arm fit (a rebuild as the other
-        index kind, a compaction; nothing for Milvus), swapped in once complete."""
+        index kind, a compaction; nothing for a backend that keeps its own), swapped in once complete."""
         with self.write_lock:
             fresh = self.backend.maintain(model, self.dense(model))
             if fresh is not None:

@@ -1,0 +1,46 @@
+"""The house's numbers (issue 44 asks for them in each step's note): README lines, the largest files,
+functions over 60 lines, the files above indexes/ that name the Milvus backend, and the places that
+name the default workspace — over engine/, indexes/, models/, server/ and eval/.
+
+    .venv/bin/python bench/house.py [ROOT]      # ROOT: a checkout (default: this one)
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+PACKAGES = ("engine", "indexes", "models", "server", "eval")
+
+
+def numbers(root: Path) -> dict:
+    files = [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
+    texts = {p: p.read_text() for p in files}
+    sizes = sorted(((len(t.splitlines()), str(p.relative_to(root))) for p, t in texts.items()), reverse=True)
+    long_functions = []
+    for p, t in texts.items():
+        for node in ast.walk(ast.parse(t)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long_functions.append((node.end_lineno - node.lineno + 1, f"{p.relative_to(root)}:{node.name}"))
+    code = {p: [ln for ln in t.splitlines() if not ln.strip().startswith("#")] for p, t in texts.items()}
+    above = [p for p in files if not str(p.relative_to(root)).startswith("indexes/")]
+    return {
+        "readme_lines": len((root / "README.md").read_text().splitlines()),
+        "largest_engine_files": [s for s in sizes if s[1].startswith("engine/")][:3],
+        "largest_files": sizes[:3],
+        "functions_over_60_lines": sorted(long_functions, reverse=True),
+        "milvus_above_indexes": [str(p.relative_to(root)) for p in above
+                                 if any(re.search(r"\bmilvus\b|Milvus", ln) for ln in code[p])],
+        "default_workspace_places": sum(t.count("default_workspace") for t in texts.values()),
+    }
+
+
+if __name__ == "__main__":
+    n = numbers(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+    print(f"README lines: {n['readme_lines']}")
+    print(f"largest engine files: {n['largest_engine_files']}")
+    print(f"largest files: {n['largest_files']}")
+    print(f"functions over 60 lines: {len(n['functions_over_60_lines'])}; longest {n['functions_over_60_lines'][:5]}")
+    print(f"files above indexes/ naming Milvus outside comments: {n['milvus_above_indexes']}")
+    print(f"places naming default_workspace: {n['default_workspace_places']}")
