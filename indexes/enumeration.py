@@ -36,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -45,11 +44,8 @@ import pyarrow.compute as pc
 
 from .relation_columns import (TRUE, ColumnCache, Columns, RelationColumns, Tri, Unsupported, combine,
                                floats, run_sql, tri)
+from .relation_shapes import BoundShape, PlanShape, RelationShape
 
-if TYPE_CHECKING:   # the engine's types, named for readers; never imported at run time
-    from engine.core.packs import Relation
-    from engine.relations.constraints import Bound
-    from engine.relations.plan import Plan
 
 CAUSES = ("unrecorded", "open_period", "undated", "corrected", "withheld")
 # Status codes in the temp table (small integers compare faster than strings).
@@ -74,7 +70,7 @@ class Profile:
     unplaced: set[str] = field(default_factory=set)    # term slots some row holds an unknown surface in
 
 
-def length_sql(rel: Relation, ref: date, ref_name: str) -> tuple[str, str]:
+def length_sql(rel: RelationShape, ref: date, ref_name: str) -> tuple[str, str]:
     """SQL for a relation's computed length: (years as a number, the arithmetic as text), from the
     first day of period_from to the last day of period_to — or to `ref` (as_of's last day, or
     today) while the period is open or ends after it. Both NULL (not computable: the row is open
@@ -95,7 +91,7 @@ def length_sql(rel: Relation, ref: date, ref_name: str) -> tuple[str, str]:
     return n, v
 
 
-def time_sql(rel: Relation, as_of: tuple[date, date]) -> tuple[str, list]:
+def time_sql(rel: RelationShape, as_of: tuple[date, date]) -> tuple[str, list]:
     """SQL giving ACTIVE / INACTIVE / UNPLACEABLE for row r at as_of, and its params."""
     _, end = as_of
     if rel.date_slot:
@@ -121,7 +117,7 @@ def sql_str(value: str) -> str:
 
 # The SQL of one bound constraint over one row of its relation's table, aliased r. Each returns
 # (sql, params) or a SQL expression.
-def predicate(b: Bound, nullable: bool = True, unplaceable: bool = True) -> tuple[str, list]:
+def predicate(b: BoundShape, nullable: bool = True, unplaceable: bool = True) -> tuple[str, list]:
     """TRUE / FALSE when the row's value decides the condition; NULL when it cannot (no value,
     or a span that straddles the threshold). `nullable` / `unplaceable` say whether this data
     holds rows with no value / a value the vocabulary cannot place: the SQL is simplest when
@@ -174,7 +170,7 @@ def predicate(b: Bound, nullable: bool = True, unplaceable: bool = True) -> tupl
     return (f"NOT {any_in}" if op == "ne" else any_in), params
 
 
-def unplaced(b: Bound) -> str | None:
+def unplaced(b: BoundShape) -> str | None:
     """A row whose value the vocabulary cannot place relative to the constraint's set."""
     if b.kind != "term":
         return None
@@ -183,7 +179,7 @@ def unplaced(b: Bound) -> str | None:
     return f"(r.v_{s} IS NOT NULL AND {col} IS NULL)"
 
 
-def distance(b: Bound) -> tuple[str, list] | None:
+def distance(b: BoundShape) -> tuple[str, list] | None:
     """How far a satisfying row is from a gte/lte threshold: rungs, units, or months/days."""
     if not b.thresholded:
         return None
@@ -350,7 +346,7 @@ class Held:
         return self._ranked
 
 
-def _rows_reader(cursor, table: str, rel: Relation, workspace_id: str):
+def _rows_reader(cursor, table: str, rel: RelationShape, workspace_id: str):
     """How a relation's rows are read into columns, on a cursor of its own (`cursor()`) made when the
     read runs (on the column cache's thread; again after each write while the relation is held)."""
     def read() -> RelationColumns:
@@ -365,7 +361,7 @@ def _rows_reader(cursor, table: str, rel: Relation, workspace_id: str):
 class Enumerator:
     """Builds and runs the enumeration; the result is a temp table named `self.table`."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, plan: Plan, cache: dict | None = None, version: int = 0,
+    def __init__(self, con: duckdb.DuckDBPyConnection, plan: PlanShape, cache: dict | None = None, version: int = 0,
                  verdict_cache: "VerdictCache | None" = None, columns: ColumnCache | None = None, reader=None):
         """`reader`: makes a cursor for a read on another thread (RelationStore.reader); default one
         made from `con`."""
@@ -385,7 +381,7 @@ class Enumerator:
         self.flag_sets: dict[str, Flags] = {rel.name: self.flags(rel) for rel in plan.relations}
 
     # What the data can hold ----------------------------------------------------------------------
-    def profile(self, rel: Relation) -> Profile:
+    def profile(self, rel: RelationShape) -> Profile:
         slots = sorted({b.slot.name for b in self.plan.singles if b.rel.name == rel.name}
                        | set(rel.period or ()) | ({rel.date_slot} if rel.date_slot else set()))
         exprs = ["count(*)", "count(retired)", "count(withheld)", "count(*) - count(entity_id)"]
@@ -414,13 +410,13 @@ class Enumerator:
                 p.unplaced.add(b.slot.name)
         return p
 
-    def computes(self, rel: Relation) -> bool:
+    def computes(self, rel: RelationShape) -> bool:
         """Whether this search reads the relation's computed length (a constraint names it): only
         then are its rows read through the computing projection."""
         return rel.length_slot is not None and any(
             b.rel.name == rel.name and b.slot.name == rel.length_slot for b in self.plan.singles)
 
-    def source(self, rel: Relation) -> str:
+    def source(self, rel: RelationShape) -> str:
         """What one relation's rows are read from: its table, or — when the relation has a computed
         length slot — the table with that slot's columns computed (length_sql)."""
         table = self.plan.space.shape(rel).name
@@ -430,17 +426,17 @@ class Enumerator:
                           "as_of" if self.plan.as_of else "today")
         return f"(SELECT *, {n} AS n_{rel.length_slot}, {v} AS v_{rel.length_slot} FROM {table})"
 
-    def nullable(self, b: Bound) -> bool:
+    def nullable(self, b: BoundShape) -> bool:
         p = self.profiles[b.rel.name]
         return b.can_be_null(p.null, p.withheld)
 
-    def can_open(self, rel: Relation, bound: list[Bound]) -> bool:
+    def can_open(self, rel: RelationShape, bound: list[BoundShape]) -> bool:
         """Whether any row can be open without matching: only then is undetermined possible."""
         p = self.profiles[rel.name]
         return (self.plan.as_of is not None or p.retired or p.withheld or any(self.nullable(b) for b in bound))
 
     # Row verdicts --------------------------------------------------------------------------------
-    def rows_sql(self, rel: Relation, extra_where: str = "", extra_cols: tuple[str, ...] = (),
+    def rows_sql(self, rel: RelationShape, extra_where: str = "", extra_cols: tuple[str, ...] = (),
                  attributed: bool = True) -> tuple[str, list]:
         """One relation's current rows with, per constraint on it, p<i> (its verdict), z<i> (no
         value recorded), u<i> (a value the vocabulary cannot place), d<i> (distance from a
@@ -479,7 +475,7 @@ class Enumerator:
         params.append(plan.space.workspace_id)
         return sql, params
 
-    def verdicts(self, rel: Relation, bound: list[Bound]) -> tuple[str, str, str, str]:
+    def verdicts(self, rel: RelationShape, bound: list[BoundShape]) -> tuple[str, str, str, str]:
         """(every condition TRUE, some condition FALSE, the row MATCHES, the row is OPEN) as SQL
         over rows_sql's columns."""
         prof = self.profiles[rel.name]
@@ -497,12 +493,12 @@ class Enumerator:
                       + ([f"tm <> {INACTIVE}"] if self.plan.as_of is not None else []), " AND ", "TRUE")
         return all_true, any_false, match, opened
 
-    def units(self, rel: Relation) -> list[tuple[str, list[Bound]]]:
+    def units(self, rel: RelationShape) -> list[tuple[str, list[BoundShape]]]:
         plan = self.plan
         out = [(f"g{g.index}", g.bound) for g in plan.groups if g.relation.name == rel.name]
         return out + [(f"s{b.index}", [b]) for b in plan.singles if b.rel.name == rel.name]
 
-    def unit_columns(self, rel: Relation) -> list[tuple[str, str]]:
+    def unit_columns(self, rel: RelationShape) -> list[tuple[str, str]]:
         """Per unit (a group, or a constraint alone) its row verdicts as columns <unit>_m (the row
         matches), <unit>_o (the row is open) and, for groups, <unit>_t (every condition TRUE on a
         clean row, at any time) — computed once and read by every flag and counter: (name, SQL)."""
@@ -517,10 +513,10 @@ class Enumerator:
                 cols.append((f"{name}_t", clean))
         return cols
 
-    def unit_sql(self, rel: Relation) -> list[str]:
+    def unit_sql(self, rel: RelationShape) -> list[str]:
         return [f"{sql} AS {name}" for name, sql in self.unit_columns(rel)]
 
-    def flags(self, rel: Relation) -> Flags:
+    def flags(self, rel: RelationShape) -> Flags:
         """The per-row flags OR-ed per entity: live (a row not retired), per unit o, and for a
         group why an open row cannot be judged and whether a value could not be placed — each
         only where this data can raise it."""
@@ -557,7 +553,7 @@ class Enumerator:
                     f.add(f"{name}_u{b.index}", f"u{b.index} AND NOT {others}{live}")
         return f
 
-    def counters(self, rel: Relation) -> dict[str, str]:
+    def counters(self, rel: RelationShape) -> dict[str, str]:
         """Per-entity row counters the reply sums: rows satisfying each unit (active at as_of), and
         per group the inactive / undated / unplaceable ones — only those this search can make
         non-zero (without as_of nothing is inactive or unplaceable)."""
@@ -573,12 +569,12 @@ class Enumerator:
                 out[f"{name}_undated"] = f"{name}_t AND undated"
         return out
 
-    def packed(self, rel: Relation) -> list[list[str]]:
+    def packed(self, rel: RelationShape) -> list[list[str]]:
         """The counters, FIELDS to a BIGINT (summed per entity, unpacked after)."""
         names = list(self.counters(rel))
         return [names[k:k + FIELDS] for k in range(0, len(names), FIELDS)]
 
-    def _aggregate(self, rel: Relation) -> tuple[str, list]:
+    def _aggregate(self, rel: RelationShape) -> tuple[str, list]:
         """Per entity: the OR of every flag mask, its packed row counters, and per gte/lte
         constraint of a group the distance of its nearest satisfying row. The relation's coverage
         rows are aggregated in the same pass (with nothing set), so an entity is covered exactly
@@ -610,7 +606,7 @@ class Enumerator:
         return (f"SELECT ent_no, {', '.join(f'{agg} AS {n}' for n, _, _, agg in cols)} "
                 f"FROM ({from_rows} UNION ALL {from_cov}) GROUP BY ent_no"), params
 
-    def judged(self, rel: Relation, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
+    def judged(self, rel: RelationShape, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
         """The relation's aggregate — exactly the table `_aggregate`'s SQL yields, row for row —
         judged over its rows held in memory (indexes/relation_columns.py), or None where that does
         not apply (no column cache, a computed length, anything the evaluator cannot read)."""
@@ -623,7 +619,7 @@ class Enumerator:
         except Unsupported:
             return None
 
-    def _judge(self, rel: Relation, cols: RelationColumns, con: duckdb.DuckDBPyConnection) -> pa.Table:
+    def _judge(self, rel: RelationShape, cols: RelationColumns, con: duckdb.DuckDBPyConnection) -> pa.Table:
         """Every per-row input of the verdicts (each constrained slot's value, the time state at
         as_of, retired, withheld, undated — only those this search reads) is a small code per row;
         the flags, counters and distances are computed once per combination of those codes
@@ -713,7 +709,7 @@ class Enumerator:
             cov_visible = tri(cols.decide(con, cols.cov_scope, sees)[0], cols.cov_scope.codes).t
         return self._aggregated(cols, out, key, visible, cov_visible)
 
-    def _time_states(self, rel: Relation, cols: RelationColumns) -> np.ndarray:
+    def _time_states(self, rel: RelationShape, cols: RelationColumns) -> np.ndarray:
         """time_sql's ACTIVE / INACTIVE / UNPLACEABLE per row at as_of. Each date slot's distinct
         values get a state of four bits (no value; hi <= end; lo > end; lo known), the rule is run
         once per combination of states, and each row reads its combination. A comparison with a
@@ -839,7 +835,7 @@ class Enumerator:
                 columns[name] = pa.array(full, pa.int64())
         return pa.table(columns)
 
-    def counter_expr(self, rel: Relation, counter: str, agg: str) -> str:
+    def counter_expr(self, rel: RelationShape, counter: str, agg: str) -> str:
         """SQL reading one entity's counter off its aggregate row `agg`."""
         if self.profiles[rel.name].rows >= 2 ** FIELD:
             return f"{agg}.n_{counter}"
@@ -906,7 +902,7 @@ class Enumerator:
             return out
         cons = [self.con.cursor() for _ in rels[1:]]
 
-        def apart(rel: Relation, con: duckdb.DuckDBPyConnection) -> pa.Table | None:
+        def apart(rel: RelationShape, con: duckdb.DuckDBPyConnection) -> pa.Table | None:
             try:
                 return self._verdict_table(rel, con)
             finally:
@@ -1032,7 +1028,7 @@ class Enumerator:
                     {n: np.nan_to_num(table.column(n).to_numpy().astype(np.float64), nan=np.inf)
                      for n in self.threshold_columns()})
 
-    def _verdict_table(self, rel: Relation, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
+    def _verdict_table(self, rel: RelationShape, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
         """A relation's per-entity verdicts (its aggregate: masks, row counters, distances) for these
         constraints, from memory: cached per workspace version — the aggregate's SQL and parameters say
         everything it depends on (constraints, as_of, the reader's scopes), and the version moves with
@@ -1103,7 +1099,7 @@ class Enumerator:
         return (f"WITH {', '.join(ctes)} SELECT *, CAST({status} AS TINYINT) AS status, {opt} AS opt FROM ({inner})",
                 params)
 
-    def _verdicts(self, rel: Relation) -> str | None:
+    def _verdicts(self, rel: RelationShape) -> str | None:
         """`_verdict_table` as a view registered on this cursor, or None (computed inline)."""
         table = self._verdict_table(rel)
         return None if table is None else self._register(table)
@@ -1326,7 +1322,7 @@ class Enumerator:
             f"WHERE status = {MATCHED}) {where} ORDER BY rank LIMIT ? OFFSET ?",
             params + [limit, offset]).fetchall()
 
-    def unattributed_open(self, rel: Relation, bound: list[Bound]) -> bool:
+    def unattributed_open(self, rel: RelationShape, bound: list[BoundShape]) -> bool:
         """Whether a row the loader tied to nobody could satisfy these conditions (it fails none)."""
         if not self.profiles[rel.name].unattributed:
             return False
@@ -1335,7 +1331,7 @@ class Enumerator:
         return bool(self.con.execute(
             f"SELECT count(*) FROM ({rows}) WHERE NOT {any_false} AND tm <> {INACTIVE}", params).fetchone()[0])
 
-    def matching_rows(self, rel: Relation, groups: list, numbers: list[int],
+    def matching_rows(self, rel: RelationShape, groups: list, numbers: list[int],
                       con: duckdb.DuckDBPyConnection | None = None) -> list[dict]:
         """These entities' rows of one relation that satisfy at least one of its groups, every
         column the delivery reads (load, table, row key, source ordinal, each slot's cell and

@@ -22,15 +22,14 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-if TYPE_CHECKING:   # the engine's types, named for readers; never imported at run time
-    from engine.core.packs import Relation
+from .relation_shapes import RelationShape
+
 
 
 class Unsupported(Exception):
@@ -113,7 +112,7 @@ class RelationColumns:
                 + sum(c.nbytes for c in self.slots.values()))
 
     @classmethod
-    def read(cls, con: duckdb.DuckDBPyConnection, table: str, relation: Relation, workspace_id: str
+    def read(cls, con: duckdb.DuckDBPyConnection, table: str, relation: RelationShape, workspace_id: str
              ) -> "RelationColumns":
         """One read of the relation's current rows and one of its coverage rows. (A write between
         the two moves the workspace's version, and what was read here is never used after it.)"""

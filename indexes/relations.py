@@ -55,6 +55,7 @@ import duckdb
 
 from .enumeration import Enumerator, VerdictCache
 from .relation_columns import ColumnCache
+from .relation_shapes import EVERYTHING, Sight, TableShape  # noqa: F401 — named from here too
 from .store import CorpusStore
 
 DDL = [
@@ -102,78 +103,6 @@ DDL = [
     "ALTER TABLE rel_coverage ADD COLUMN IF NOT EXISTS scope VARCHAR",
     "ALTER TABLE rel_documents ADD COLUMN IF NOT EXISTS scope VARCHAR",
 ]
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-@dataclass(frozen=True)
-class Sight:
-    """What a caller may see of a workspace's relations: its key's document scopes (None: every
-    document). Rows read from a document carry the document's scope; an entity is seen when a
-    source the caller reads named it; a display name when the document it was read from is one
-    the caller reads. SQL fragments (scopes inlined as quoted literals) for each."""
-    scopes: tuple[str, ...] | None = None
-
-    @classmethod
-    def of(cls, scopes) -> "Sight":
-        return cls(tuple(sorted(set(scopes))) if scopes else None)
-
-    @property
-    def everything(self) -> bool:
-        return self.scopes is None
-
-    def _list(self) -> str:
-        return "[" + ", ".join(_literal(s) for s in self.scopes) + "]::VARCHAR[]"
-
-    def row(self, alias: str = "") -> str:
-        """SQL: the row (or coverage declaration) `alias` is readable."""
-        a = f"{alias}." if alias else ""
-        return "TRUE" if self.everything else f"({a}scope IS NULL OR list_contains({self._list()}, {a}scope))"
-
-    def entity(self, alias: str = "") -> str:
-        """SQL: the entity `alias` (a rel_entities row) is known to the caller."""
-        a = f"{alias}." if alias else ""
-        return "TRUE" if self.everything else f"({a}scopes IS NULL OR list_has_any({a}scopes, {self._list()}))"
-
-    def name(self, alias: str = "") -> str:
-        """SQL: the entity's display name as the caller may read it (NULL when it is not)."""
-        a = f"{alias}." if alias else ""
-        if self.everything:
-            return f"{a}name"
-        return f"CASE WHEN {a}name_scope IS NULL OR list_contains({self._list()}, {a}name_scope) THEN {a}name END"
-
-
-EVERYTHING = Sight()
-
-
-@dataclass(frozen=True)
-class TableShape:
-    """The physical shape of one relation's table: its name and typed slot columns."""
-    pack: str
-    relation: str
-    slots: tuple[tuple[str, str], ...]     # (slot, type) in declaration order
-
-    @property
-    def name(self) -> str:
-        return f"rel_{self.pack}__{self.relation}"
-
-    def columns(self) -> list[tuple[str, str]]:
-        cols = [("row_id", "VARCHAR"), ("workspace_id", "VARCHAR"), ("entity_id", "VARCHAR"), ("ent_no", "INTEGER"),
-                ("load_id", "VARCHAR"), ("source_key", "VARCHAR"), ("db_table", "VARCHAR"),
-                ("row_key", "VARCHAR"), ("vhash", "VARCHAR"), ("current", "BOOLEAN"),
-                ("retired", "VARCHAR"), ("withheld", "VARCHAR"), ("scope", "VARCHAR")]
-        for slot, kind in self.slots:
-            cols.append((f"v_{slot}", "VARCHAR"))
-            if kind == "term":
-                cols += [(f"t_{slot}", "VARCHAR"), (f"r_{slot}", "INTEGER")]
-            elif kind == "number":
-                cols.append((f"n_{slot}", "DOUBLE"))
-            elif kind in ("month", "date"):
-                cols += [(f"lo_{slot}", "DATE"), (f"hi_{slot}", "DATE")]
-        cols.append(("src_row", "BIGINT"))   # the row's ordinal in its SQL source (receipts seek it)
-        return cols
 
 
 class RelationStore:

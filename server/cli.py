@@ -574,7 +574,7 @@ def _through(args, owner) -> int:
         print(remote.refusal(verb, owner), file=sys.stderr)
         return 2
     if verb == "search":
-        return remote.search(args, owner, _show_search)
+        return remote.search(args, owner, search_request(args), _show_search)
     if verb == "evidence":
         req = _evidence_request(args)
         return 2 if req is None else remote.evidence(args, owner, req, _show_evidence)

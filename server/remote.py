@@ -43,12 +43,9 @@ def _call(owner: Owner, method: str, path: str, body: Any = None, params: dict |
         return client.request(method, path, json=body, params=params)
 
 
-def search(args, owner: Owner, show: Callable) -> int:
+def search(args, owner: Owner, req, show: Callable) -> int:
     from engine.refind.search import SearchResponse
 
-    from .cli import search_request
-
-    req = search_request(args)
     body = _call(owner, "POST", "/v1/search", req.model_dump(mode="json", exclude_unset=True))
     return show(args, SearchResponse.model_validate(body))
 
