@@ -46,6 +46,7 @@ from engine.relations.criteria import CriterionReader
 from engine.relations.criteria_model import ModelCriterionReader
 from engine.relations import documents as relation_documents
 from engine.relations.loads import LoadRequest, load, workspace_roots
+from engine.relations.packs import vocabulary_axes
 from engine.relations.search import RelationSearch, RelationSearchRequest
 from engine.relations.workspaces import WorkspaceCreate, create_workspace, describe_workspace, schema_of
 
@@ -374,14 +375,15 @@ class Engine:
     @property
     def evidence_searcher(self) -> evidence.EvidenceSearch:
         if self._evidence is None:
-            self._evidence = evidence.EvidenceSearch(self.corpus, self.pages)
+            self._evidence = evidence.EvidenceSearch(self.corpus, self.pages, vocabulary_axes)
         return self._evidence
 
     def evidence_with(self, calibration: Calibration, reports_dir: Path) -> evidence.EvidenceSearch:
         """An evidence searcher under another confidence calibration, writing its packets to
         `reports_dir` (evaluation: a fit is checked on the collections it was not fitted on)."""
         settings = self.settings.evidence.model_copy(update={"reports_dir": str(reports_dir)})
-        return evidence.EvidenceSearch(self.corpus, self.pages, calibration=calibration, settings=settings)
+        return evidence.EvidenceSearch(self.corpus, self.pages, vocabulary_axes, calibration=calibration,
+                                       settings=settings)
 
     def chunk_cosines(self, text: str, chunk_ids: list[int], model: str | None = None) -> dict[int, float]:
         """Cosine of the query's embedding to each chunk's stored vector (the confidence signals)."""
@@ -403,7 +405,8 @@ class Engine:
         return evidence.read_packet(self.corpus, session_id, topic, part, ws, scopes=caller.document_scopes)
 
     def dictionary(self, workspace: str | None = None, limit: int = 1000, caller: Grant = OPEN) -> dict:
-        return evidence.show_dictionary(self.corpus, caller.workspace(workspace, self.default_workspace), limit)
+        ws = caller.workspace(workspace, self.default_workspace)
+        return evidence.show_dictionary(self.corpus, ws, vocabulary_axes, limit)
 
     def set_dictionary(self, workspace: str | None, fmt: str, text: str, caller: Grant = OPEN) -> dict:
         """The workspace's dictionary expands every key's questions: a caller without document scopes only."""

@@ -44,7 +44,7 @@ def quote(name: str) -> str:
 
 
 def norm_sql(expr: str) -> str:
-    """How surfaces are compared (engine.core.packs.norm, in SQL)."""
+    """How surfaces are compared (engine.relations.packs.norm, in SQL)."""
     return f"lower(regexp_replace(trim({expr}), '\\s+', ' ', 'g'))"
 
 

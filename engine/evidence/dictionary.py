@@ -28,6 +28,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Protocol
 
 from indexes.sparse import stems
 
@@ -184,22 +185,26 @@ def parse(text: str, fmt: str, source: str | None = None) -> list[Entry]:
     return entries
 
 
-def pack_entries(pack_names: list[str]) -> list[Entry]:
-    """Each vocabulary term of the named relation packs as an entry: synonyms are aliases, the
-    terms its hierarchy covers are related."""
-    from engine.core.packs import load_pack, pack_names as all_packs
+class VocabularyAxis(Protocol):
+    """What a dictionary reads of one axis of a relation pack's vocabulary (engine/relations/packs.py
+    `Axis`; the Engine hands them over, so this wing never imports the relations wing)."""
+    name: str
+    terms: list[str]
+    synonyms: dict[str, list[str]]
+    hierarchy: dict[str, list[str]]
 
-    names = all_packs() if pack_names == ["*"] else pack_names
+
+def pack_entries(axes: Iterable[tuple[str, VocabularyAxis]]) -> list[Entry]:
+    """Each term of the given (pack name, vocabulary axis) pairs as an entry: synonyms are aliases,
+    the terms its hierarchy covers are related."""
     out = []
-    for name in names:
-        pack = load_pack(name)
-        for axis in pack.vocabulary.axes.values():
-            for term in axis.terms:
-                if not stems(term):
-                    continue
-                out.append(Entry(term, aliases=[s for s in axis.synonyms.get(term, []) if stems(s)],
-                                 related=[t for t in axis.hierarchy.get(term, []) if t != term],
-                                 source=f"pack:{name}/{axis.name}"))
+    for name, axis in axes:
+        for term in axis.terms:
+            if not stems(term):
+                continue
+            out.append(Entry(term, aliases=[s for s in axis.synonyms.get(term, []) if stems(s)],
+                             related=[t for t in axis.hierarchy.get(term, []) if t != term],
+                             source=f"pack:{name}/{axis.name}"))
     return out
 
 
@@ -255,14 +260,14 @@ def dictionary_path(directory: Path, workspace: str) -> Path | None:
     return found[0] if found else None
 
 
-def load_dictionary(directory: Path, workspace: str, packs: list[str]) -> Dictionary:
+def load_dictionary(directory: Path, workspace: str, pack_axes: Iterable[tuple[str, VocabularyAxis]] = ()
+                    ) -> Dictionary:
+    """The workspace's dictionary file's entries, then the packs' vocabulary terms."""
     entries: list[Entry] = []
     path = dictionary_path(directory, workspace)
     if path is not None:
         entries += parse(path.read_text(encoding="utf-8"), path.suffix, path.name)
-    if packs:
-        entries += pack_entries(packs)
-    return Dictionary(entries)
+    return Dictionary(entries + pack_entries(pack_axes))
 
 
 def dictionary_file(directory: Path, workspace: str, fmt: str) -> Path:

@@ -22,6 +22,7 @@ import re
 import time
 import uuid
 from collections import deque
+from typing import Callable
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from engine.core.querylog import LogEntry
 from engine.core.urls import InvalidURL, normalize_url
 from engine.evidence.confidence import LEVELS, Calibration, Concept, load_calibration
 from engine.evidence.decompose import content_words, decompose
-from engine.evidence.dictionary import Dictionary, DictionaryError, Match, load_dictionary
+from engine.evidence.dictionary import Dictionary, DictionaryError, Match, VocabularyAxis, load_dictionary
 from engine.evidence.maps import Group, Maps, slug, workspace_maps
 from engine.evidence.packet import adopt_legacy, load_state, names, new_state, packet_dir, packet_lock, write_packet
 from engine.evidence.rounds import RoundSpec, Run, Sub, _replace_span, bridged, forms
@@ -53,14 +54,19 @@ class PacketNotFound(EngineError):
     status, type = 404, "packet_not_found"
 
 
-def workspace_dictionary(corpus: Corpus, workspace: str) -> Dictionary:
-    """The workspace's own dictionary plus the configured packs' vocabularies (422 when unreadable)."""
-    packs = list(corpus.settings.evidence.packs)
-    if packs == ["workspace"]:  # the packs of the relation workspace of the same id, if there is one
+# The vocabularies of the named relation packs, as (pack name, axis) pairs: relations' `vocabulary_axes`,
+# handed over by the Engine (this wing does not import the relations wing).
+PackAxes = Callable[[list[str]], list[tuple[str, VocabularyAxis]]]
+
+
+def workspace_dictionary(corpus: Corpus, workspace: str, pack_axes: PackAxes, packs: list[str]) -> Dictionary:
+    """The workspace's own dictionary plus the vocabularies of `packs` (["workspace"]: those of the
+    relation workspace of the same id, if there is one; ["*"]: every pack) — 422 when unreadable."""
+    if packs == ["workspace"]:
         rel = corpus.relations.workspace(workspace)
         packs = list(rel["packs"]) if rel else []
     try:
-        return load_dictionary(corpus.settings.dictionary_dir, workspace, packs)
+        return load_dictionary(corpus.settings.dictionary_dir, workspace, pack_axes(packs) if packs else [])
     except DictionaryError as exc:
         raise DictionaryInvalid(f"the dictionary of workspace {workspace!r} cannot be read: {exc}",
                                 workspace=workspace) from exc
@@ -78,11 +84,13 @@ def packet_visible(state: dict, workspace: str | None, scopes: tuple[str, ...] |
 
 
 class EvidenceSearch:
-    def __init__(self, corpus: Corpus, pages: SearchService, calibration: Calibration | None = None,
-                 settings=None):
-        """`settings` overrides the corpus's [evidence] settings."""
+    def __init__(self, corpus: Corpus, pages: SearchService, pack_axes: PackAxes,
+                 calibration: Calibration | None = None, settings=None):
+        """`pack_axes`: the relation packs' vocabularies (from the Engine); `settings` overrides the
+        corpus's [evidence] settings."""
         self.corpus = corpus
         self.pages = pages
+        self.pack_axes = pack_axes
         self.settings = settings or corpus.settings.evidence
         self.calibration = calibration or load_calibration()
         # packets go where these settings say (a settings override may name its own folder)
@@ -97,7 +105,7 @@ class EvidenceSearch:
 
     # Preparation -------------------------------------------------------------------------------
     def dictionary(self, workspace: str) -> Dictionary:
-        return workspace_dictionary(self.corpus, workspace)
+        return workspace_dictionary(self.corpus, workspace, self.pack_axes, list(self.settings.packs))
 
     def plan(self, query: str, matches: list[Match]) -> deque:
         q1 = bridged(query, matches)

@@ -8,7 +8,7 @@ from engine.evidence.dictionary import DictionaryError, describe, install_dictio
 from engine.evidence.maps import slug, workspace_maps
 from engine.evidence.packet import adopt_legacy, load_state, names, packet_dir, packet_lock
 from engine.evidence.search import (SESSION, DictionaryInvalid, EvidenceRequest, EvidenceResponse,  # noqa: F401
-                     EvidenceSearch, PacketNotFound, packet_visible, workspace_dictionary)
+                     EvidenceSearch, PackAxes, PacketNotFound, packet_visible, workspace_dictionary)
 
 
 def read_packet(corpus: Corpus, session_id: str, topic: str | None, part: str, workspace: str,
@@ -29,8 +29,9 @@ def read_packet(corpus: Corpus, session_id: str, topic: str | None, part: str, w
     return path.read_text(encoding="utf-8")
 
 
-def show_dictionary(corpus: Corpus, workspace: str, limit: int = 1000) -> dict:
-    return describe(workspace_dictionary(corpus, workspace), workspace, limit)
+def show_dictionary(corpus: Corpus, workspace: str, pack_axes: PackAxes, limit: int = 1000) -> dict:
+    packs = list(corpus.settings.evidence.packs)
+    return describe(workspace_dictionary(corpus, workspace, pack_axes, packs), workspace, limit)
 
 
 def set_dictionary(corpus: Corpus, workspace: str, fmt: str, text: str) -> dict:

@@ -15,7 +15,7 @@ from typing import Any
 from indexes.relations import RelationStore
 
 from engine.relations.constraints import SYMBOL, Bound
-from engine.core.packs import Relation, norm
+from engine.relations.packs import Relation, norm
 from engine.relations.receipts import slot_value
 from engine.relations.workspaces import Space
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.core.errors import SearchConstraintInvalid
 from engine.relations.constraints import Constraint, bind_one
-from engine.core.packs import Schema, Slot, Vocabulary
+from engine.relations.packs import Schema, Slot, Vocabulary
 
 TOOL_NAME = "compile_search_brief"
 REQUIRED = ["relation", "slot", "op", "value", "brief_span", "quote", "required"]

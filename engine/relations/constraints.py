@@ -16,7 +16,7 @@ from datetime import date
 from typing import Any
 
 from engine.core.errors import SearchConstraintInvalid
-from engine.core.packs import OPS, Relation, Slot, Vocabulary, norm
+from engine.relations.packs import OPS, Relation, Slot, Vocabulary, norm
 
 # span_relocated_from is accepted (and not read) so a brief's compiled.constraints can be sent back as is.
 KEYS = {"relation", "slot", "op", "value", "brief_span", "quote", "required", "span_relocated_from"}

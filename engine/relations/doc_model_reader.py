@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from engine.core.packs import Relation, norm
+from engine.relations.packs import Relation, norm
 from engine.relations.compile import locate, slot_description
 from engine.relations.doc_readers import Doc, Extracted
 from engine.relations.workspaces import Space

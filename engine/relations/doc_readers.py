@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.core.errors import LoadInvalid
 from engine.core.values import MAX_NESTING, TooDeep, check_nesting
 from engine.core.markdown import heading, headings
-from engine.core.packs import norm
+from engine.relations.packs import norm
 
 MAX_BYTES = 2_000_000   # a document larger than this is not read
 

@@ -12,7 +12,7 @@ from indexes.relations import RelationStore
 
 from engine.core.access import Forbidden
 from engine.core.errors import EngineError, EntityNotFound, RelationUnknown, RowNotFound
-from engine.core.packs import Relation
+from engine.relations.packs import Relation
 from engine.relations.receipts import ReceiptReader, provenance, slot_value
 from engine.relations.workspaces import Space, open_space
 from engine.core.clock import utcnow

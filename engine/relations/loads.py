@@ -25,7 +25,7 @@ from indexes.relations import RelationStore
 from indexes.sources import FORMATS, Source, SourceError
 
 from engine.core.errors import EngineError, LoadInvalid, without_paths
-from engine.core.packs import Relation
+from engine.relations.packs import Relation
 from engine.relations.workspaces import Space, open_space
 from engine.core.clock import utcnow
 from engine.core.faults import maybe_crash

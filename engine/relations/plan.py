@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from engine.core.clock import utcnow
-from engine.core.packs import Relation
+from engine.relations.packs import Relation
 from engine.relations.constraints import Bound
 from engine.relations.workspaces import Space
 

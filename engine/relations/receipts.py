@@ -18,7 +18,7 @@ from indexes.sources import Source, SourceError
 from indexes.enumeration import Enumerator
 
 from engine.relations.plan import Group
-from engine.core.packs import Relation
+from engine.relations.packs import Relation
 
 
 def slot_value(rel: Relation, slot: str, row: dict):

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from indexes.relations import EVERYTHING, RelationStore, Sight, TableShape
 
 from engine.core.errors import PackInvalid, PackUnknown, WorkspaceExists, WorkspaceNotFound
-from engine.core.packs import Pack, PackError, PackNotFound, Relation, Schema, Vocabulary, combine, load_pack
+from engine.relations.packs import Pack, PackError, PackNotFound, Relation, Schema, Vocabulary, combine, load_pack
 from engine.core.clock import utcnow
 
 WORKSPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -159,7 +159,7 @@ def installed_constraint_items() -> dict:
     """The JSON Schema of one constraint over every pack installed (configs/packs/): one variant per
     (relation, slot), for a tool schema an agent reads before it knows which workspace it will ask.
     The search still reads what is sent itself (a name no workspace has is a gap, as the seed says)."""
-    from engine.core.packs import pack_names
+    from engine.relations.packs import pack_names
     from engine.relations.compile import constraint_variants
 
     variants, seen = [], set()

@@ -18,7 +18,7 @@ RELATION_SEED = "000_ffda9a0f1f9ceac1.txt"
 IMPORT_MAP = [
     (re.compile(r"^from epistem\.bundles\.catalogue_loader import parse_relation_sections\n", re.M), ""),
     (re.compile(r"^from epistem\.bundles\.registry import load_registry_bundle\n", re.M),
-     "from engine.core.packs import load_pack\n"),
+     "from engine.relations.packs import load_pack\n"),
     (re.compile(r"^from epistem\.substrate\.search import ", re.M), "from engine.relations.compile import "),
     (re.compile(r'parse_relation_sections\(load_registry_bundle\("bundle_(\w+)"\)\)'), r'load_pack("\1")'),
 ]

@@ -67,9 +67,10 @@ def ev(pool, tmp_path_factory):
 def searcher(client, **settings):
     from engine.evidence.search import EvidenceSearch
     from engine.refind.search import SearchService
+    from engine.relations.packs import vocabulary_axes
 
     s = client.corpus.settings.evidence.model_copy(update=settings)
-    return EvidenceSearch(client.corpus, SearchService(client.corpus), settings=s)
+    return EvidenceSearch(client.corpus, SearchService(client.corpus), vocabulary_axes, settings=s)
 
 
 def run(client, query, settings=None, **req):
@@ -106,8 +107,9 @@ def test_dictionary_formats_and_stem_matching():
 
 def test_pack_vocabularies_join_and_acronyms_match_in_capitals():
     from engine.evidence.dictionary import Dictionary, pack_entries
+    from engine.relations.packs import vocabulary_axes
 
-    d = Dictionary(pack_entries(["expert_network"]))
+    d = Dictionary(pack_entries(vocabulary_axes(["expert_network"])))
     found = {(m.surface, m.entry.term, m.kind) for m in d.lookup("a Vice President or a VP, not a vp")}
     assert ("Vice President", "VP", "alias") in found and ("VP", "VP", "term") in found
     assert not any(m.surface == "vp" for m in d.lookup("not a vp"))

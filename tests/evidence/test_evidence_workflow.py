@@ -53,9 +53,10 @@ def wf(pool, tmp_path_factory):
 def run(client, query, settings=None, **req):
     from engine.evidence.search import EvidenceRequest, EvidenceSearch
     from engine.refind.search import SearchService
+    from engine.relations.packs import vocabulary_axes
 
     s = client.corpus.settings.evidence.model_copy(update=settings or {})
-    return EvidenceSearch(client.corpus, SearchService(client.corpus), settings=s).search(
+    return EvidenceSearch(client.corpus, SearchService(client.corpus), vocabulary_axes, settings=s).search(
         EvidenceRequest(query=query, **req))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from engine.relations.compile import compile_tool, read_compile_output, sentences
-from engine.core.packs import load_pack
+from engine.relations.packs import load_pack
 
 PACK = load_pack("expert_network")
 BRIEF = "Sales leaders in DACH. Sales roles only. Passed screening, as of 2020-03. Speaks Romansh."

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.packs import PackError, load_pack, parse_pack
+from engine.relations.packs import PackError, load_pack, parse_pack
 
 
 def test_load_pack_gives_schema_and_vocabulary():

@@ -280,6 +280,13 @@ def load_pack(name: str, pack_dir: Path = PACK_DIR) -> Pack:
     return _load(found[0], found[0].stat().st_mtime)
 
 
+def vocabulary_axes(names: list[str]) -> list[tuple[str, Axis]]:
+    """Every vocabulary axis of the named packs (["*"]: every installed pack), with its pack's name:
+    what an evidence dictionary adds to a workspace's own terms."""
+    names = pack_names() if names == ["*"] else names
+    return [(name, axis) for name in names for axis in load_pack(name).vocabulary.axes.values()]
+
+
 def combine(packs: list[Pack]) -> tuple[Schema, Vocabulary]:
     """One address space from a workspace's packs: relation and axis names must not collide."""
     relations: dict[str, Relation] = {}
