@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.core.access import OPEN
 from engine.core.settings import ModelsSettings, Settings, load_settings
 
 from eval.paths import DEFAULT_SQUAD_PATH
@@ -74,8 +75,8 @@ def cmd_reranker(args) -> int:
             return 2
         return 0
     settings = _settings(args)
-    workspace = args.workspace or settings.default_workspace
     with Engine(settings) as engine:
+        workspace = engine.workspace_for(OPEN, args.workspace)
         if args.action == "status":
             st = engine.reranker_status()
             if not args.brief:

@@ -1,0 +1,59 @@
+"""What every verb class stands on: the corpus and page search the Engine built, the one place a
+request's workspace is defaulted, and the read checks several verbs share."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from engine.core import access
+from engine.core.access import OPEN, Grant
+from engine.core.corpus import Corpus
+from engine.core.settings import Settings
+
+if TYPE_CHECKING:
+    from engine.ingest.pipeline import IngestReport
+    from engine.refind.search import SearchService
+
+
+class Verbs:
+    """Built by the Engine (engine/app.py), which is composed of these classes; a verb of one class
+    may call another's (a document load ingests pages) through `self`."""
+    corpus: Corpus
+    settings: Settings
+    pages: SearchService
+    _embeds: dict[str, dict]      # model -> its background embedding's state (operations)
+
+    @property
+    def default_workspace(self) -> str:
+        return self.settings.default_workspace
+
+    def workspace_for(self, caller: Grant, requested: str | None) -> str:
+        """The workspace a request works in: the one it names, else the default (a key bound to
+        workspaces: its first); outside the caller's grant, 404 as if absent."""
+        return caller.workspace(requested, self.default_workspace)
+
+    def scoped_for(self, caller: Grant, requested: str | None) -> str | None:
+        """As `workspace_for`, but a request that names none keeps naming none for a caller who reads
+        every workspace (the search then runs in the default one, and its logged request is as sent)."""
+        return caller.scoped(requested, self.default_workspace)
+
+    def readable_page(self, grant: Grant, page_id: str) -> None:
+        access.readable_page(grant, self.corpus.store, page_id)
+
+    def readable_query(self, grant: Grant, query_id: str) -> None:
+        access.readable_query(grant, self.corpus.querylog.tables, query_id)
+
+    def embedding(self, model: str) -> dict | None:
+        """A background embedding's state: embedding (with done, total and percent), ready, failed, stopped."""
+        state = self._embeds.get(model)
+        if state is None:
+            return None
+        out = dict(state)
+        if out.get("total"):
+            out["percent"] = min(100, int(100 * out["done"] / out["total"]))
+        return out
+
+    def ingest(self, records: Iterable, workspace: str | None = None, progress: bool | None = None,
+               flush: bool = True, total: int | None = None, ray: str | None = None,
+               caller: Grant = OPEN) -> IngestReport:
+        """Pages in (engine/verbs/pages.py): a relation load of documents makes them pages."""
+        raise NotImplementedError

@@ -1,0 +1,151 @@
+"""Operations: status, models and their background embedding, the reranker's training, the query
+log's replay and pruning, reindexing."""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.core.access import OPEN, Grant
+from engine.core.clock import utcnow
+from engine.core.errors import InvalidRequest, ModelUnknown
+from engine.core.progress import Progress
+from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgment_pairs, mined_pairs
+from engine.refind.reranker_training import train_reranker
+from engine.verbs.base import Verbs
+
+log = logging.getLogger("refindery.engine")
+
+
+class OperationsVerbs(Verbs):
+    _embed_threads: list[threading.Thread]
+    _stop_embedding: threading.Event
+
+    def status(self, caller: Grant = OPEN) -> dict[str, Any]:
+        caller.require_everywhere("status (counts over every workspace)")
+        c = self.corpus
+        return {
+            "data_dir": str(c.data_dir),
+            "active_model": c.settings.models.active,
+            "counts": c.store.counts(),
+            "generations": c.consistency(),
+            "repairs_at_open": [r.__dict__ for r in c.repairs],
+            "quarantine": c.store.quarantined(),
+            "query_log": c.querylog.stats(),
+            "reranker": c.reranker_status(),
+            "query_runtime": self.query_runtime(),
+        }
+
+    def query_runtime(self) -> dict[str, Any]:
+        """How the active model encodes queries ("onnx" or "torch", and why torch when the ONNX path
+        was tried), or not loaded yet."""
+        emb = self.corpus.pool.loaded().get(self.corpus.settings.models.active)
+        if emb is None:
+            return {"model": self.corpus.settings.models.active, "loaded": False}
+        out = {"model": emb.name, "loaded": True, "runtime": emb.query_runtime, "device": emb.device}
+        return out | ({"note": emb.query_runtime_note} if emb.query_runtime_note else {})
+
+    # Evaluation and the reranker's training ---------------------------------------------------------
+    def reranker_status(self) -> dict:
+        return self.corpus.reranker_status()
+
+    def declared_reranker(self, name: str) -> Path | None:
+        """Where the model registry declares a reranker of this name to live (None: not declared)."""
+        reg = self.corpus.registry
+        return reg.declared_path(name) if name in reg.names("reranker") else None
+
+    def training_pairs(self, source: str, workspace: str, plan: NegativePlan | None = None, n: int = 400,
+                       seed: int = 13, collection=None) -> list[Pair]:
+        """A cross-encoder's training pairs from this corpus: `judgments` (a test collection's, with
+        hard negatives from hybrid search), `mined` (sentences of the workspace's pages), `feedback`
+        (found / click / irrelevant in the query log)."""
+        if source == "judgments":
+            return judgment_pairs(self.corpus, collection, workspace, plan, seed=seed)
+        if source == "mined":
+            return mined_pairs(self.corpus, workspace, n=n, plan=plan, seed=seed)
+        if source == "feedback":
+            return feedback_pairs(self.corpus, workspace, plan=plan, seed=seed)
+        raise ValueError(f"unknown pair source {source!r}")
+
+    def train_reranker(self, pairs: list[Pair], out_dir: Path, **kw) -> dict:
+        """Train a cross-encoder on `pairs` into `out_dir` (engine/refind/reranker_training.py)."""
+        return train_reranker(self.corpus.registry, pairs, out_dir, **kw)
+
+    def embed_model(self, model: str, progress: Callable[[int, int], None] | None = None) -> int:
+        """Embed every chunk `model` lacks and bring its index up (`refindery models --embed`)."""
+        self._embeddable(model)
+        c = self.corpus
+        c.sync([])
+        n = c.embed_missing(model, progress=progress, stop=self._stop_embedding)
+        c.sync([model])
+        c.flush()
+        return n
+
+    def embed_model_in_background(self, model: str, caller: Grant = OPEN, report: bool = False) -> dict:
+        """Start embedding what `model` lacks in a thread of this process (a server keeps serving;
+        writes wait one batch at most); its progress is `embedding(model)`, and with `report` a line on
+        stderr every few seconds (the server's log). Idempotent while it runs."""
+        caller.require_everywhere("embedding a model (every workspace's chunks)")
+        caller.require_write()
+        self._embeddable(model)
+        state = self._embeds.get(model)
+        if state is not None and state["state"] == "embedding":
+            return self.embedding(model)
+        self._embeds[model] = state = {"model": model, "state": "embedding", "done": 0, "total": None,
+                                       "started": utcnow().isoformat(timespec="seconds")}
+
+        bar: Progress | None = None
+
+        def progress(done: int, total: int) -> None:
+            nonlocal bar
+            state["done"], state["total"] = done, total
+            if report:
+                if bar is None:
+                    bar = Progress(f"embed {model} (in the background)", total, "chunks", lines=True)
+                bar.update(done - bar.done)
+
+        def run() -> None:
+            try:
+                self.embed_model(model, progress)
+                state["state"] = "stopped" if self._stop_embedding.is_set() else "ready"
+                if bar is not None:
+                    bar.close()
+            except Exception as exc:   # noqa: BLE001 — said in the state (and the log), not lost in a thread
+                log.exception("embedding %s failed", model)
+                state["state"], state["error"] = "failed", f"{type(exc).__name__}: {exc}"
+
+        t = threading.Thread(target=run, name=f"embed-{model}", daemon=True)
+        self._embed_threads.append(t)
+        t.start()
+        return self.embedding(model)
+
+    def _embeddable(self, model: str) -> None:
+        reg = self.corpus.registry
+        if model not in reg.names():
+            raise ModelUnknown(f"no model {model!r} in the registry (known: {', '.join(reg.names())})", model=model)
+        if reg.spec(model).kind != "embedder":
+            raise InvalidRequest(f"{model!r} is not an embedder", model=model)
+
+    def logged_searches(self, since: datetime, limit: int = 10_000) -> dict:
+        """The searches logged since `since` (query id, request params, model), the pages each
+        returned in order, and every feedback row (query id, page id, kind): what a replay reads."""
+        self.corpus.querylog.flush()
+        t = self.corpus.querylog.tables
+        return {"searches": t.searches_since(since, limit), "results": t.results_since(since),
+                "feedback": t.feedback()}
+
+    def prune_log(self, before: datetime) -> int:
+        return self.corpus.querylog.prune(before)
+
+    def reindex(self) -> dict:
+        reports = self.corpus.reindex()
+        return {"rebuilt": [r.__dict__ for r in reports], "consistency": self.corpus.consistency()}
+
+    def flush(self) -> None:
+        self.corpus.flush()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.corpus.data_dir

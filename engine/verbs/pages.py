@@ -1,0 +1,70 @@
+"""The verbs that write pages: ingest, delete, entities, clusters."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from engine.core.access import OPEN, Grant
+from engine.core.errors import PageNotFound
+from engine.ingest.clusters import refit_clusters
+from engine.ingest.entities import EntityUpsert, upsert_entity
+from engine.ingest.pipeline import Ingester, IngestReport, delete_page
+from engine.verbs.base import Verbs
+
+
+class PageVerbs(Verbs):
+    def ingest(self, records: Iterable, workspace: str | None = None, progress: bool | None = None,
+               flush: bool = True, total: int | None = None, ray: str | None = None,
+               caller: Grant = OPEN) -> IngestReport:
+        """`ray`: embed on Ray Data (an address, or "" for the setting's, else a local Ray); None:
+        the setting `ingest.ray` decides. Only the embedding moves; the store and indexes are
+        written here batch by batch either way. A `caller` with document scopes writes each page
+        in its scope (engine/core/access.py, Grant.write_scope); a page it may not write is that
+        item's error."""
+        caller.require_write()
+        workspace = self.workspace_for(caller, workspace)
+        ing = self.settings.ingest
+        if ray is None and ing.ray:
+            ray = ing.ray_address
+        if ray is None:
+            return Ingester(self.corpus, workspace, progress=progress, caller=caller).ingest(
+                records, total=total, flush=flush)
+        from models.ray_embed import EmbedderSource, RayEmbedding
+
+        s = self.settings
+        source = EmbedderSource(str(s.registry_path), str(s.models_cache_dir), str(s.data_dir), s.models.device,
+                                s.models.batch_size)
+        remote = RayEmbedding(ray or ing.ray_address or None, source, ing.ray_actors, ing.ray_batch_size,
+                              ing.ray_cpus_per_actor, ing.ray_local_cpus)
+        try:
+            return Ingester(self.corpus, workspace, progress=progress, encode=remote.encode,
+                            batch_chunks=ing.ray_batch_chunks, caller=caller).ingest(records, total=total, flush=flush)
+        finally:
+            remote.close()
+
+    def delete_page(self, page_id: str, caller: Grant = OPEN) -> dict:
+        caller.require_write()
+        self.readable_page(caller, page_id)
+        if not delete_page(self.corpus, page_id):
+            raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
+        return {"page_id": page_id, "deleted": True}
+
+    def upsert_entity(self, body: EntityUpsert, caller: Grant = OPEN) -> dict:
+        """Create or edit an entity of the caller's namespace (its workspace and document scope) and
+        link pages of that namespace to it (engine/ingest/entities.py)."""
+        caller.require_write()
+        ws = self.workspace_for(caller, body.workspace)
+        return upsert_entity(self.corpus, body, ws, caller.write_scope(body.scope), caller)
+
+    def clusters(self, workspace: str | None = None, include_tombstoned: bool = False,
+                 caller: Grant = OPEN) -> dict:
+        ws = self.workspace_for(caller, workspace)
+        scopes = caller.document_scopes
+        return {"workspace": ws, "clusters": self.corpus.store.clusters(
+            ws, include_tombstoned, list(scopes) if scopes is not None else None)}
+
+    def refit_clusters(self, workspace: str | None = None, k: int | None = None, caller: Grant = OPEN) -> dict:
+        """k-means over every page of the workspace: a caller without document scopes only."""
+        caller.require_write()
+        ws = self.workspace_for(caller, workspace)
+        caller.require_unscoped("a re-clustering")
+        return refit_clusters(self.corpus, ws, k)

@@ -1,0 +1,60 @@
+"""Refind search's verbs: search, compare, similar pages, a page, facets, the models, feedback."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from engine.core.access import OPEN, Grant
+from engine.core.corpus import read_page
+from engine.core.errors import ModelUnavailable
+from engine.core.settings import SearchSettings
+from engine.refind.compare import CompareRequest, CompareResponse, compare
+from engine.refind.search import SearchRequest, SearchResponse, SearchService
+from engine.refind.similar import similar_pages
+from engine.verbs.base import Verbs
+
+
+class RefindVerbs(Verbs):
+    def search(self, req: SearchRequest, caller: Grant = OPEN, model: str | None = None,
+               log: bool = True, search_settings: SearchSettings | None = None,
+               now: datetime | None = None) -> SearchResponse:
+        """`model`: an embedder other than the active one; `log=False`: leave the query log alone
+        (evaluation); `search_settings`: run under other [search] defaults (a replay); `now`: the
+        clock recency measures age against (a simulated history's end; default the real one)."""
+        req.workspace = self.scoped_for(caller, req.workspace)
+        pages = self.pages if search_settings is None else SearchService(self.corpus, search_settings)
+        return pages.search(req, scopes=caller.document_scopes, model=model, log=log, now=now)
+
+    def compare(self, req: CompareRequest, caller: Grant = OPEN) -> CompareResponse:
+        req.workspace = self.scoped_for(caller, req.workspace)
+        for m in req.models:
+            state = self.embedding(m)
+            if state is not None and state["state"] == "embedding":
+                raise ModelUnavailable(f"model {m!r} is being embedded ({state.get('percent', 0)} %); compare it "
+                                       "once that is done", model=m, embedding=state)
+        return compare(self.pages, req, scopes=caller.document_scopes)
+
+    def similar(self, page_id: str, mediation: str = "vector", k: int = 10, caller: Grant = OPEN) -> list[dict]:
+        self.readable_page(caller, page_id)
+        return similar_pages(self.corpus, page_id, mediation, k, scopes=caller.document_scopes)
+
+    def page(self, page_id: str, caller: Grant = OPEN) -> dict:
+        self.readable_page(caller, page_id)
+        return read_page(self.corpus, page_id)
+
+    def facets(self, workspace: str | None = None, caller: Grant = OPEN, limit: int = 50) -> dict:
+        ws = self.workspace_for(caller, workspace)
+        return {"workspace": ws} | self.corpus.store.facets(ws, caller.document_scopes, limit)
+
+    def models(self) -> list[dict]:
+        rows = self.corpus.models_status()
+        for row in rows:
+            state = self.embedding(row["name"])
+            if state is not None:
+                row["embedding"] = state
+        return rows
+
+    def feedback(self, query_id: str, page_id: str, kind: str, caller: Grant = OPEN) -> dict:
+        """A judgment on a logged query; a read-only key may send one (it changes no document)."""
+        self.readable_query(caller, query_id)
+        self.readable_page(caller, page_id)
+        return self.corpus.record_feedback(query_id, page_id, kind)
