@@ -49,7 +49,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-
 import duckdb
 
 from .enumeration import Enumerator, VerdictCache
