@@ -16,6 +16,7 @@ from engine.core.access import is_loopback
 from engine.core.settings import ConfigFileError, Settings, load_settings
 from engine.evidence.search import EvidenceRequest
 from engine.refind.search import SearchRequest
+from engine.relations.search import RelationSearchRequest
 
 from .flags import add_request_flags, request_values
 
@@ -349,7 +350,6 @@ def cmd_relations(args) -> int:
     from engine.core.errors import EngineError
     from engine.relations.documents import DocumentLoadRequest
     from engine.relations.loads import LoadRequest
-    from engine.relations.search import RelationSearchRequest
     from engine.relations.workspaces import WorkspaceCreate
 
     with Engine(_settings(args)) as e:
@@ -375,14 +375,29 @@ def cmd_relations(args) -> int:
                     return 2
                 out = e.load(args.workspace, body, confined=False)
             else:
-                constraints = json.loads(Path(args.constraints).read_text(encoding="utf-8"))
-                out = e.relation_search(RelationSearchRequest(
-                    workspace_id=args.workspace, constraints=constraints, as_of=args.as_of, limit=args.limit))
+                req = relation_request(args)
+                if req is None:
+                    return 2
+                out = e.relation_search(req)
             _print(out)
             return 0
         except EngineError as exc:
             _print({"detail": exc.body()})
             return 2
+
+
+def relation_request(args):
+    """The relation search the arguments make, or None (the error printed): --constraints names a
+    JSON file of them; every other field of POST /v1/public/search is a flag of its own (those not
+    given stay unset)."""
+    constraints = (json.loads(Path(args.constraints).read_text(encoding="utf-8"))
+                   if args.constraints else None)
+    try:
+        return RelationSearchRequest(workspace_id=args.workspace, constraints=constraints,
+                                     **request_values(args, args.request_fields))
+    except ValidationError as exc:
+        _print({"detail": {"type": "validation_error", "errors": json.loads(exc.json())}})
+        return None
 
 
 def _relations_demo(e: Engine, workspace: str) -> dict:
@@ -524,10 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", help="load: a JSON file with the load body: SQL (source, relations, entities, "
                                   "coverage) or documents (source, documents, readers, model_reader, coverage)")
     s.add_argument("--load", help="sync: the load to run again from its source (only what changed is re-read)")
-    s.add_argument("--constraints", help="search: a JSON file with the list of constraints")
-    s.add_argument("--as-of", default=None, help="search: YYYY-MM")
-    s.add_argument("--limit", type=int, default=50)
-    s.set_defaults(func=cmd_relations)
+    s.add_argument("--constraints", help="search: a JSON file with the list of constraints (or --brief, --idea)")
+    s.set_defaults(func=cmd_relations, request_fields=add_request_flags(
+        s, RelationSearchRequest, skip=("workspace_id", "constraints")))
 
     s = sub.add_parser("keys", help="API keys: create (the token is shown once), list, revoke; open (no key "
                                     "needed again, once every key is revoked: local and explicit)")
@@ -600,9 +614,9 @@ def _through(args, owner) -> int:
     if verb == "dictionary":
         source = dictionary_file(args) if args.action == "set" else None
         return 2 if args.action == "set" and source is None else remote.dictionary(args, owner, source)
-    if verb == "relations" and args.action == "search" and not args.constraints:
-        print("error: relations search needs --constraints FILE", file=sys.stderr)
-        return 2
+    if verb == "relations" and args.action == "search":
+        req = relation_request(args)
+        return 2 if req is None else remote.relations(args, owner, req)
     return getattr(remote, verb)(args, owner)
 
 

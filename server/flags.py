@@ -12,11 +12,14 @@ from pydantic import BaseModel
 
 
 def _bare(annotation):
-    """The annotation without `| None` / Optional."""
+    """The annotation without `| None` / Optional, and without Annotated's constraints (the request
+    model checks those when it is built)."""
     if get_origin(annotation) in (typing.Union, types.UnionType):
         rest = [a for a in get_args(annotation) if a is not type(None)]
         if len(rest) == 1:
-            return rest[0]
+            annotation = rest[0]
+    if get_origin(annotation) is typing.Annotated:
+        annotation = get_args(annotation)[0]
     return annotation
 
 

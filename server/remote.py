@@ -190,14 +190,13 @@ def clusters(args, owner: Owner) -> int:
     return 0
 
 
-def relations(args, owner: Owner) -> int:
+def relations(args, owner: Owner, req=None) -> int:
+    """create, or search (`req`: the request the command line made)."""
     if args.action == "create":
         body = {"workspace_id": args.workspace, "name": args.name, "packs": args.packs or ["expert_network"]}
         _print(_call(owner, "POST", "/v1/public/workspaces", {k: v for k, v in body.items() if v is not None}))
     else:
-        constraints = json.loads(Path(args.constraints).read_text(encoding="utf-8"))
-        body = {"workspace_id": args.workspace, "constraints": constraints, "as_of": args.as_of, "limit": args.limit}
-        _print(_call(owner, "POST", "/v1/public/search", {k: v for k, v in body.items() if v is not None}))
+        _print(_call(owner, "POST", "/v1/public/search", req.model_dump(mode="json", exclude_unset=True)))
     return 0
 
 

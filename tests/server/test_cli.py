@@ -142,15 +142,37 @@ def _subparser(verb):
     return subcommands.choices[verb]
 
 
-def test_search_and_evidence_take_every_parameter_their_routes_take():
+def test_search_evidence_and_relations_take_every_parameter_their_routes_take():
     """The flags are derived from the request models: a field added to a route reaches the CLI too."""
     from engine.evidence.search import EvidenceRequest
     from engine.refind.search import SearchRequest
+    from engine.relations.search import RelationSearchRequest
 
-    for verb, model in (("search", SearchRequest), ("evidence", EvidenceRequest)):
+    # (verb, request, fields the command line carries otherwise: the query and workspace as arguments,
+    # constraints as a JSON file)
+    for verb, model, apart in (("search", SearchRequest, {"query", "filters"}),
+                               ("evidence", EvidenceRequest, {"query", "filters"}),
+                               ("relations", RelationSearchRequest, {"workspace_id", "constraints"})):
         dests = {a.dest for a in _subparser(verb)._actions}
-        missing = set(model.model_fields) - {"query", "filters"} - dests
+        missing = set(model.model_fields) - apart - dests
         assert not missing, f"refindery {verb} has no flag for {sorted(missing)}"
+
+
+def test_relations_search_flags_make_the_request(tmp_path):
+    from server.cli import build_parser, relation_request
+
+    constraints = tmp_path / "c.json"
+    constraints.write_text('[{"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]')
+    args = build_parser().parse_args(["relations", "search", "roster", "--constraints", str(constraints),
+                                      "--detail", "compact", "--offset", "25", "--as-of", "2024-05",
+                                      "--criteria", "speaks Dutch", "--criteria", "has led a team"])
+    req = relation_request(args)
+    assert (req.workspace_id, req.detail, req.offset, req.as_of, req.criteria) == \
+        ("roster", "compact", 25, "2024-05", ["speaks Dutch", "has led a team"])
+    assert req.constraints[0]["value"] == "Sales"
+    assert req.model_fields_set == {"workspace_id", "constraints", "detail", "offset", "as_of", "criteria"}
+    args = build_parser().parse_args(["relations", "search", "roster", "--brief", "sales people", "--as-of", "May"])
+    assert relation_request(args) is None          # the model refuses the month: a JSON error, no traceback
 
 
 def test_flags_make_the_request_and_leave_the_rest_unset():

@@ -120,6 +120,13 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
         assert r.returncode == 0, r.stderr
         runs = json.loads(r.stdout)["runs"]
         assert [run["pages"][0]["url"] for run in runs] == ["https://notes.example/served"] * 2
+        # a relation search's flags reach the server's route (compact: the agent's reply shape)
+        assert cli(data, "relations", "create", "crew").returncode == 0
+        constraints = tmp_path / "c.json"
+        constraints.write_text(json.dumps([{"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]))
+        r = cli(data, "relations", "search", "crew", "--constraints", str(constraints), "--detail", "compact")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["matched"]["total"] == 0 and "groups" not in json.loads(r.stdout)
         # a verb that needs the data dir to itself says so in one line, and what to do
         r = cli(data, "reindex")
         assert r.returncode == 2 and r.stdout == ""
