@@ -201,7 +201,7 @@ def lock_hold() -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-lock-"))
     corpus = open_corpus(load_settings(data_dir=str(tmp / "data"), models={"device": "cpu"}))
     try:
-        Ingester(corpus, progress=False).ingest([(0, "t", {"url": "https://w.example/warm", "body_text": "warm up"})])
+        Ingester(corpus, "default", progress=False).ingest([(0, "t", {"url": "https://w.example/warm", "body_text": "warm up"})])
         corpus.write_lock = TimedLock(corpus.write_lock)
         prose = "Gannets dive for fish along the cliffs of the north coast. "
         pages = {f"prose, {n:,} chars": (prose * (n // len(prose) + 1))[:n] for n in (10_000, 100_000, 1_000_000, 2_000_000)}
@@ -210,7 +210,7 @@ def lock_hold() -> dict:
         for i, (name, body) in enumerate(pages.items()):
             corpus.write_lock.held.clear()
             t = time.perf_counter()
-            rep = Ingester(corpus, progress=False).ingest([(0, "t", {"url": f"https://w.example/{i}", "body_text": body})])
+            rep = Ingester(corpus, "default", progress=False).ingest([(0, "t", {"url": f"https://w.example/{i}", "body_text": body})])
             out[name] = {"status": rep.outcomes[0].status, "chunks": rep.outcomes[0].chunks,
                          "total_ms": round((time.perf_counter() - t) * 1000), "lock_held_ms": list(corpus.write_lock.held)}
             print(f"{name}: {out[name]}", flush=True)

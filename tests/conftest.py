@@ -156,7 +156,7 @@ def shared_corpus(pool, demo_subset, tmp_path_factory):
 
     s = load_settings(data_dir=str(tmp_path_factory.mktemp("shared") / "data"))
     c = open_corpus(s, pool)
-    Ingester(c, progress=False).ingest((i, "demo", r) for i, r in enumerate(demo_subset, start=1))
+    Ingester(c, "default", progress=False).ingest((i, "demo", r) for i, r in enumerate(demo_subset, start=1))
     yield c
     c.close()
 
@@ -221,12 +221,12 @@ def titled_client(pool, data_dir, pages: dict[str, tuple[str, str]]):
     from engine.ingest.pipeline import Ingester
 
     client = make_client(data_dir, pool=pool)
-    Ingester(client.corpus, progress=False).ingest(titled_records(pages))
+    Ingester(client.corpus, "default", progress=False).ingest(titled_records(pages))
     client.corpus.sync()
     return client
 
 
-def ingest(corpus, records, workspace=None):
+def ingest(corpus, records, workspace="default"):
     from engine.ingest.pipeline import Ingester
 
     return Ingester(corpus, workspace, progress=False).ingest((i, "test", r) for i, r in enumerate(records, start=1))

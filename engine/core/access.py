@@ -71,12 +71,6 @@ class Grant:
             raise WorkspaceNotFound(f"no workspace {ws!r}", ref=ws)
         return check_workspace(ws)
 
-    def scoped(self, requested: str | None, default: str) -> str | None:
-        """As `workspace`, but a request that names none keeps naming none when the grant reaches
-        every workspace (the engine's default applies, and the logged request is unchanged)."""
-        ws = self.workspace(requested, default)
-        return requested if self.everywhere else ws
-
     def require_write(self) -> None:
         if self.read_only:
             raise Forbidden("this key is read-only", key_id=self.key_id)

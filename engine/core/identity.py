@@ -46,6 +46,15 @@ def check_workspace(name: str) -> str:
     return name
 
 
+def named_workspace(workspace: str | None) -> str:
+    """The workspace a service works in, as the Engine's verb resolved it (engine/verbs/base.py,
+    `Verbs.workspace_for`: the request's, else the default): a service never picks one itself."""
+    if workspace is None:
+        raise TypeError("no workspace named: the Engine's verbs resolve it (Verbs.workspace_for) before a "
+                        "service runs")
+    return workspace
+
+
 def check_scope(scope: str | None) -> str | None:
     """A document scope: None (no scope), or 1 to 200 printable characters."""
     if scope is None:

@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from engine.core.identity import named_workspace
 from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
 from engine.core.errors import EngineError
@@ -175,7 +176,7 @@ class EvidenceSearch:
         t0 = time.perf_counter()
         scopes = tuple(sorted(set(scopes))) if scopes else None
         corpus, s = self.corpus, self.settings
-        workspace = req.workspace or corpus.settings.default_workspace
+        workspace = named_workspace(req.workspace)
         model = corpus.settings.models.active
         max_rounds = req.max_rounds or s.max_rounds
         k = req.k or s.round_k

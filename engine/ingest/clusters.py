@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 
+from engine.core.identity import named_workspace
 from engine.core.corpus import Corpus
 from engine.core.errors import InvalidRequest
 from engine.core.page_vectors import page_vectors
 from indexes.dense import kmeans_labels
 
 
-def refit_clusters(corpus: Corpus, workspace: str | None = None, k: int | None = None,
+def refit_clusters(corpus: Corpus, workspace: str, k: int | None = None,
                    model: str | None = None, seed: int = 1234) -> dict:
-    workspace = workspace or corpus.settings.default_workspace
+    workspace = named_workspace(workspace)
     model = model or corpus.settings.models.active
     with corpus.write_lock:
         pv = page_vectors(corpus, model, workspace)

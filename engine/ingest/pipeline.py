@@ -33,7 +33,7 @@ from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
 from engine.core.errors import EngineError
 from engine.core.faults import maybe_crash
-from engine.core.identity import entity_id_for, page_id_for
+from engine.core.identity import entity_id_for, named_workspace, page_id_for
 from engine.core.progress import Progress
 from engine.core.urls import InvalidURL, domain_of, normalize_url
 from engine.ingest.chunking import chunk_text
@@ -169,7 +169,7 @@ PROGRESS_STEP = 128
 
 
 class Ingester:
-    def __init__(self, corpus: Corpus, workspace: str | None = None, progress: bool | None = None,
+    def __init__(self, corpus: Corpus, workspace: str, progress: bool | None = None,
                  encode: Callable[[str, list[str]], np.ndarray] | None = None, batch_chunks: int | None = None,
                  caller: Grant = OPEN):
         """`encode(model, texts)`: how chunk texts are embedded (default: the model in this process;
@@ -182,7 +182,7 @@ class Ingester:
         self._local = encode is None
         self._tick: Callable[[int], None] | None = None
         self.batch_chunks = batch_chunks or self.settings.ingest.batch_chunks
-        self.workspace = workspace or self.settings.default_workspace
+        self.workspace = named_workspace(workspace)
         show = self.settings.ingest.progress if progress is None else progress
         self.progress = show
         self.embedder = corpus.embedder()

@@ -24,6 +24,7 @@ from models.reranker import RerankerUnavailable, load_reranker
 
 from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
+from engine.core.identity import named_workspace
 from engine.core.errors import (EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable,
                                RerankerNotConfigured)
 from engine.core.querylog import LogEntry
@@ -59,7 +60,7 @@ class SearchService:
         set of overrides (a Params is frozen, so one can be shared; validating one cost ~20 µs)."""
         overrides = tuple(sorted((k, v) for k in req.model_fields_set & _REQUEST_SET
                                  if (v := getattr(req, k)) is not None))
-        key = (overrides, req.workspace or self.corpus.settings.default_workspace, req.explain)
+        key = (overrides, named_workspace(req.workspace), req.explain)
         p = self._params.get(key)
         if p is None:
             if len(self._params) >= 1024:

@@ -31,11 +31,6 @@ class Verbs:
         workspaces: its first); outside the caller's grant, 404 as if absent."""
         return caller.workspace(requested, self.default_workspace)
 
-    def scoped_for(self, caller: Grant, requested: str | None) -> str | None:
-        """As `workspace_for`, but a request that names none keeps naming none for a caller who reads
-        every workspace (the search then runs in the default one, and its logged request is as sent)."""
-        return caller.scoped(requested, self.default_workspace)
-
     def readable_page(self, grant: Grant, page_id: str) -> None:
         access.readable_page(grant, self.corpus.store, page_id)
 

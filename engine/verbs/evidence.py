@@ -39,7 +39,7 @@ class EvidenceVerbs(Verbs):
         """`map_write` writes into the workspace's maps: it needs a caller that may write."""
         if "map_write" in req.route_constraints:
             caller.require_write()
-        req.workspace = self.scoped_for(caller, req.workspace)
+        req.workspace = self.workspace_for(caller, req.workspace)
         return self.evidence_searcher.search(req, scopes=caller.document_scopes)
 
     def read_packet(self, session_id: str, topic: str | None = None, part: str = "packet",

@@ -20,12 +20,12 @@ class RefindVerbs(Verbs):
         """`model`: an embedder other than the active one; `log=False`: leave the query log alone
         (evaluation); `search_settings`: run under other [search] defaults (a replay); `now`: the
         clock recency measures age against (a simulated history's end; default the real one)."""
-        req.workspace = self.scoped_for(caller, req.workspace)
+        req.workspace = self.workspace_for(caller, req.workspace)
         pages = self.pages if search_settings is None else SearchService(self.corpus, search_settings)
         return pages.search(req, scopes=caller.document_scopes, model=model, log=log, now=now)
 
     def compare(self, req: CompareRequest, caller: Grant = OPEN) -> CompareResponse:
-        req.workspace = self.scoped_for(caller, req.workspace)
+        req.workspace = self.workspace_for(caller, req.workspace)
         for m in req.models:
             state = self.embedding(m)
             if state is not None and state["state"] == "embedding":

@@ -13,7 +13,7 @@ def h(token):
     return {"Authorization": f"Bearer {token}"}
 
 
-def ingest(corpus, records, workspace=None):
+def ingest(corpus, records, workspace="default"):
     from engine.ingest.pipeline import Ingester
 
     return Ingester(corpus, workspace, progress=False).ingest((i, "test", r) for i, r in enumerate(records))

@@ -390,7 +390,7 @@ def test_9_pages_are_embedded_before_the_write_lock_is_taken(make_corpus):
         t.join()
         return corpus.embedder(model).encode_documents(texts)
 
-    rep = Ingester(corpus, progress=False, encode=encode).ingest(
+    rep = Ingester(corpus, "default", progress=False, encode=encode).ingest(
         (i, "t", page(f"https://a.example/{i}", f"page {i} about gannets and puffins")) for i in range(3))
     assert rep.count("created") == 3 and held and not any(held), held
     assert corpus.consistency()["consistent"]
@@ -467,7 +467,7 @@ def test_10_a_stored_scope_with_a_tab_or_nul_is_found_by_its_key_on_both_backend
         ab_corpus.store.apply([PageWrite(row, [ChunkRow(900 + n, row.page_id, 0, text, 0, len(text), [], 6)],
                                          vectors)], [])
         ab_corpus.sync()
-        hits = SearchService(ab_corpus).search(SearchRequest(query="gannets strange scope"), scopes=(scope,), log=False)
+        hits = SearchService(ab_corpus).search(SearchRequest(workspace="default", query="gannets strange scope"), scopes=(scope,), log=False)
         assert [p.url for p in hits.pages] == [url]
 
 
@@ -557,7 +557,7 @@ def test_a_data_dir_of_the_shared_identities_is_re_keyed_at_open_and_searches_as
     service = SearchService(corpus)
 
     def urls(scopes, entity):
-        req = SearchRequest(query="Initech", filters=SearchFilters(entity=[entity]))
+        req = SearchRequest(workspace="default", query="Initech", filters=SearchFilters(entity=[entity]))
         return sorted(p.url for p in service.search(req, scopes=scopes, log=False).pages)
 
     assert urls(("s1",), "Initech") == ["https://x.example/a"]

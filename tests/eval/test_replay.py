@@ -18,7 +18,7 @@ def test_replay_same_config_agrees_and_other_config_is_measured(make_corpus):
     rep = ingest(corpus, [page(f"https://rp.example/{i}", t) for i, t in enumerate(topics)])
     service = SearchService(corpus)
     for i, q in enumerate(["birds in water", "night hunters", "baking bread"]):
-        res = service.search(SearchRequest(query=q, k=4))
+        res = service.search(SearchRequest(workspace="default", query=q, k=4))
         corpus.querylog.add_feedback(res.query_id, rep.outcomes[[0, 1, 3][i]].page_id, "found")
     since = datetime.utcnow() - timedelta(hours=1)
 

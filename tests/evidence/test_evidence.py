@@ -76,7 +76,7 @@ def searcher(client, **settings):
 def run(client, query, settings=None, **req):
     from engine.evidence.search import EvidenceRequest
 
-    return searcher(client, **(settings or {})).search(EvidenceRequest(query=query, **req))
+    return searcher(client, **(settings or {})).search(EvidenceRequest(query=query, **{"workspace": "default", **req}))
 
 
 def packet(client, resp) -> tuple[dict, str]:

@@ -57,7 +57,7 @@ def run(client, query, settings=None, **req):
 
     s = client.corpus.settings.evidence.model_copy(update=settings or {})
     return EvidenceSearch(client.corpus, SearchService(client.corpus), vocabulary_axes, settings=s).search(
-        EvidenceRequest(query=query, **req))
+        EvidenceRequest(query=query, **{"workspace": "default", **req}))
 
 
 def read_packet(path) -> tuple[dict, str]:
@@ -224,7 +224,7 @@ def test_a_call_killed_between_rounds_leaves_a_packet_of_the_rounds_done(pool, m
 
     data = tmp_path / "data"
     corpus = make_corpus(data)
-    Ingester(corpus, progress=False).ingest(titled_records(PAGES))
+    Ingester(corpus, "default", progress=False).ingest(titled_records(PAGES))
     corpus.close()   # the child process opens the data dir
     argv = [sys.executable, "-m", "server.cli", "evidence", "clinical judgment of nurses", "--session", "killed",
             "-k", "1", "--max-rounds", "5", "--min-high-sources", "50"]

@@ -177,7 +177,7 @@ def test_the_dense_arm_on_the_calling_thread_searches_with_one_thread_and_restor
 
     dense.search = spy
     try:
-        svc.search(SearchRequest(query="python"), log=False)
+        svc.search(SearchRequest(workspace="default", query="python"), log=False)
     finally:
         del dense.search
     assert seen and set(seen) == {(threading.get_ident(), 1)} and faiss.omp_get_max_threads() == default

@@ -66,7 +66,7 @@ def test_sigkill_inside_a_batch_then_restart(point, source, make_corpus, tmp_pat
     landed = corpus.store.counts()["pages"]
     assert 0 < landed < PAGES  # the kill really was mid-ingest
 
-    report = Ingester(corpus, progress=False).ingest(read_source(str(source)))
+    report = Ingester(corpus, "default", progress=False).ingest(read_source(str(source)))
     assert not report.errors
     assert corpus.store.counts()["pages"] == PAGES
     assert report.count("created") == PAGES - landed
@@ -91,7 +91,7 @@ def test_sigkill_from_outside_then_rerun(source, make_corpus, tmp_path):
     corpus = make_corpus(data)
     assert_consistent(corpus)
     assert 0 < corpus.store.counts()["pages"] < PAGES  # the kill landed mid-ingest
-    Ingester(corpus, progress=False).ingest(read_source(str(source)))
+    Ingester(corpus, "default", progress=False).ingest(read_source(str(source)))
     assert corpus.store.counts()["pages"] == PAGES
     assert_consistent(corpus)
 
@@ -101,7 +101,7 @@ def test_a_lost_index_is_rebuilt_from_the_store(source, make_corpus, tmp_path):
 
     data = tmp_path / "data"
     corpus = make_corpus(data)
-    Ingester(corpus, progress=False).ingest(read_source(str(source)))
+    Ingester(corpus, "default", progress=False).ingest(read_source(str(source)))
     before = index_ids(corpus)
     corpus.close()
     shutil.rmtree(data / "sparse")

@@ -52,7 +52,7 @@ def test_reingesting_the_same_file_changes_nothing_but_last_seen(make_corpus, de
 def ingest_file(corpus, path):
     from engine.ingest.pipeline import Ingester
 
-    return Ingester(corpus, progress=False).ingest(read_source(str(path)))
+    return Ingester(corpus, "default", progress=False).ingest(read_source(str(path)))
 
 
 def test_a_changed_page_has_only_its_new_chunks_everywhere(make_corpus):

@@ -71,7 +71,7 @@ def test_vectors_embedded_on_ray_equal_the_in_process_ones(ray_address, source, 
     from models.ray_embed import EmbedderSource, RayEmbedding
 
     here = make_corpus(tmp_path / "here")
-    Ingester(here, progress=False).ingest(read_source(str(source)))
+    Ingester(here, "default", progress=False).ingest(read_source(str(source)))
     there = make_corpus(tmp_path / "there")
     s = there.settings
     remote = RayEmbedding(ray_address, EmbedderSource(str(s.registry_path), str(s.models_cache_dir), str(s.data_dir),
@@ -84,7 +84,7 @@ def test_vectors_embedded_on_ray_equal_the_in_process_ones(ray_address, source, 
         return remote.encode(model, texts)
 
     try:
-        report = Ingester(there, progress=False, encode=encode, batch_chunks=40).ingest(read_source(str(source)))
+        report = Ingester(there, "default", progress=False, encode=encode, batch_chunks=40).ingest(read_source(str(source)))
     finally:
         remote.close()
     assert not report.errors and len(calls) > 1 and sum(calls) == report.chunks_embedded   # every batch on Ray
@@ -112,7 +112,7 @@ def test_sigkill_of_the_ray_driver_mid_ingest_leaves_the_store_consistent_and_re
     assert_consistent(corpus)
     landed = corpus.store.counts()["pages"]
     assert 0 < landed < PAGES        # the kill really was mid-ingest
-    report = Ingester(corpus, progress=False).ingest(read_source(str(source)))
+    report = Ingester(corpus, "default", progress=False).ingest(read_source(str(source)))
     assert not report.errors and corpus.store.counts()["pages"] == PAGES
     assert report.count("created") == PAGES - landed
     assert_consistent(corpus)

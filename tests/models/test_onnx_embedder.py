@@ -49,9 +49,9 @@ def test_int8_embedder_searches_and_compares_beside_torch(int8_pool, make_corpus
                     page("https://example.org/sql", "SQLite and PostgreSQL both offer serializable transactions.")])
     assert corpus.dense(INT8).count() == corpus.dense("all-minilm-l6-v2").count() == 3
     service = SearchService(corpus)
-    res = service.search(SearchRequest(query="seabird colonies", k=3, sparse_weight=0.0), model=INT8)
+    res = service.search(SearchRequest(workspace="default", query="seabird colonies", k=3, sparse_weight=0.0), model=INT8)
     assert res.model == INT8 and res.pages[0].url == "https://example.org/birds"
-    cmp = compare(service, CompareRequest(query="format json output", k=3, models=["all-minilm-l6-v2", INT8]))
+    cmp = compare(service, CompareRequest(workspace="default", query="format json output", k=3, models=["all-minilm-l6-v2", INT8]))
     assert [r.pages[0].url for r in cmp.runs] == ["https://example.org/json"] * 2
     assert cmp.agreement[0].jaccard == 1.0
     corpus.close()
@@ -62,7 +62,7 @@ def test_int8_embedder_searches_and_compares_beside_torch(int8_pool, make_corpus
     again = make_corpus(corpus.data_dir)
     assert INT8 not in again.embedder_names
     assert again.dense(INT8).count() == 3
-    res = SearchService(again).search(SearchRequest(query="seabird colonies", k=3, sparse_weight=0.0), model=INT8)
+    res = SearchService(again).search(SearchRequest(workspace="default", query="seabird colonies", k=3, sparse_weight=0.0), model=INT8)
     assert res.pages[0].url == "https://example.org/birds"
 
 

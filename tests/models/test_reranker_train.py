@@ -73,7 +73,7 @@ def test_feedback_pairs_come_from_the_query_log(mining_corpus):
     from engine.refind.rerank_pairs import feedback_pairs
     from engine.refind.search import SearchRequest, SearchService
 
-    res = SearchService(mining_corpus).search(SearchRequest(query="how glaciers melt and retreat", k=4))
+    res = SearchService(mining_corpus).search(SearchRequest(workspace="default", query="how glaciers melt and retreat", k=4))
     mining_corpus.querylog.flush()
     by_url = {h.url: h.page_id for h in res.pages}
     glacier, bike = by_url["https://notes.example/1"], by_url["https://notes.example/3"]
@@ -272,7 +272,7 @@ def test_cli_reranker_train_end_to_end(mining_corpus, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["trained"] is False
     corpus = open_corpus(load_settings(str(cfg)))
     try:
-        res = SearchService(corpus).search(SearchRequest(query="glacier meltwater", rerank=True, explain=True),
+        res = SearchService(corpus).search(SearchRequest(workspace="default", query="glacier meltwater", rerank=True, explain=True),
                                            log=False)
         chunks = [ch for p in res.pages for ch in p.explain.chunks]
         assert chunks and all(ch.rerank is not None and 0 < ch.rerank < 1 for ch in chunks)

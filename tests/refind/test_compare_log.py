@@ -97,7 +97,8 @@ def test_every_search_is_logged_with_its_candidates(make_corpus):
     assert fused == len({r[0] for r in cur.execute(
         "SELECT chunk_id FROM log_candidates WHERE query_id = ?", [ids[0]]).fetchall()})
     params = json.loads(cur.execute("SELECT params FROM log_queries WHERE query_id = ?", [ids[0]]).fetchone()[0])
-    assert params == {"query": "herons 0", "k": 3, "explain": False}
+    # the request as sent, with the workspace it ran in (the verb resolved it: a replay runs there too)
+    assert params == {"query": "herons 0", "k": 3, "explain": False, "workspace": "default"}
 
 
 def test_feedback_needs_a_logged_query_and_a_page(make_corpus):

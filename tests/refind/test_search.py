@@ -394,7 +394,7 @@ def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populate
     """The dense arm skips its restriction only when the asked workspace is the one with pages;
     otherwise FAISS would answer from another workspace."""
     service = SearchService(corpus)
-    assert service.search(SearchRequest(query="json encoder"), log=False).total > 0
+    assert service.search(SearchRequest(workspace="default", query="json encoder"), log=False).total > 0
     res = service.search(SearchRequest(query="json encoder", workspace="nothing-here"), log=False)
     assert (res.total, res.pages) == (0, [])
 
@@ -416,7 +416,7 @@ def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_i
     # leave it: the page absent, the marker a generation behind); the next start replays it
     late = ingest(corpus, [page("https://d.example/late", "Guillemots crowd the same ledges.")]).outcomes[0].page_id
     corpus.sparse.replace_pages([late], [], corpus.store.generation() - 1)
-    assert SearchService(corpus).search(SearchRequest(query="guillemots", dense_weight=0), log=False).pages == []
+    assert SearchService(corpus).search(SearchRequest(workspace="default", query="guillemots", dense_weight=0), log=False).pages == []
     settings = corpus.settings
     corpus.close()
     reopened = open_corpus(settings, pool)
@@ -426,7 +426,7 @@ def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_i
         ids = index_ids(reopened)
         model = settings.models.active
         assert ids["store"] == ids["sparse"] == ids[f"dense:{model}"] == ids[f"vectors:{model}"] and len(ids["store"]) == 2
-        hits = SearchService(reopened).search(SearchRequest(query="guillemots", dense_weight=0), log=False).pages
+        hits = SearchService(reopened).search(SearchRequest(workspace="default", query="guillemots", dense_weight=0), log=False).pages
         assert [p.url for p in hits] == ["https://d.example/late"]
     finally:
         reopened.close()
@@ -438,7 +438,7 @@ def test_a_scoped_search_reads_only_its_scopes_in_both_arms(make):
                     for s in ("a", "b") for i in range(3)] + [page("https://s.example/open", "Open notes on petrels.")])
     service = SearchService(corpus)
     for weights in ({"sparse_weight": 0}, {"dense_weight": 0}, {}):
-        req = SearchRequest(query="storm petrels notes", k=10, **weights)
+        req = SearchRequest(workspace="default", query="storm petrels notes", k=10, **weights)
         mine = service.search(req, scopes=("a",), log=False).pages
         assert len(mine) == 3 and all("/a/" in p.url for p in mine)
         assert len(service.search(req, log=False).pages) == 7
@@ -492,7 +492,7 @@ def test_snippets_from_the_views_texts_are_the_stores(corpus, monkeypatch):
     assert view.snippet_chunks(ids) == corpus.store.snippet_chunks(ids)
     assert any(sec for _, sec in view.snippet_chunks(ids).values())   # section paths, not only texts
     svc, now = SearchService(corpus), datetime(2026, 7, 1)
-    reqs = [SearchRequest(query=q, k=8, explain=True) for q in ("sqlite storage engine", "python packaging")]
+    reqs = [SearchRequest(workspace="default", query=q, k=8, explain=True) for q in ("sqlite storage engine", "python packaging")]
     held = [svc.search(r, now=now, log=False).model_dump(exclude={"query_id", "timings_ms"}) for r in reqs]
     monkeypatch.setattr(corpus._hot, "_view", dataclasses.replace(view, chunk_text=None, chunk_section=None))
     assert corpus.hot().chunk_text is None
@@ -541,7 +541,7 @@ def test_the_bm25_arm_answers_the_same_whenever_it_starts(corpus):
     FAISS's time (SearchService.arms, by the arms' recent times): the same responses either way, both
     arms run, and the service learns to start it late when it is the shorter arm."""
     svc, now = SearchService(corpus), datetime(2026, 7, 1)
-    reqs = [SearchRequest(query=q, k=8, explain=True) for q in ("sqlite storage engine", "python packaging")]
+    reqs = [SearchRequest(workspace="default", query=q, k=8, explain=True) for q in ("sqlite storage engine", "python packaging")]
     clock = svc._clock
     assert not clock.sparse_fits_beside_dense()   # nothing measured yet: it starts with the encoder
 

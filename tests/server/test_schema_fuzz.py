@@ -46,7 +46,7 @@ def fuzz_client(pool, tmp_path_factory):
     from tests.conftest import demo_records
 
     client = make_client(tmp_path_factory.mktemp("fuzz") / "data", pool=pool)
-    Ingester(client.corpus, progress=False).ingest((i, "demo", r) for i, r in enumerate(demo_records(12), start=1))
+    Ingester(client.corpus, "default", progress=False).ingest((i, "demo", r) for i, r in enumerate(demo_records(12), start=1))
     client.corpus.sync()
     roster(client)
     client.token = create_key(client.corpus.keys, ["*"], name="fuzzer")["token"]

@@ -67,7 +67,7 @@ def server(pool, int8_pool, tmp_path_factory):
                       models={"also_embed": [INT8], "cache_dir": str(int8_pool.registry.cache_dir)})
     corpus = open_corpus(s, pool)
     ingest(corpus, demo_by_domain(PER_DOMAIN))
-    refit_clusters(corpus, k=4)
+    refit_clusters(corpus, "default", k=4)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
