@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
-from engine.core.urls import InvalidURL, domain_of, is_bare_domain, normalize_url
+from engine.core.urls import InvalidURL, domain_of, is_bare_domain, is_public_suffix, normalize_url
 
 _URLISH = re.compile(r"^(?:https?://)?(?:www\.)?[a-z0-9.-]+\.[a-z]{2,63}(?::\d+)?/\S*$", re.I)
 
@@ -60,3 +60,28 @@ def pin_intent(query: str) -> PinIntent | None:
     if is_bare_domain(q):
         return PinIntent("domain", domain_of(q))
     return None
+
+
+def pinned_pages(store, intent: PinIntent, workspace: str, allowed: set[str] | None, limit: int,
+                 scopes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
+    """The pinned pages of a pin intent, in order, with their kind (at most `limit` for a prefix or domain; only pages of `allowed`, None: any). Each
+    lookup reads only the caller's document scopes, so which fallback applies (a URL, else its
+    prefix or domain) never depends on what another scope holds."""
+    within = list(scopes) if scopes is not None else None
+    found: list[tuple[str, str]] = []
+    domain = intent.value if intent.kind == "domain" else None
+    if intent.kind == "url":
+        url = intent.value
+        found = [(pid, "url") for pid in store.pages_with_url(workspace, url, within)]
+        if not found and (clean := without_tracking(url)) is not None:   # a shared link's utm_* and such
+            url = clean
+            found = [(pid, "url") for pid in store.pages_with_url(workspace, url, within)]
+        host, _, path = url.split("?", 1)[0].partition("/")
+        if not found and path:
+            found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, url, limit, within)]
+        elif not found:
+            domain = host
+    if not found and domain and not is_public_suffix(domain):
+        found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True,
+                                                                 scopes=within)]
+    return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]

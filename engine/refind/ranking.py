@@ -22,8 +22,11 @@ import numpy as np
 
 from indexes.hot import HotView
 
+from engine.refind.candidates import Candidates
+from engine.refind.fusion import arm_levels
 from engine.refind.recency import factors_us
 from engine.refind.rollup import Rolled
+from engine.refind.schema import Params
 
 
 _EPOCH, _MICROSECOND = datetime(1970, 1, 1), timedelta(microseconds=1)
@@ -173,3 +176,14 @@ def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vie
     return RankedPages([names[i] for i in order], n, rolled, chunk_ids, chunk_scores,
                        {names[i]: (i, scores[i], 1.0) for i in order},
                        {names[i]: bands[names[i]] for i in order})
+
+
+def page_levels(p: Params, cands: Candidates, rolled: Rolled) -> np.ndarray:
+    """Each rolled-up page's arm level (fusion.arm_levels), from both arms' chunk lists: the scale
+    recency's band is measured on (with rerank on too: the reranker orders, the arms say how close)."""
+    arm_rows = {}
+    for arm, hits in (("dense", cands.dense), ("sparse", cands.sparse)):
+        ids = np.fromiter((c for c, _ in hits), dtype=np.int64, count=len(hits))
+        arm_rows[arm] = (cands.view.chunk_rows(ids), np.fromiter((x for _, x in hits), dtype=np.float64,
+                                                                 count=len(hits)))
+    return arm_levels(rolled.pages, arm_rows, {"dense": p.dense_weight, "sparse": p.sparse_weight})

@@ -5,6 +5,10 @@
 
 Filters are pushed into both arms (tantivy filter clauses; a FAISS IDSelector), never applied
 after the fact. Paging is the very last step, so pages never move between offsets.
+
+This module runs the arms and the stages in order; each stage is a module of its own: `fusion.py`,
+`rerank.py`, `rollup.py`, `ranking.py` (recency and order), `pinning.py`, `hydrate.py`, `explain.py`,
+over the records of `candidates.py`, timed by `timing.py`.
 """
 from __future__ import annotations
 
@@ -20,26 +24,23 @@ from indexes.dense import set_search_threads, with_search_threads
 from indexes.backends import BackendUnavailable
 from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
-from models.reranker import RerankerUnavailable, load_reranker
 
 from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
 from engine.core.identity import named_workspace
-from engine.core.errors import (EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable,
-                               RerankerNotConfigured)
+from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable
 from engine.core.querylog import LogEntry
-from engine.core.urls import is_public_suffix
 from engine.refind.candidates import ArmResults, Candidates, Restriction
-from engine.refind.explain import page_explain
-from engine.refind.fusion import Fused, arm_levels, extra_arm, fuse, rrf_arrays
-from engine.refind.highlight import highlight_all, query_terms
-from engine.refind.pinning import pin_intent, without_tracking
-from engine.refind.ranking import RankedPages, rank_pages
+from engine.refind.fusion import fuse, rrf_arrays
+from engine.refind.pinning import pin_intent, pinned_pages
+from engine.refind.ranking import page_levels, rank_pages
 from engine.refind.recency import recency_on
-from engine.refind.rollup import Rolled, rollup_rows
+from engine.refind.rollup import rollup_rows
+from engine.refind.hydrate import hydrate
+from engine.refind.rerank import rerank_chunks
 # the wire schemas live in engine/refind/schema.py; the faces import the request and reply from here too
-from engine.refind.schema import (_PAGE_HITS, _REQUEST_SET, PageHit, Params, SearchFilters, SearchRequest,
-                                  SearchResponse, SimilarPage, Suggestions)
+from engine.refind.schema import (_REQUEST_SET, Params, SearchFilters, SearchRequest, SearchResponse, SimilarPage,
+                                  Suggestions)
 from engine.refind.timing import ArmClock, StageTimer
 
 
@@ -249,7 +250,7 @@ class SearchService:
         ids, scores, rolled, rerank_scores = cands.ids, cands.scores, cands.rolled, {}   # best first, ties by chunk id
         if p.rerank:
             with timer("rerank"):
-                chunk_scores, rerank_scores = self._rerank(req.query, p, cands)
+                chunk_scores, rerank_scores = rerank_chunks(self.corpus, req.query, p, cands)
                 reranked = trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
                 ids = np.array([c for c, _ in reranked], dtype=np.int64)
                 scores = np.array([s for _, s in reranked], dtype=np.float64)
@@ -257,12 +258,14 @@ class SearchService:
                 rolled = rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
-            pinned = {pid: kind for pid, kind in (self._pins(intent, p.workspace, restriction, scopes) if intent else [])
-                      if pid in cands.view.row_of}   # a page written after this request's view waits for the next
+            found = pinned_pages(self.corpus.store, intent, p.workspace, restriction.page_ids,
+                                 self.corpus.settings.search.pin_domain_max, scopes) if intent else []
+            # a page written after this request's view waits for the next
+            pinned = {pid: kind for pid, kind in found if pid in cands.view.row_of}
         with timer("decay"):
             on = recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight)
             # only the pages up to the slice's end are put in order (pinned ones may come out of them)
-            levels = self._levels(p, cands, rolled) if on and p.recency_mode == "band" else None
+            levels = page_levels(p, cands, rolled) if on and p.recency_mode == "band" else None
             ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
                                 p.recency_weight if on else 0.0, top=p.offset + p.k + len(pinned),
                                 levels=levels, band=p.recency_band)
@@ -273,7 +276,7 @@ class SearchService:
             total += len(pinned) - int(np.isin(rows, rolled.pages).sum())   # a pinned page is counted once
         window = order[p.offset: p.offset + p.k]
         with timer("hydrate"):
-            hits = self._hydrate(req.query, window, ranked, pinned, cands, rerank_scores, p, now)
+            hits = hydrate(self.corpus, req.query, window, ranked, pinned, cands, rerank_scores, p, now)
         suggestions = None
         if p.suggestions and order:
             with timer("suggestions"):
@@ -321,100 +324,8 @@ class SearchService:
             depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
                                              "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
 
-    @staticmethod
-    def _levels(p: Params, cands: Candidates, rolled: Rolled) -> np.ndarray:
-        """Each rolled-up page's arm level (fusion.arm_levels), from both arms' chunk lists: the scale
-        recency's band is measured on (with rerank on too: the reranker orders, the arms say how close)."""
-        arm_rows = {}
-        for arm, hits in (("dense", cands.dense), ("sparse", cands.sparse)):
-            ids = np.fromiter((c for c, _ in hits), dtype=np.int64, count=len(hits))
-            arm_rows[arm] = (cands.view.chunk_rows(ids), np.fromiter((x for _, x in hits), dtype=np.float64,
-                                                                     count=len(hits)))
-        return arm_levels(rolled.pages, arm_rows, {"dense": p.dense_weight, "sparse": p.sparse_weight})
-
-    def _rerank(self, query: str, p: Params, cands: Candidates) -> tuple[dict[int, float], dict[int, float]]:
-        """The cross-encoder over the top rerank_n candidate chunks: (chunk scores, rerank scores). With
-        rerank on, the ranked candidate set is the reranked chunks."""
-        corpus = self.corpus
-        top = [f for f in cands.fused if f.chunk_id in cands.chunk_page][: p.rerank_n]
-        texts = corpus.store.chunks_by_id([f.chunk_id for f in top])
-        try:
-            rr = load_reranker(corpus.registry, corpus.settings.models.reranker, corpus.settings.models.device)
-        except RerankerUnavailable as exc:
-            raise RerankerNotConfigured(str(exc)) from exc
-        scores = rr.score(query, [texts[f.chunk_id]["text"] for f in top])
-        rerank_scores = {f.chunk_id: float(x) for f, x in zip(top, scores)}
-        if p.rerank_fusion == "rrf":
-            arm = extra_arm(rerank_scores, p.rerank_weight, p.fusion, p.rrf_k, p.normalizer)
-            return {f.chunk_id: f.score + arm[f.chunk_id] for f in top}, rerank_scores
-        return dict(rerank_scores), rerank_scores
-
-    def _hydrate(self, query: str, window: list[str], ranked: RankedPages, pinned: dict[str, str],
-                 cands: Candidates, rerank_scores: dict[int, float], p: Params, now: datetime) -> list[PageHit]:
-        """The returned pages only, read in full: their rows, their top chunks as snippets (with the
-        highlighted query words), and explain when asked."""
-        meta = cands.view.page_rows(window)
-        by_id = {pid: sp for pid in window if (sp := ranked.page(pid)) is not None}
-        snippets_n = self.corpus.settings.search.snippets_per_page
-        # a page pinned without a matched passage (a bare domain, a URL) shows how it begins
-        unranked = [pid for pid in window if pid not in by_id]
-        lead = self.corpus.store.lead_chunks(unranked) if unranked and snippets_n else {}
-        shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]] + list(lead.values())
-        chunk_meta, offsets = cands.view.snippets(shown)   # texts in memory or on file when the view holds them
-        if chunk_meta is None:
-            chunk_meta = self.corpus.store.snippet_chunks(shown)
-        fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused} if p.explain else {}
-        terms = query_terms(query) if p.highlight else frozenset()
-        marked = [c for c in shown if c in chunk_meta]
-        marks = dict(zip(marked, highlight_all([chunk_meta[c][0] for c in marked], terms)))
-        hits = []
-        for i, pid in enumerate(window):
-            m = meta[pid]
-            sp = by_id.get(pid)
-            cids, cscores = (sp.chunk_ids, sp.chunk_scores) if sp else (([lead[pid]], [0.0]) if pid in lead else ([], []))
-            snippets = [{"chunk_id": c, "text": chunk_meta[c][0], "section_path": list(chunk_meta[c][1] or []),
-                         "char_start": offsets[c][0], "char_end": offsets[c][1], "score": score,
-                         "highlights": marks[c]}
-                        for c, score in zip(cids[:snippets_n], cscores) if c in chunk_meta and c in offsets]
-            explain = page_explain(cids, cscores, fused_by_id, rerank_scores, p, sp, m, now,
-                                    pinned.get(pid)) if p.explain else None
-            hits.append({
-                "rank": p.offset + i + 1, "page_id": pid, "url": m["url"], "title": m["title"], "domain": m["domain"],
-                "score": sp.score if sp else 0.0, "first_seen": m["first_seen"], "last_seen": m["last_seen"],
-                "published": m["published"], "cluster_id": m["cluster_id"], "entities": m["entities"],
-                "pinned": pinned.get(pid), "snippets": snippets, "explain": explain})
-        # validated in one call (~25 % less than a model per hit and per snippet)
-        return _PAGE_HITS.validate_python(hits)
-
     def _suggestions(self, source_page: str, model: str, scopes: tuple[str, ...] | None) -> Suggestions:
         from engine.refind.similar import similar_pages
 
         sims = similar_pages(self.corpus, source_page, "vector", 5, model, scopes=scopes)
         return Suggestions(source_page_id=source_page, mediation="vector", pages=[SimilarPage(**x) for x in sims])
-
-    def _pins(self, intent, workspace: str, r: Restriction, scopes: tuple[str, ...] | None = None
-              ) -> list[tuple[str, str]]:
-        """The pinned pages of a pin intent, in order, with their kind (engine/refind/pinning.py). Each
-        lookup reads only the caller's document scopes, so which fallback applies (a URL, else its
-        prefix or domain) never depends on what another scope holds."""
-        store = self.corpus.store
-        allowed = r.page_ids
-        within = list(scopes) if scopes is not None else None
-        limit = self.corpus.settings.search.pin_domain_max
-        found: list[tuple[str, str]] = []
-        domain = intent.value if intent.kind == "domain" else None
-        if intent.kind == "url":
-            url = intent.value
-            found = [(pid, "url") for pid in store.pages_with_url(workspace, url, within)]
-            if not found and (clean := without_tracking(url)) is not None:   # a shared link's utm_* and such
-                url = clean
-                found = [(pid, "url") for pid in store.pages_with_url(workspace, url, within)]
-            host, _, path = url.split("?", 1)[0].partition("/")
-            if not found and path:
-                found = [(pid, "prefix") for pid in store.pages_under_prefix(workspace, url, limit, within)]
-            elif not found:
-                domain = host
-        if not found and domain and not is_public_suffix(domain):
-            found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True,
-                                                                     scopes=within)]
-        return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
