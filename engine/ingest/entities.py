@@ -13,7 +13,7 @@ from engine.core.access import OPEN, Grant
 from engine.core.corpus import Corpus
 from engine.core.errors import EngineError, PageNotFound
 from engine.core.values import Name
-from engine.ingest.pipeline import entity_rows
+from engine.ingest.prepare import entity_rows
 from engine.ingest.records import EntityInput
 
 
