@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from indexes.backends import open_backend
 from indexes.hot import HotPages, HotView
@@ -26,8 +23,8 @@ from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
 from engine.core.errors import PageNotFound
-from engine.core.clock import utcnow
 from engine.core.querylog import QueryLog
+from engine.core.repair import IndexRepairs, RepairReport
 from engine.core.settings import Settings
 
 log = logging.getLogger("refindery.corpus")
@@ -35,16 +32,7 @@ log = logging.getLogger("refindery.corpus")
 STORE_FILE = "refindery.duckdb"
 
 
-@dataclass
-class RepairReport:
-    index: str
-    action: str  # "none" | "replayed" | "rebuilt" | "synced"
-    from_generation: int
-    to_generation: int
-    detail: str = ""
-
-
-class Corpus:
+class Corpus(IndexRepairs):
     def __init__(self, settings: Settings, pool: EmbedderPool | None = None):
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
@@ -180,111 +168,6 @@ class Corpus:
     def chunk_page_snapshot(self) -> HotView:
         return self.hot()
 
-    # Consistency ---------------------------------------------------------------------------------
-    def sync(self, models: list[str] | None = None) -> list[RepairReport]:
-        """Bring every index up to the store's generation; return what was done."""
-        with self.write_lock:
-            reports = [self._sync_sparse()]
-            for m in models if models is not None else self.embedder_names:
-                reports.append(self._sync_dense(m))
-            done = [r for r in reports if r.action != "none"]
-            for r in done:
-                log.warning("repaired %s: %s from generation %d to %d %s", r.index, r.action,
-                            r.from_generation, r.to_generation, r.detail)
-            self.repairs.extend(done)
-            return reports
-
-    def quarantine(self, rejected: dict[str, str]) -> int | None:
-        """Move pages an index cannot hold out of the corpus (into the store's quarantine, reported by
-        /v1/status) and out of every index, so one bad row never stops a repair, a reindex or the next
-        ingest. Returns the generation that did it (None when there was nothing to move)."""
-        if not rejected:
-            return None
-        with self.write_lock:
-            chunk_ids = self.store.chunk_ids_of_pages(sorted(rejected))
-            for pid, reason in sorted(rejected.items()):
-                log.error("quarantined page %s: the index cannot hold it (%s)", pid, reason)
-            gen = self.store.quarantine(rejected, utcnow())
-            self.sparse.replace_pages(sorted(rejected), [], gen)
-            for d in self._dense.values():
-                d.remove(np.intersect1d(d.ids(), np.asarray(chunk_ids, dtype=np.int64)))
-            return gen
-
-    def _sync_sparse(self) -> RepairReport:
-        g_store = self.store.generation()
-        g = self.sparse.generation
-        pruned = self.store.pruned_upto()
-        n_chunks = self.store.counts()["chunks"]
-        if g == g_store and self.sparse.count() == n_chunks:
-            return RepairReport("sparse", "none", g, g_store)
-        if g_store == 0 and n_chunks == 0 and self.sparse.count() == 0:
-            self.sparse.mark(0)  # a new, empty data dir: nothing to repair
-            return RepairReport("sparse", "none", g, g_store)
-        if 0 <= g <= g_store and g >= pruned:
-            pages = self.store.changed_pages_since(g)
-            docs = [d for batch in self.store.index_docs(pages) for d in batch]
-            rejected = self.sparse.replace_pages(pages, docs, g_store)
-            g_now = self.quarantine(rejected) or g_store
-            if self.sparse.count() == self.store.counts()["chunks"]:
-                return RepairReport("sparse", "replayed", g, g_now, f"{len(pages)} pages" + _left_out(rejected))
-        rejected = self.sparse.rebuild(self.store.index_docs(), g_store)
-        g_now = self.quarantine(rejected) or g_store
-        return RepairReport("sparse", "rebuilt", g, g_now, _left_out(rejected).strip())
-
-    def _sync_dense(self, model: str) -> RepairReport:
-        dense = self.dense(model)
-        g_store = self.store.generation()
-        g = dense.generation
-        n_store = self.store.counts()["embeddings"].get(model, 0)
-        if g == g_store and dense.count() == n_store:
-            return RepairReport(f"dense:{model}", "none", g, g_store)
-        if n_store == 0 and dense.count() == 0:
-            dense.save(g_store)  # nothing stored, nothing indexed: only the marker was behind
-            return RepairReport(f"dense:{model}", "none", g, g_store)
-        store_ids, _ = self.store.embedding_ids(model)
-        have = dense.ids()
-        extra = np.setdiff1d(have, store_ids, assume_unique=False)
-        missing = np.setdiff1d(store_ids, have, assume_unique=False)
-        if len(np.unique(have)) != len(have) or dense.needs_compaction:
-            dense.reset()
-            ids, vecs = self.store.embeddings_for(model)
-            dense.add(ids, vecs)
-            dense.save(g_store)
-            return RepairReport(f"dense:{model}", "rebuilt", g, g_store)
-        dense.remove(extra)
-        if len(missing):
-            ids, vecs = self.store.embeddings_for(model, missing.tolist())
-            dense.add(ids, vecs)
-        dense.save(g_store)
-        return RepairReport(f"dense:{model}", "synced", g, g_store, f"-{len(extra)} +{len(missing)}")
-
-    def sync_pages(self, generation: int) -> None:
-        """After a store write that changed pages' filter fields only (clusters, entity links):
-        re-index those pages in tantivy. Vectors are unchanged."""
-        with self.write_lock:
-            pages = self.store.changed_pages_since(self.sparse.generation)
-            docs = [d for batch in self.store.index_docs(pages) for d in batch]
-            generation = self.quarantine(self.sparse.replace_pages(pages, docs, generation)) or generation
-            for d in self._dense.values():
-                d.refresh_pages(pages)
-                d.dirty = d.dirty or d.generation != generation
-
-    def consistency(self) -> dict:
-        """Counts in the store and in every index, and whether they agree."""
-        counts = self.store.counts()
-        out = {"store_generation": self.store.generation(), "chunks": counts["chunks"],
-               "sparse": {"count": self.sparse.count(), "generation": self.sparse.generation}, "dense": {}}
-        ok = out["sparse"]["count"] == counts["chunks"] and out["sparse"]["generation"] == out["store_generation"]
-        for m in sorted(set(self.embedder_names) | set(self._dense)):
-            d = self.dense(m)
-            n = counts["embeddings"].get(m, 0)
-            out["dense"][m] = {"count": d.count(), "embeddings": n, "generation": d.generation,
-                               "unsaved_changes": d.dirty, "kind": d.kind,
-                               "dead_entries": d.total() - d.count()}
-            ok = ok and d.count() == n and (d.generation == out["store_generation"] or d.dirty)
-        out["consistent"] = ok
-        return out
-
     def flush(self) -> None:
         """Persist dense indexes that changed since their last save."""
         with self.write_lock:
@@ -296,56 +179,6 @@ class Corpus:
             if low > self.store.pruned_upto():
                 self.store.prune_changes(low)
 
-    def reindex(self) -> list[RepairReport]:
-        """Rebuild every index from the store (embedding what a configured model lacks first)."""
-        with self.write_lock:
-            for m in self.embedder_names:
-                self.embed_missing(m)
-            g = self.store.generation()
-            rejected = self.sparse.rebuild(self.store.index_docs(), g)
-            g = self.quarantine(rejected) or g
-            reports = [RepairReport("sparse", "rebuilt", g, g, _left_out(rejected).strip())]
-            for m in self.embedder_names:
-                d = self.dense(m)
-                d.reset()
-                ids, vecs = self.store.embeddings_for(m)
-                d.add(ids, vecs)
-                d.save(g)
-                reports.append(RepairReport(f"dense:{m}", "rebuilt", g, g))
-            return reports
-
-    def embed_missing(self, model: str, batch: int = 128, progress: Callable[[int, int], None] | None = None,
-                      stop: threading.Event | None = None) -> int:
-        """Embed every chunk that has no vector of `model` yet (adding a model embeds only this).
-        Batch by batch, each under the write lock and no longer (a server embeds while it serves:
-        a write waits for one batch at most); `progress(done, total)` after each; `stop` ends it
-        between batches."""
-        emb = self.embedder(model)
-        dense = self.dense(model)
-        counts = self.store.counts()
-        total = max(0, counts["chunks"] - counts["embeddings"].get(model, 0))
-        done = 0
-        with self.write_lock:
-            present = set(dense.ids().tolist())   # vectors the index holds without a stored row (a repair's)
-        if progress is not None:
-            progress(0, total)
-        while stop is None or not stop.is_set():
-            with self.write_lock:
-                rows = self.store.chunks_missing_embeddings(model, limit=batch)
-                if not rows:
-                    break
-                ids = [r[0] for r in rows]
-                vecs = emb.encode_documents([r[1] for r in rows])
-                self.store.add_embeddings(model, ids, vecs)
-                fresh = [i for i, cid in enumerate(ids) if cid not in present]
-                dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
-                done += len(ids)
-            if progress is not None:
-                progress(done, max(total, done))
-        with self.write_lock:
-            self.maintain_dense(model)
-        return done
-
     def close(self) -> None:
         if self.store.closed:
             return
@@ -355,10 +188,6 @@ class Corpus:
             self.flush()
         finally:
             self.store.close()
-
-
-def _left_out(rejected: dict[str, str]) -> str:
-    return f" ({len(rejected)} pages the index cannot hold moved to quarantine)" if rejected else ""
 
 
 def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bool = True) -> Corpus:
