@@ -451,7 +451,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(also $REFINDERY_CONFIG)")
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
+    _pages_commands(sub)
+    _search_commands(sub)
+    _operations_commands(sub)
+    _relations_and_access_commands(sub)
+    # Command groups other packages register (entry point group "refindery.cli", see pyproject.toml):
+    # eval adds `eval` and `reranker`, so this face never imports eval (import-linter's layers).
+    for ep in sorted(entry_points(group="refindery.cli"), key=lambda e: e.name):
+        ep.load()(sub)
+    return p
 
+
+def _pages_commands(sub) -> None:
+    """The commands that write and serve pages."""
     s = sub.add_parser("ingest", help="ingest a JSONL file (.jsonl or .jsonl.gz), a folder, or - for stdin")
     s.add_argument("path")
     s.add_argument("--workspace", default=None)
@@ -471,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="embed what MODEL lacks in the background once serving (repeatable; progress in GET /v1/models)")
     s.set_defaults(func=cmd_serve)
 
+
+def _search_commands(sub) -> None:
+    """The search faces: pages, evidence (and its maps and dictionary), compare."""
     s = sub.add_parser("search", help="search from the command line (every parameter of POST /v1/search but "
                                       "filters; unset ones take the [search] settings)")
     s.add_argument("query")
@@ -510,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_compare)
 
+
+def _operations_commands(sub) -> None:
+    """Operations: indexes, models, clusters, the query log."""
     s = sub.add_parser("reindex", help="rebuild every index from the store")
     s.set_defaults(func=cmd_reindex)
 
@@ -529,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--before", required=True, help="delete executions logged before this date (ISO 8601)")
     s.set_defaults(func=cmd_log)
 
+
+def _relations_and_access_commands(sub) -> None:
+    """Relation workspaces, API keys, MCP, status."""
     s = sub.add_parser("relations", help="relation workspaces: create, load SQL tables, search with constraints")
     s.add_argument("action", choices=["create", "load", "sync", "search", "demo", "demo-profiles"],
                    help="demo: (re)load the seed's roster into workspace `roster`; demo-profiles: (re)load "
@@ -559,11 +580,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="counts and index generations")
     s.set_defaults(func=cmd_status)
-    # Command groups other packages register (entry point group "refindery.cli", see pyproject.toml):
-    # eval adds `eval` and `reranker`, so this face never imports eval (import-linter's layers).
-    for ep in sorted(entry_points(group="refindery.cli"), key=lambda e: e.name):
-        ep.load()(sub)
-    return p
 
 
 # Verbs that open the data dir of the settings: while a server owns it they go through the server.
