@@ -205,34 +205,7 @@ class EvidenceSearch:
 
         dec = decompose(req.query, similarity, s.distinct_max) if req.decompose else None
         sub_texts = dec.sub_queries if dec else [req.query]
-        subs: list[Sub] = []
-        maps_accessed: list[str] = [maps.overview_path] if maps.pages else []
-        for i, text in enumerate(sub_texts):
-            matches = dictionary.lookup(text)
-            concepts = self.concepts(text, matches)
-            sub = Sub(i, text, matches, self.plan(text, matches), concepts, unit(text),
-                      self.concept_stems(concepts))
-            sub.maps = maps.rank(sub.vector)[: s.maps_consulted]
-            first = sub.plan[0].query
-            sub.noted = maps.noted(sub.vector, s.map_note_min_cosine)[: s.map_note_pages]
-            if sub.noted:   # pages earlier searches wrote into the maps for a question like this one: first
-                written = []
-                for note, cos in sub.noted:
-                    g = maps.group(note.group_key) or maps.group("found:retrieval")
-                    if g is not None and all(g is not x for x, _ in written):
-                        written.append((g, cos))
-                sub.maps = written + [(g, c) for g, c in sub.maps if all(g is not x for x, _ in written)]
-                sub.plan.appendleft(RoundSpec("map", first, Group(
-                    "notes", f"sub-query {i}", "pages written into the maps for questions like this one",
-                    [n.page_id for n, _ in sub.noted], "")))
-            if s.vocabulary_neighbours > 0:   # drawn when the plan gets there (most calls stop before)
-                at = next((j for j, r in enumerate(sub.plan) if r.kind == "keywords"), len(sub.plan))
-                sub.plan.insert(at, RoundSpec("neighbours", ""))
-            if listed:
-                sub.plan.appendleft(RoundSpec("pages", first, Group("pages", "request", "the request's pages",
-                                                                    listed, "")))
-            maps_accessed += [g.path for g, _ in sub.maps if g.path not in maps_accessed]
-            subs.append(sub)
+        subs, maps_accessed = self.prepare_subs(sub_texts, dictionary, maps, listed, unit)
 
         packet_name, _ = names(session_id, topic_slug)
         # each workspace, and each set of scopes a key reads, has its own sessions (its own folder): an
@@ -272,6 +245,43 @@ class EvidenceSearch:
             paths = checkpoint(termination, written)
             call = state["calls"][slot]
         return self._reply(state, call, paths, query_id, session_id, run, t0)
+
+    def prepare_subs(self, texts: list[str], dictionary: Dictionary, maps: Maps, listed: list[str] | None,
+                     unit) -> tuple[list[Sub], list[str]]:
+        """Each sub-query with its dictionary matches, concepts, the map groups it consults and its plan
+        of rounds: the request's pages first (when it lists some), then the pages earlier calls wrote
+        into the maps for a question like it, then the planned wordings, the corpus's nearest words
+        just before the keywords round. With it, the maps' paths consulted, the overview first."""
+        s = self.settings
+        subs: list[Sub] = []
+        maps_accessed: list[str] = [maps.overview_path] if maps.pages else []
+        for i, text in enumerate(texts):
+            matches = dictionary.lookup(text)
+            concepts = self.concepts(text, matches)
+            sub = Sub(i, text, matches, self.plan(text, matches), concepts, unit(text),
+                      self.concept_stems(concepts))
+            sub.maps = maps.rank(sub.vector)[: s.maps_consulted]
+            first = sub.plan[0].query
+            sub.noted = maps.noted(sub.vector, s.map_note_min_cosine)[: s.map_note_pages]
+            if sub.noted:   # pages earlier searches wrote into the maps for a question like this one: first
+                written = []
+                for note, cos in sub.noted:
+                    g = maps.group(note.group_key) or maps.group("found:retrieval")
+                    if g is not None and all(g is not x for x, _ in written):
+                        written.append((g, cos))
+                sub.maps = written + [(g, c) for g, c in sub.maps if all(g is not x for x, _ in written)]
+                sub.plan.appendleft(RoundSpec("map", first, Group(
+                    "notes", f"sub-query {i}", "pages written into the maps for questions like this one",
+                    [n.page_id for n, _ in sub.noted], "")))
+            if s.vocabulary_neighbours > 0:   # drawn when the plan gets there (most calls stop before)
+                at = next((j for j, r in enumerate(sub.plan) if r.kind == "keywords"), len(sub.plan))
+                sub.plan.insert(at, RoundSpec("neighbours", ""))
+            if listed:
+                sub.plan.appendleft(RoundSpec("pages", first, Group("pages", "request", "the request's pages",
+                                                                    listed, "")))
+            maps_accessed += [g.path for g, _ in sub.maps if g.path not in maps_accessed]
+            subs.append(sub)
+        return subs, maps_accessed
 
     def resolve_pages(self, items: list[str], workspace: str, scopes: tuple[str, ...] | None
                       ) -> tuple[list[str], list[str]]:
