@@ -58,37 +58,15 @@ def cmd_reranker(args) -> int:
     """`refindery reranker train`: a cross-encoder from the bundled encoder, on judgments, mined
     pairs and logged feedback; saved as a CrossEncoder folder and registered by name."""
     from engine.app import Engine
-    from engine.refind.rerank_pairs import NegativePlan, describe
+    from engine.refind.rerank_pairs import NegativePlan
     from engine.refind.reranker_training import DeviceUnavailable, TrainConfig
 
     if args.action == "package":  # files only: no data dir is opened
-        from engine.refind.reranker_training import package_onnx
-
-        if not args.out or not args.to:
-            print("error: reranker package needs --out (the trained folder) and --to (where the ONNX "
-                  "deployment goes)", file=sys.stderr)
-            return 2
-        try:
-            _print(package_onnx(Path(args.out), Path(args.to)))
-        except FileNotFoundError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
+        return _reranker_package(args)
     settings = _settings(args)
     with Engine(settings) as engine:
-        workspace = engine.workspace_for(OPEN, args.workspace)
         if args.action == "status":
-            st = engine.reranker_status()
-            if not args.brief:
-                _print(st)
-            elif st["available"]:
-                print(f"Reranker {st['name']} is trained ({st['path']}); rerank is "
-                      f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
-            else:
-                print("Rerank is off: no trained reranker here (none trained here yet, on this corpus or on SQuAD, "
-                      "beat hybrid search on held-out collections; docs/reranker.md). To try one on this corpus: "
-                      "`make reranker`, then search with \"rerank\": true.")
-            return 0
+            return _reranker_status(engine, args.brief)
         name = args.name
         declared = engine.declared_reranker(name)
         out = Path(args.out) if args.out else (declared or settings.data_dir / "rerankers" / name)
@@ -97,37 +75,10 @@ def cmd_reranker(args) -> int:
                     "reason": "a reranker is already there (--if-missing)"})
             return 0
         plan = NegativePlan(hard=args.hard_negatives, random=args.random_negatives)
-        pairs, sources = [], {}
-        if args.qrels:
-            from eval.rerank import collection_pairs
-
-            base = Path(args.ir_data_dir) if args.ir_data_dir else settings.data_dir / "ir"
-            for d in args.qrels:
-                got = collection_pairs(settings, Path(d), base, plan, seed=args.seed)
-                sources.setdefault("judgments", []).append({"collection": str(d), **describe(got)})
-                pairs += got
-        if args.mined > 0:
-            got = engine.training_pairs("mined", workspace, plan, n=args.mined, seed=args.seed)
-            sources["mined"] = {"workspace": workspace, **describe(got)}
-            pairs += got
-        if args.squad:
-            from eval.squad import squad_pairs
-
-            try:
-                got = squad_pairs(args.squad, args.squad_questions, negatives=args.squad_negatives, seed=args.seed)
-            except (FileNotFoundError, ValueError) as exc:
-                print(f"error: --squad: {exc}", file=sys.stderr)
-                return 2
-            sources["squad"] = {"file": str(args.squad), **describe(got)}
-            pairs += got
-        if args.from_log:
-            got = engine.training_pairs("feedback", workspace, plan, seed=args.seed)
-            sources["feedback"] = {"workspace": workspace, **describe(got)}
-            pairs += got
-        if not pairs or not any(p.label > 0.5 for p in pairs):
-            print(f"error: no training pairs: workspace {workspace!r} gave none (is it ingested?); "
-                  "add --qrels DIR, --squad or --from-log", file=sys.stderr)
+        got = _training_pairs(args, settings, engine, plan)
+        if got is None:
             return 2
+        pairs, sources = got
         config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
                              seed=args.seed, layers=args.layers, loss=args.loss,
                              device=args.device or settings.models.device,
@@ -147,6 +98,76 @@ def cmd_reranker(args) -> int:
                          "\"rerank\": true, or set search.rerank = true")
         _print(result)
         return 0
+
+
+def _reranker_package(args) -> int:
+    """`refindery reranker package`: a trained folder's int8 ONNX deployment, copied alone."""
+    from engine.refind.reranker_training import package_onnx
+
+    if not args.out or not args.to:
+        print("error: reranker package needs --out (the trained folder) and --to (where the ONNX "
+              "deployment goes)", file=sys.stderr)
+        return 2
+    try:
+        _print(package_onnx(Path(args.out), Path(args.to)))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _reranker_status(engine, brief: bool) -> int:
+    st = engine.reranker_status()
+    if not brief:
+        _print(st)
+    elif st["available"]:
+        print(f"Reranker {st['name']} is trained ({st['path']}); rerank is "
+              f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
+    else:
+        print("Rerank is off: no trained reranker here (none trained here yet, on this corpus or on SQuAD, "
+              "beat hybrid search on held-out collections; docs/reranker.md). To try one on this corpus: "
+              "`make reranker`, then search with \"rerank\": true.")
+    return 0
+
+
+def _training_pairs(args, settings, engine, plan) -> tuple[list, dict] | None:
+    """The pairs the arguments name — test collections' judgments, pairs mined from the workspace,
+    SQuAD, logged feedback — and where each came from; None (the error printed) when there are none."""
+    from engine.refind.rerank_pairs import describe
+
+    workspace = engine.workspace_for(OPEN, args.workspace)
+    pairs, sources = [], {}
+    if args.qrels:
+        from eval.rerank import collection_pairs
+
+        base = Path(args.ir_data_dir) if args.ir_data_dir else settings.data_dir / "ir"
+        for d in args.qrels:
+            got = collection_pairs(settings, Path(d), base, plan, seed=args.seed)
+            sources.setdefault("judgments", []).append({"collection": str(d), **describe(got)})
+            pairs += got
+    if args.mined > 0:
+        got = engine.training_pairs("mined", workspace, plan, n=args.mined, seed=args.seed)
+        sources["mined"] = {"workspace": workspace, **describe(got)}
+        pairs += got
+    if args.squad:
+        from eval.squad import squad_pairs
+
+        try:
+            got = squad_pairs(args.squad, args.squad_questions, negatives=args.squad_negatives, seed=args.seed)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: --squad: {exc}", file=sys.stderr)
+            return None
+        sources["squad"] = {"file": str(args.squad), **describe(got)}
+        pairs += got
+    if args.from_log:
+        got = engine.training_pairs("feedback", workspace, plan, seed=args.seed)
+        sources["feedback"] = {"workspace": workspace, **describe(got)}
+        pairs += got
+    if not pairs or not any(p.label > 0.5 for p in pairs):
+        print(f"error: no training pairs: workspace {workspace!r} gave none (is it ingested?); "
+              "add --qrels DIR, --squad or --from-log", file=sys.stderr)
+        return None
+    return pairs, sources
 
 
 def _eval_run(args, settings) -> int:
@@ -300,7 +321,13 @@ def cmd_tune(args) -> int:
 
 
 def register(sub) -> None:
-    """Add `eval` and `reranker` to the `refindery` subcommands."""
+    """Add `eval`, `tune` and `reranker` to the `refindery` subcommands."""
+    _eval_command(sub)
+    _tune_command(sub)
+    _reranker_command(sub)
+
+
+def _eval_command(sub) -> None:
     s = sub.add_parser("eval", help="offline evaluation")
     s.add_argument("suite", choices=["ir", "run", "replay", "evidence", "refind"],
                    help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
@@ -323,6 +350,8 @@ def register(sub) -> None:
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_eval)
 
+
+def _tune_command(sub) -> None:
     s = sub.add_parser("tune", help="choose fusion settings from judged queries by k-fold cross-validation")
     s.add_argument("--collection", default=None, help="a test collection folder whose qrels judge the queries "
                                                       "(ingested into --workspace, default its name)")
@@ -339,6 +368,8 @@ def register(sub) -> None:
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_tune)
 
+
+def _reranker_command(sub) -> None:
     s = sub.add_parser("reranker", help="train a cross-encoder reranker (from the bundled encoder)")
     s.add_argument("action", choices=["train", "status", "package"],
                    help="train: train and register one; status: the configured reranker and whether it is there; "
