@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
+
+import numpy as np
 
 from .dense import DenseIndex
 from .milvus import (MilvusDenseIndex, MilvusSparseIndex, MilvusUnavailable, client as milvus_client,
                      collection_name, default_prefix)
-from .sparse import SparseIndex
-from .store import CorpusStore
+from .sparse import SparseFilter, SparseIndex
+from .store import CorpusStore, IndexDoc
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +29,67 @@ MILVUS_DIR = "milvus"        # generation markers of the Milvus collections
 BackendUnavailable = MilvusUnavailable
 
 
+class SparseArm(Protocol):
+    """The BM25 arm: tantivy in the data dir (indexes/sparse.py) or a Milvus collection."""
+
+    @property
+    def generation(self) -> int: ...            # the store generation it has applied
+
+    def mark(self, generation: int) -> None: ...
+
+    def search(self, text: str, top_n: int, flt: SparseFilter | None = None, k3: float = ...
+               ) -> list[tuple[int, float]]: ...   # [(chunk_id, bm25)] best first
+
+    def replace_pages(self, page_ids: Iterable[str], docs: Iterable[IndexDoc], generation: int
+                      ) -> dict[str, str]: ...   # the pages it could not hold, with why
+
+    def rebuild(self, batches: Iterable[list[IndexDoc]], generation: int) -> dict[str, str]: ...
+
+    def count(self) -> int: ...
+
+    def ids(self): ...
+
+    def doc_freqs(self, words: Iterable[str]) -> dict[str, int]: ...
+
+
+class DenseArm(Protocol):
+    """One embedder's vectors: a FAISS index in the data dir (indexes/dense.py) or a Milvus collection."""
+    kind: str                   # flat, hnsw, milvus:<index type>
+    dirty: bool                 # changed since its last save
+    needs_compaction: bool
+
+    @property
+    def generation(self) -> int: ...
+
+    def search(self, query: np.ndarray, top_n: int, allowed_ids: np.ndarray | None = None,
+               flt: SparseFilter | None = None) -> list[tuple[int, float]]: ...   # [(chunk_id, ip)] best first
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None: ...
+
+    def remove(self, ids) -> None: ...
+
+    def refresh_pages(self, page_ids: list[str]) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def save(self, generation: int) -> None: ...
+
+    def count(self) -> int: ...
+
+    def total(self) -> int: ...
+
+    def ids(self) -> np.ndarray: ...
+
+
 class Backend(Protocol):
+    """Where the arms live: `open_backend` picks the one `index.backend` names."""
     dense_takes_id_lists: bool   # True: a filtered dense search is given the allowed chunk ids
 
-    def sparse(self): ...
+    def sparse(self) -> SparseArm: ...
 
-    def dense(self, model: str, dim: int): ...
+    def dense(self, model: str, dim: int) -> DenseArm: ...
 
-    def maintain(self, model: str, dense):
+    def maintain(self, model: str, dense: DenseArm) -> DenseArm | None:
         """After a write: a replacement index for `dense` when it should be rebuilt, else None."""
 
 

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 
-from indexes.backends import open_backend
+from indexes.backends import DenseArm, SparseArm, open_backend
 from indexes.hot import HotPages, HotView
 from indexes.keys import KeyStore
 from indexes.map_notes import MapNotes
@@ -44,8 +44,8 @@ class Corpus(IndexRepairs):
                                          settings.models.cpu_threads)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
         self.backend = open_backend(settings, self.data_dir, self.store)   # index.backend (indexes/backends.py)
-        self.sparse = self.backend.sparse()
-        self._dense: dict = {}   # model -> its dense arm
+        self.sparse: SparseArm = self.backend.sparse()
+        self._dense: dict[str, DenseArm] = {}   # model -> its dense arm
         self.write_lock = threading.RLock()
         self.repairs: list[RepairReport] = []
         self.store.ensure_workspace(settings.default_workspace)
@@ -65,7 +65,7 @@ class Corpus(IndexRepairs):
     def embedder_names(self) -> list[str]:
         return self.settings.embedder_names
 
-    def dense(self, model: str):
+    def dense(self, model: str) -> DenseArm:
         """`model`'s dense arm (opened once)."""
         if model not in self._dense:
             spec = self.registry.spec(model)

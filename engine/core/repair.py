@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from engine.core.clock import utcnow
 
 if TYPE_CHECKING:
+    from indexes.backends import DenseArm, SparseArm
     from indexes.store import CorpusStore
 
 log = logging.getLogger("refindery.corpus")
@@ -31,8 +32,8 @@ class IndexRepairs:
     """What a corpus does to keep its indexes at the store's generation. The store, the arms and the
     models are the Corpus's (`dense(model)`, `embedder(model)`, `embedder_names`, `maintain_dense`)."""
     store: CorpusStore
-    sparse: Any                   # the backend's sparse arm
-    _dense: dict[str, Any]        # model -> its dense arm, as opened so far
+    sparse: SparseArm
+    _dense: dict[str, DenseArm]   # model -> its dense arm, as opened so far
     write_lock: threading.RLock
     repairs: list[RepairReport]
 
