@@ -138,11 +138,28 @@ def why(match: dict, bound: list[Bound], groups_of: dict[int, int]) -> list[dict
     return lines
 
 
-def reason_count(reason: str, full: dict) -> int:
-    """The count the full reply holds for a reason the licence is withheld for."""
+def reason_count(reason: str, full: dict, bound: list[Bound], scopes: int = 0) -> int:
+    """The count the full reply holds for a reason the licence is withheld for: what a caller
+    reading the full reply would count for it. `scopes`: how many document scopes the caller's
+    key reads (what `acl` counts: the full reply names no document the key cannot read)."""
     counts = full["counts"]
     kind, _, name = reason.partition(":")
     groups = [g for g in full["groups"] if g["relation"] == name]
+    if kind == "acl":
+        return scopes
+    if kind == "constraints_dropped":
+        return len(full["gaps"]["dropped"])
+    if kind == "brief_uncompiled":   # the sentences no kept constraint came from
+        return len(full["gaps"]["uncompiled"])
+    if kind == "constraint_unbound":   # the one constraint the reason names
+        return 1
+    if kind == "vocabulary_unknown_surface":   # the values the vocabulary does not know, matched as written
+        return sum(len(b.literals) for b in bound if b.c.required and b.slot.name == name and reason in b.narrow)
+    if kind.startswith("criterion_"):
+        states = {"criterion_unproved": ("stated_not_verified", "not_stated"),
+                  "criterion_no_documents": ("no_documents",), "criterion_not_read": ("not_read",)}[kind]
+        block = next(c for c in full["criteria"] if str(c["index"]) == name)
+        return sum(block["states"][s] for s in states)
     if kind == "entities_not_recorded":
         return counts["not_recorded"]
     if kind == "relation_not_recorded":
@@ -151,7 +168,7 @@ def reason_count(reason: str, full: dict) -> int:
         return sum(g["undetermined"] for g in groups if g["required"]) if groups else counts["undetermined"]
     if kind == "vocabulary_unplaced":
         return counts["none"]
-    return 1
+    raise ValueError(f"no count is defined for the reason {reason!r}")
 
 
 def follow_up(verb: str, body: dict, routes: dict[str, dict] | None) -> dict:
@@ -165,9 +182,11 @@ def follow_up(verb: str, body: dict, routes: dict[str, dict] | None) -> dict:
 
 def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str, list[str]],
                   request: dict, criteria: list[dict] | None = None, close: list[dict] | None = None,
-                  routes: dict[str, dict] | None = None, unbound: list[str] | None = None) -> dict:
+                  routes: dict[str, dict] | None = None, unbound: list[str] | None = None,
+                  scopes: int = 0) -> dict:
     """`unbound`: a plain line per constraint that names what the workspace does not have (the
-    full reply's gaps), shown right after `complete`."""
+    full reply's gaps), shown right after `complete`. `scopes`: how many document scopes the
+    caller's key reads (0: every document)."""
     counts, coverage = full["counts"], full["coverage"]
     matches = full["matches"]
     groups_of = {b: g.index for g in groups for b in g.constraints}
@@ -184,7 +203,7 @@ def compact_reply(full: dict, bound: list[Bound], groups: list, about: dict[str,
     if unbound:
         reply["unbound"] = unbound
     if coverage.get("withheld_because") == "narrowed":
-        reply["incomplete_because"] = [f"{r}: {reason_count(r, full)}"
+        reply["incomplete_because"] = [f"{r}: {reason_count(r, full, bound, scopes)}"
                                        for r in coverage["narrowed_by"][:REASONS_SHOWN]]
     elif coverage.get("withheld_because") == "truncated":
         reply["truncated"] = total - len(matches)

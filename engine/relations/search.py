@@ -92,16 +92,17 @@ class RelationSearch:
         if req.brief is not None:
             if not space.schema.relations:   # nothing to compile to: no model call
                 brief = BriefCompile(read_compile_output(req.brief, space.schema, space.vocabulary, {}), None, {})
-                body = self._nothing_compiled(request_id, req, space, brief, as_of_source)
-                body["unbound_because"] = "workspace_declares_no_relation"
-                return body
+                body = self._nothing_compiled(request_id, req, space, brief, as_of_source,
+                                              "workspace_declares_no_relation")
+                return self._projected(body, req, routes)
             if self.compiler is None:
                 raise CompileUnavailable()
             brief = compile_brief(self.compiler, req.brief, space)
             if req.as_of is None and brief.compiled.as_of:   # a request's as_of wins over the brief's
                 req, as_of_source = req.model_copy(update={"as_of": brief.compiled.as_of}), "compiled"
             if not brief.compiled.constraints:
-                return self._nothing_compiled(request_id, req, space, brief, as_of_source)
+                body = self._nothing_compiled(request_id, req, space, brief, as_of_source)
+                return self._projected(body, req, routes)
             constraints = parse_constraints([k.as_constraint() for k in brief.compiled.constraints])
         else:
             constraints = parse_constraints(req.constraints)
@@ -130,7 +131,8 @@ class RelationSearch:
         if req.detail == "compact":
             about = about_lines(self.rstore, space, {**warrant.page_numbers, **self.close_numbers})
             return compact_reply(body, bound, groups, about, req.model_dump(exclude_none=True), criteria,
-                                 self.close, routes, [unbound_line(g, space.schema) for g in gaps])
+                                 self.close, routes, [unbound_line(g, space.schema) for g in gaps],
+                                 scopes=len(self.scopes or ()))
         return body
 
     def _read_criteria(self, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
@@ -160,8 +162,17 @@ class RelationSearch:
                               (CRITERION_CODE["stated_not_verified"], CRITERION_CODE["not_stated"]))
         return out
 
+    def _projected(self, body: dict, req: RelationSearchRequest, routes: dict[str, dict] | None) -> dict:
+        """A reply that ran nothing, in the detail asked for: compact projects it like any other
+        (nothing matched, and why the licence is withheld, with the counts the full reply holds)."""
+        if req.detail != "compact":
+            return body
+        reply = compact_reply(body, [], [], {}, req.model_dump(exclude_none=True), routes=routes,
+                              scopes=len(self.scopes or ()))
+        return {**reply, "unbound_because": body["unbound_because"]}
+
     def _nothing_compiled(self, request_id: str, req: RelationSearchRequest, space, brief: BriefCompile,
-                          as_of_source: str | None) -> dict:
+                          as_of_source: str | None, because: str = "nothing_compiled") -> dict:
         """A brief of which no constraint compiled: nothing ran, and the reply says so instead of
         answering a question nobody asked (no entity is placed in any set)."""
         kinds = space.subject_kinds()
@@ -171,7 +182,7 @@ class RelationSearch:
         narrowed += [r for r, present in (("constraints_dropped", compiled["dropped"]),
                                           ("brief_uncompiled", compiled["uncompiled"])) if present]
         body = {"request_id": request_id, "workspace_id": space.workspace_id, "bound": False,
-                "unbound_because": "nothing_compiled", "ranking": RANKING, "as_of": req.as_of,
+                "unbound_because": because, "ranking": RANKING, "as_of": req.as_of,
                 "as_of_source": as_of_source, "constraints": [], "expansion": [],
                 "counts": {"universe": universe, "matched": 0, "none": 0, "not_recorded": 0, "undetermined": 0,
                            "bound": 0, "per_constraint": []},

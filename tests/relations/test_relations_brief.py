@@ -105,3 +105,26 @@ def test_the_compact_reply_serves_a_brief_too(client, fake, ws):
     reply = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF, "detail": "compact"}).json()
     assert [m["entity_id"] for m in reply["matches"]] == ["a"]
     assert reply["incomplete_because"][:2] == ["constraints_dropped: 1", "brief_uncompiled: 1"]
+
+
+def test_compact_counts_every_dropped_constraint_and_uncompiled_sentence(client, fake, ws):
+    """Two constraints dropped and two sentences no kept constraint came from: the compact reply
+    carries the counts the full reply holds (its gaps), not one of each."""
+    fake.status, fake.arguments = 200, {"constraints": [
+        CANNED["constraints"][0],
+        {**CANNED["constraints"][3]},                                        # quote not in the brief
+        {"relation": "held_role", "slot": "shoe_size", "op": "eq", "value": "9", "quote": "DACH",
+         "brief_span": at("DACH"), "required": True}]}                       # a slot the tool did not offer
+    full = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF}).json()
+    assert len(full["gaps"]["dropped"]) == 2 and len(full["gaps"]["uncompiled"]) == 2
+    reply = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF, "detail": "compact"}).json()
+    assert reply["incomplete_because"][:2] == ["constraints_dropped: 2", "brief_uncompiled: 2"]
+
+
+def test_a_brief_of_which_nothing_compiles_answers_compact_when_asked(client, fake, ws):
+    fake.status, fake.arguments = 200, {"constraints": [CANNED["constraints"][3]]}
+    reply = client.post("/v1/public/search", json={"workspace_id": ws, "brief": BRIEF, "detail": "compact"}).json()
+    assert reply["detail"] == "compact" and reply["unbound_because"] == "nothing_compiled"
+    assert reply["matched"] == {"total": 0, "showing": [], "next_offset": None} and reply["matches"] == []
+    assert reply["incomplete_because"] == ["constraints_dropped: 1", "brief_uncompiled: 3"]
+    assert "entities" not in reply and "gaps" not in reply   # a projection, not the full reply

@@ -105,3 +105,16 @@ def test_without_a_face_the_calls_under_more_name_verbs(client, tmp_path):
     over_http = compact(client, ws, [c("held_role", "function", "eq", "Sales")])["more"]
     assert {k: v["body"] for k, v in over_http.items()} == {k: v["body"] for k, v in more.items()}
     assert over_http["rows"] == {"method": "POST", "path": "/v1/public/facts", "body": more["rows"]["body"]}
+
+
+def test_unknown_values_are_counted_as_the_full_reply_lists_them(client, tmp_path):
+    """Two values the vocabulary does not know, matched as written: the reason says 2, not 1."""
+    ws = loaded(client, tmp_path, ["a", "b", "c"],
+                roles=[role("a", geography="Benelux"), role("b", geography="Levant"), role("c")])
+    constraint = [c("held_role", "geography", "in", ["benelux", "levant"])]
+    full = search(client, ws, constraint)
+    assert full["coverage"]["narrowed_by"] == ["vocabulary_unknown_surface:geography"]
+    assert full["expansion"] == ["geography: benelux, levant is not a term of axis geography: matched as written"]
+    reply = compact(client, ws, constraint)
+    assert reply["incomplete_because"] == ["vocabulary_unknown_surface:geography: 2"]
+    assert [m["entity_id"] for m in reply["matches"]] == full["entities"]["matched"] == ["a", "b"]

@@ -175,3 +175,24 @@ def test_a_key_with_document_scopes_reads_criteria_only_from_its_documents(setup
     whole = RelationSearch(corpus.relations, corpus.querylog, None, pages, CriterionReader(corpus, pages)).search(req)
     assert {j["entity_id"]: j["state"] for j in whole["criteria"][0]["judgments"]}["isolde_marbrook"] == "stated"
     assert "acl" not in whole["coverage"].get("narrowed_by", [])
+
+
+def test_compact_counts_each_criterion_reason_as_the_full_reply_holds_it(setup):
+    """Passed screenings: halvard (not stated) and odile (stated, not verified) — two unproved, not
+    one; read with two scopes none of the profiles carries, every Sales candidate has no documents
+    (three), and `acl` counts the key's two scopes."""
+    from engine.relations.criteria import CriterionReader
+    from engine.relations.search import RelationSearch, RelationSearchRequest
+    from engine.refind.search import SearchService
+
+    client, ws, corpus = setup
+    passed = [{"relation": "screening", "slot": "outcome", "op": "eq", "value": "passed"}]
+    reply = client.post("/v1/public/search", json={"workspace_id": ws, "constraints": passed,
+                                                   "criteria": [CRITERION], "detail": "compact"}).json()
+    assert "criterion_unproved:0: 2" in reply["incomplete_because"]
+    pages = SearchService(corpus)
+    scopes = ("team-x", "team-y")
+    req = RelationSearchRequest(workspace_id=ws, constraints=SALES, criteria=[CRITERION], detail="compact")
+    reply = RelationSearch(corpus.relations, corpus.querylog, None, pages, CriterionReader(corpus, pages, scopes),
+                           scopes=scopes).search(req)
+    assert reply["incomplete_because"][:2] == ["acl: 2", "criterion_no_documents:0: 3"]
