@@ -58,6 +58,12 @@ def folder_parts(url: str) -> tuple[str, list[str]]:
     return site, dirs
 
 
+def page_directory(url: str) -> str:
+    """The folder a page sits in, whole: its site and every folder of its URL or file path."""
+    site, dirs = folder_parts(url)
+    return "/".join([site, *dirs]) + "/"
+
+
 def page_folders(urls: dict[str, str], depth: int) -> dict[str, str]:
     """page id -> its folder: the site and at most `depth` folders below the folders every page of
     the site shares (a site's common root says nothing; an absolute file path's least of all)."""

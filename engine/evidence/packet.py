@@ -118,6 +118,7 @@ def front_matter(state: dict, appendix: str | None, kind: str = "evidence_packet
             "raw_files_scanned": sum(c["navigation"]["raw_files_scanned"] for c in calls),
             "raw_files_read": sum(c["navigation"]["raw_files_read"] for c in calls),
             "directories_seen": sum(c["navigation"]["directories_seen"] for c in calls),
+            "domains_seen": sum(c["navigation"].get("domains_seen", 0) for c in calls),
             "lines_read": sum(c["navigation"]["lines_read"] for c in calls),
             "evidence_found_in": found_in,
             "search_rounds": sum(c["navigation"]["search_rounds"] for c in calls),

@@ -18,7 +18,7 @@ from engine.core.corpus import Corpus
 from engine.core.settings import EvidenceSettings
 from engine.evidence.confidence import Calibration, Concept, candidate_chunks, chunk_cosines, signals
 from engine.evidence.dictionary import Match
-from engine.evidence.maps import Group, Maps
+from engine.evidence.maps import Group, Maps, page_directory
 from engine.evidence.schema import EvidenceRequest
 from engine.refind.search import SearchFilters, SearchRequest, SearchService
 
@@ -121,7 +121,8 @@ class Run:
         self.patterns: list[dict] = []
         self.scanned = 0
         self.lines = 0
-        self.directories: set[str] = set()
+        self.directories: set[str] = set()   # the folders the scanned pages sit in
+        self.domains: set[str] = set()
         self.first_via: str | None = None
         self.urls: dict[str, str] = {}
         self.n = 0
@@ -174,7 +175,8 @@ class Run:
         new_here, above = [], 0
         for hit in resp.pages:
             self.scanned += 1
-            self.directories.add(hit.domain or "")
+            self.directories.add(page_directory(hit.url))
+            self.domains.add(hit.domain or "")
             sig = signals(hit, sub.concept_stems, cosines)
             p, level = cal.assess(sig)
             if level is None:
@@ -324,7 +326,8 @@ class Run:
             "n": number, "query_id": self.query_id, "query": query, "date": date.today().isoformat(),
             "navigation": {
                 "maps_accessed": maps_accessed, "navigation_path": nav_path, "raw_files_scanned": self.scanned,
-                "raw_files_read": len(sources), "directories_seen": len(self.directories), "lines_read": self.lines,
+                "raw_files_read": len(sources), "directories_seen": len(self.directories),
+                "domains_seen": len(self.domains), "lines_read": self.lines,
                 "evidence_found_in": self.first_via or "raw", "search_rounds": self.n,
                 "search_termination": termination},
             "decomposition": {

@@ -425,3 +425,23 @@ def test_sibling_and_map_rounds_never_leave_the_requests_filters(ev):
             assert p["within"] in (None, "domain:earth.example")
         for s in fm["navigation"]["decomposition"]["sub_queries"]:
             assert all(u.startswith("https://earth.example/") for u in s["sources"])
+
+
+def test_directories_seen_counts_folders_and_domains_apart(pool, tmp_path):
+    """Three pages in two folders of one site: the seed's "directories seen" is folders (2), not
+    sites (1); the sites are counted apart."""
+    notes = {
+        "https://notes.example/geology/reversal": ("Reversal", "The magnetic field reverses its polarity."),
+        "https://notes.example/geology/dynamo": ("Dynamo", "Molten iron convection drives the magnetic field."),
+        "https://notes.example/physics/compass": ("Compass", "A compass needle follows the magnetic field."),
+    }
+    client = titled_client(pool, tmp_path / "data", notes)
+    try:
+        resp = run(client, "magnetic field", session_id="folders", k=len(notes), max_rounds=1, siblings=False)
+        assert resp.navigation["raw_files_scanned"] == 3
+        assert resp.navigation["directories_seen"] == 2
+        assert resp.navigation["domains_seen"] == 1
+        fm, _ = packet(client, resp)
+        assert (fm["navigation"]["directories_seen"], fm["navigation"]["domains_seen"]) == (2, 1)
+    finally:
+        client.corpus.close()
