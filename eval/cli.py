@@ -94,8 +94,9 @@ def cmd_reranker(args) -> int:
         if declared is not None:
             result["registered"] = {"name": name, "registry": str(settings.registry_path), "changed": False,
                                     "note": "already declared there"}
-        result["use"] = (f"set models.reranker = \"{name}\" (or REFINDERY_MODELS__RERANKER={name}) and ask for "
-                         "\"rerank\": true, or set search.rerank = true")
+        result["use"] = (f"set models.reranker = \"{name}\" (or REFINDERY_MODELS__RERANKER={name}), then learn "
+                         "whether it helps on your judged queries with `refindery tune --collection DIR` or "
+                         "`--from-log` before asking for \"rerank\": true (or search.rerank = true)")
         _print(result)
         return 0
 
@@ -122,11 +123,15 @@ def _reranker_status(engine, brief: bool) -> int:
         _print(st)
     elif st["available"]:
         print(f"Reranker {st['name']} is trained ({st['path']}); rerank is "
-              f"{'on' if st['rerank_by_default'] else 'off'} by default: ask for it with \"rerank\": true.")
+              f"{'on' if st['rerank_by_default'] else 'off'} by default. Learn whether it helps on your data "
+              "before turning it on: `refindery tune --collection DIR` (judgments) or `refindery tune "
+              "--from-log` (logged feedback) put rerank on/off and its fusion in the grid, held out.")
     else:
         print("Rerank is off: no trained reranker here (none trained here yet, on this corpus or on SQuAD, "
-              "beat hybrid search on held-out collections; docs/reranker.md). To try one on this corpus: "
-              "`make reranker`, then search with \"rerank\": true.")
+              "beat hybrid search on held-out collections; docs/reranker.md). To try one: `make reranker`, "
+              "then `refindery tune --collection DIR` or `--from-log` says, held out, whether it helps on "
+              "your data; \"rerank\": true adds it as one more arm in the fusion (rerank_fusion rrf, which "
+              "measured best).")
     return 0
 
 
@@ -302,7 +307,8 @@ def cmd_tune(args) -> int:
             else:
                 since = datetime.fromisoformat(args.since) if args.since else datetime(1970, 1, 1)
                 judged = tune.from_log(engine, since, args.workspace)
-            result = tune.tune(engine, judged, folds=args.folds, seed=args.seed, quick=args.quick)
+            result = tune.tune(engine, judged, folds=args.folds, seed=args.seed, quick=args.quick,
+                               rerank=not args.no_rerank)
         except (collections.CollectionError, FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -352,7 +358,8 @@ def _eval_command(sub) -> None:
 
 
 def _tune_command(sub) -> None:
-    s = sub.add_parser("tune", help="choose fusion settings from judged queries by k-fold cross-validation")
+    s = sub.add_parser("tune", help="choose fusion settings (and whether to rerank, when a reranker is present) "
+                                    "from judged queries by k-fold cross-validation")
     s.add_argument("--collection", default=None, help="a test collection folder whose qrels judge the queries "
                                                       "(ingested into --workspace, default its name)")
     s.add_argument("--from-log", action="store_true", help="judge by the query log's found / click / irrelevant")
@@ -360,7 +367,11 @@ def _tune_command(sub) -> None:
     s.add_argument("--workspace", default=None)
     s.add_argument("--folds", type=int, default=5)
     s.add_argument("--seed", type=int, default=13)
-    s.add_argument("--quick", action="store_true", help="a small grid (4 configurations)")
+    s.add_argument("--quick", action="store_true",
+                   help="a small grid (4 configurations, and 2 with rerank when a reranker is present)")
+    s.add_argument("--no-rerank", action="store_true",
+                   help="leave rerank out of the grid even when a reranker is configured and present "
+                        "(it scores every judged query once per rerank configuration: slow on CPU)")
     s.add_argument("--out", default=None, help="config file to write (default <data_dir>/tuned.toml)")
     s.add_argument("--force", action="store_true", help="overwrite --out even if tune did not write it")
     s.add_argument("--data-dir", default=None)

@@ -3,13 +3,19 @@
 Judgments come from a test collection's qrels (the collection is ingested into its workspace, as
 `eval run` does) or from the query log's feedback (`found` / `click` relevant, `irrelevant` not).
 Every configuration of the grid (fusion method and normaliser, the arms' weights, rrf_k, the arms'
-depths, the rollup) runs every judged query once through the real pipeline, giving one nDCG@10 per
+depths, the rollup; and, when a reranker is configured and present, rerank on and off and how its
+verdict enters the ranking — `rerank_fusion` rrf at three weights, or replace — over the current
+fusion settings) runs every judged query once through the real pipeline, giving one nDCG@10 per
 (configuration, query). Then, per fold, the configuration with the best mean over the other folds'
 queries is chosen and scored on the fold's own queries, beside the current settings on the same
 queries: the held-out gain, per fold and over all held-out queries with a paired t-test. No figure
 reported is on the queries its configuration was chosen on. Finally the configuration best over all
 judged queries is written as a `[search]` config file (`REFINDERY_CONFIG=<file>` makes a server use it)
 — only when choosing beat the current settings held out; otherwise the file keeps them and says why.
+
+With a reranker in the grid, the reply also says whether it helps on these queries: on the same
+folds, the best rerank configuration of the other folds against the best one without rerank, each
+scored on the fold's own queries, with a paired t-test over all held-out queries (`rerank`).
 """
 from __future__ import annotations
 
@@ -31,11 +37,23 @@ MEASURE = nDCG @ 10
 MARK = "# written by `refindery tune`"
 
 
-def grid(quick: bool = False) -> list[dict]:
-    """The configurations tried, the current settings ({}) first. `quick`: a small grid (tests)."""
+def rerank_grid(quick: bool = False, rerank_now: bool = False) -> list[dict]:
+    """The rerank configurations over the current fusion settings: as one more arm (`rrf`) at three
+    weights, and replacing the fused order (`replace`); rerank off when the current settings rerank."""
+    on = [{"rerank": True, "rerank_fusion": "rrf", "rerank_weight": 1.0},
+          {"rerank": True, "rerank_fusion": "replace"}]
+    if not quick:
+        on[1:1] = [{"rerank": True, "rerank_fusion": "rrf", "rerank_weight": w} for w in (0.5, 2.0)]
+    return on + ([{"rerank": False}] if rerank_now else [])
+
+
+def grid(quick: bool = False, reranker: bool = False, rerank_now: bool = False) -> list[dict]:
+    """The configurations tried, the current settings ({}) first. `quick`: a small grid (tests).
+    `reranker`: one is configured and present, so rerank on/off and its fusion are in the grid."""
+    extra = rerank_grid(quick, rerank_now) if reranker else []
     if quick:
         return [{}, {"fusion": "rrf", "rrf_k": 10}, {"fusion": "linear", "normalizer": "minmax"},
-                {"fusion": "linear", "normalizer": "zscore", "sparse_weight": 0.5}]
+                {"fusion": "linear", "normalizer": "zscore", "sparse_weight": 0.5}] + extra
     out: list[dict] = [{}]
     for rollup, depth in itertools.product(("max", "sum"), (100, 300)):
         base = {"rollup": rollup, "dense_top_n": depth, "sparse_top_n": depth}
@@ -43,7 +61,7 @@ def grid(quick: bool = False) -> list[dict]:
             out.append({**base, "fusion": "rrf", "rrf_k": rrf_k, "dense_weight": 1.0, "sparse_weight": w})
         for norm, w in itertools.product(("minmax", "zscore", "l2", "dbsf"), (0.25, 0.5, 1.0, 2.0)):
             out.append({**base, "fusion": "linear", "normalizer": norm, "dense_weight": 1.0, "sparse_weight": w})
-    return out
+    return out + extra
 
 
 @dataclass
@@ -116,14 +134,28 @@ def best(scores: list[dict[str, float]], qids: list[str]) -> int:
     return max(range(len(means)), key=lambda i: (means[i], -i))
 
 
-def cross_validate(scores: list[dict[str, float]], folds: int = 5, seed: int = 13) -> dict:
-    """k-fold selection: per fold, the configuration best on the other folds, scored on this one."""
-    qids = sorted(scores[0])
+def _folds(qids: list[str], folds: int, seed: int) -> list[list[str]]:
     if len(qids) < folds:
         raise ValueError(f"{len(qids)} judged queries cannot make {folds} folds")
     order = qids[:]
     random.Random(seed).shuffle(order)
-    parts = [order[i::folds] for i in range(folds)]
+    return [order[i::folds] for i in range(folds)]
+
+
+def _paired(a: list[float], b: list[float]) -> float | None:
+    """The paired t-test's p of a against b (None when they are the same on every query)."""
+    diffs = {round(x - y, 12) for x, y in zip(a, b)}
+    if diffs == {0.0}:
+        return None                        # the same scores: nothing to test
+    if len(diffs) == 1:
+        return 0.0                         # the same gain on every query
+    return round(float(ttest_rel(a, b).pvalue), 5)
+
+
+def cross_validate(scores: list[dict[str, float]], folds: int = 5, seed: int = 13) -> dict:
+    """k-fold selection: per fold, the configuration best on the other folds, scored on this one."""
+    qids = sorted(scores[0])
+    parts = _folds(qids, folds, seed)
     rows, tuned_q, default_q = [], {}, {}
     for i, test in enumerate(parts):
         train = [q for j, p in enumerate(parts) if j != i for q in p]
@@ -134,21 +166,57 @@ def cross_validate(scores: list[dict[str, float]], folds: int = 5, seed: int = 1
         tuned_q.update({q: scores[c][q] for q in test})
         default_q.update({q: scores[0][q] for q in test})
     a, b = [tuned_q[q] for q in qids], [default_q[q] for q in qids]
-    diffs = {round(x - y, 12) for x, y in zip(a, b)}
-    if diffs == {0.0}:
-        p_value = None                     # the same scores: nothing to test
-    elif len(diffs) == 1:
-        p_value = 0.0                      # the same gain on every query
-    else:
-        p_value = round(float(ttest_rel(a, b).pvalue), 5)
     return {"folds": rows, "queries": len(qids),
             "held_out": {"default": round(sum(b) / len(b), 4), "tuned": round(sum(a) / len(a), 4),
-                         "gain": round((sum(a) - sum(b)) / len(a), 4), "p_value": p_value}}
+                         "gain": round((sum(a) - sum(b)) / len(a), 4), "p_value": _paired(a, b)}}
 
 
-def tune(engine: Engine, judged: Judged, folds: int = 5, seed: int = 13, quick: bool = False) -> dict:
-    configs = grid(quick)
-    return {"source": judged.source, **decide(score(engine, judged, configs), configs, folds, seed)}
+def reranks(cfg: dict, rerank_now: bool) -> bool:
+    return bool(cfg.get("rerank", rerank_now))
+
+
+def rerank_verdict(scores: list[dict[str, float]], configs: list[dict], rerank_now: bool = False,
+                   folds: int = 5, seed: int = 13) -> dict | None:
+    """Whether reranking helps on these queries, held out: per fold, the best configuration with
+    rerank and the best without it, each chosen on the other folds and scored on this fold; then
+    both over every held-out query, with a paired t-test. None when the grid has not both."""
+    on = [i for i, c in enumerate(configs) if reranks(c, rerank_now)]
+    off = [i for i, c in enumerate(configs) if not reranks(c, rerank_now)]
+    if not on or not off:
+        return None
+    qids = sorted(scores[0])
+    parts = _folds(qids, folds, seed)
+    with_q, without_q, chosen = {}, {}, []
+    for i, test in enumerate(parts):
+        train = [q for j, p in enumerate(parts) if j != i for q in p]
+        a = on[best([scores[k] for k in on], train)]
+        b = off[best([scores[k] for k in off], train)]
+        chosen.append({"fold": i + 1, "with": configs[a], "without": configs[b]})
+        with_q.update({q: scores[a][q] for q in test})
+        without_q.update({q: scores[b][q] for q in test})
+    a_all, b_all = [with_q[q] for q in qids], [without_q[q] for q in qids]
+    gain = round((sum(a_all) - sum(b_all)) / len(qids), 4)
+    p = _paired(a_all, b_all)
+    verdict = ("helps" if gain > 0 else "hurts") if p is not None and p < 0.05 else "no significant difference"
+    return {"with": round(sum(a_all) / len(qids), 4), "without": round(sum(b_all) / len(qids), 4),
+            "gain": gain, "p_value": p, "verdict": verdict, "folds": chosen}
+
+
+def tune(engine: Engine, judged: Judged, folds: int = 5, seed: int = 13, quick: bool = False,
+         rerank: bool = True) -> dict:
+    """`rerank`: put rerank in the grid when a reranker is configured and present (False: never)."""
+    status = engine.reranker_status()
+    reranker = rerank and bool(status.get("available"))
+    rerank_now = bool(status.get("rerank_by_default"))
+    configs = grid(quick, reranker, rerank_now)
+    scores = score(engine, judged, configs)
+    out = {"source": judged.source, **decide(scores, configs, folds, seed)}
+    out["reranker"] = {"name": status.get("name"), "in_grid": reranker,
+                       **({} if reranker else {"why_not": "--no-rerank" if not rerank and status.get("available")
+                                               else status.get("reason", "not available")})}
+    if reranker:
+        out["rerank"] = rerank_verdict(scores, configs, rerank_now, folds, seed)
+    return out
 
 
 def decide(scores: list[dict[str, float]], configs: list[dict], folds: int = 5, seed: int = 13) -> dict:
@@ -186,6 +254,10 @@ def write_config(path: Path, result: dict, force: bool = False) -> Path:
              f"(gain {ho['gain']:+}, paired t-test p = {ho['p_value']}).",
              "# Use it: REFINDERY_CONFIG=<this file> (or --config), or copy the lines below into your own config.",
              "[search]"]
+    rr = result.get("rerank")
+    if rr is not None:
+        lines.insert(3, f"# rerank with {result['reranker']['name']}, held out: with {rr['with']}, without "
+                        f"{rr['without']} (gain {rr['gain']:+}, p = {rr['p_value']}): {rr['verdict']}.")
     lines += [f"{k} = {_toml_value(v)}" for k, v in result["chosen"].items()]
     if result.get("kept_current"):
         lines.append("# the current settings are kept: choosing did not beat them on held-out queries")
@@ -217,4 +289,12 @@ def markdown(result: dict) -> str:
                      "did not beat the current settings on held-out queries, so they are kept.")
     else:
         lines.append(f"Chosen on all judged queries (what is written): {label(result['chosen_index'])}.")
+    rr = result.get("rerank")
+    if rr is not None:
+        p = "–" if rr["p_value"] is None else f"{rr['p_value']:.4f}"
+        lines += ["", f"Rerank with {result['reranker']['name']}, held out: best with rerank {rr['with']:.4f}, "
+                      f"best without {rr['without']:.4f} ({rr['gain']:+.4f}, paired t-test p = {p}): "
+                      f"{rr['verdict']} on these queries."]
+    elif result.get("reranker") and not result["reranker"]["in_grid"]:
+        lines += ["", f"Rerank not in the grid: {result['reranker']['why_not']}."]
     return "\n".join(lines) + "\n"

@@ -51,6 +51,37 @@ def test_a_choice_that_does_not_win_held_out_keeps_the_current_settings():
     assert got["held_out"]["gain"] == pytest.approx(0.1) and got["chosen"] == {"fusion": "linear"}
 
 
+def test_the_rerank_verdict_compares_the_best_with_and_without_it_held_out():
+    """Per fold the best rerank configuration and the best without, chosen on the other folds;
+    then both on every held-out query, with a paired t-test."""
+    qids = [f"q{i}" for i in range(10)]
+    configs = [{}, {"fusion": "linear"}, {"rerank": True, "rerank_fusion": "rrf"},
+               {"rerank": True, "rerank_fusion": "replace"}]
+    helps = [{q: 0.5 for q in qids}, {q: 0.55 for q in qids},
+             {q: 0.6 + 0.01 * int(q[1:]) for q in qids}, {q: 0.2 for q in qids}]
+    rr = tune.rerank_verdict(helps, configs, folds=5, seed=2)
+    assert all(f["with"] == configs[2] and f["without"] == configs[1] for f in rr["folds"])
+    assert rr["without"] == pytest.approx(0.55) and rr["with"] == pytest.approx(0.645)
+    assert rr["gain"] == pytest.approx(0.095) and rr["p_value"] < 0.05 and rr["verdict"] == "helps"
+    hurts = [helps[0], helps[1], {q: 0.3 + 0.01 * int(q[1:]) for q in qids}, helps[3]]
+    assert tune.rerank_verdict(hurts, configs, folds=5, seed=2)["verdict"] == "hurts"
+    # rerank on by default: the current settings ({}) are the rerank side, {"rerank": False} the other
+    now_on = [{}, {"rerank": False}]
+    rr = tune.rerank_verdict([{q: 0.5 for q in qids}, {q: 0.5 for q in qids}], now_on, rerank_now=True, folds=5)
+    assert rr["folds"][0] == {"fold": 1, "with": {}, "without": {"rerank": False}}
+    assert rr["p_value"] is None and rr["verdict"] == "no significant difference"
+    assert tune.rerank_verdict(helps[:2], configs[:2], folds=5) is None      # no reranker in the grid
+
+
+def test_the_grid_has_rerank_on_off_and_its_fusion_only_with_a_reranker():
+    assert not any("rerank" in c for c in tune.grid())
+    full = tune.grid(reranker=True)
+    assert [c for c in full if "rerank" in c] == [
+        {"rerank": True, "rerank_fusion": "rrf", "rerank_weight": w} for w in (1.0, 0.5, 2.0)] + [
+        {"rerank": True, "rerank_fusion": "replace"}]
+    assert tune.grid(quick=True, reranker=True, rerank_now=True)[-1] == {"rerank": False}
+
+
 def test_the_written_config_is_loaded_and_a_foreign_file_is_never_overwritten(tmp_path):
     result = {"source": "test", "measure": "nDCG@10", "queries": 8, "folds": [{}] * 2, "grid_size": 3,
               "kept_current": False,
@@ -100,3 +131,44 @@ def test_tune_from_the_query_log_runs_the_real_pipeline(make_corpus, tmp_path, c
     else:   # choosing did not pay off on held-out queries: the current settings are kept
         assert got["chosen"] == {} and written.fusion == "rrf" and written.rrf_k == 60
     assert main(["tune", "--folds", "3", "--quick"]) == 2                 # no judged queries named: refused
+
+
+def test_tune_puts_a_present_reranker_in_the_grid_and_says_whether_it_helps(make_corpus, tiny_reranker, tmp_path,
+                                                                            capsys):
+    """With a reranker configured and present, the quick grid adds rerank as an arm and as replace;
+    each is searched for real (the reranker's scores change what is found), and the reply and the
+    printed table say whether it helps held out. --no-rerank leaves it out and says so."""
+    from engine.core.settings import CONFIG_DIR
+    from server.cli import main
+
+    reg = tmp_path / "models.toml"
+    reg.write_text((CONFIG_DIR / "models.toml").read_text()
+                   + f'\n[rerankers.tiny-ce]\nsource = "path"\npath = "{tiny_reranker}"\nmax_seq_length = 128\n')
+    corpus = make_corpus(models={"registry": str(reg), "reranker": "tiny-ce"})
+    topics = {"herons": "Herons wade in shallow water and spear fish.", "owls": "Owls hunt small mammals at night.",
+              "comets": "Comets grow icy tails near the sun.", "bread": "Sourdough bread rises with a starter.",
+              "glaciers": "Glaciers carve deep valleys in mountains.", "coral": "Coral reefs need warm clear seas."}
+    rep = ingest(corpus, [page(f"https://t.example/{t}", body) for t, body in topics.items()])
+    ids = {o.url.rsplit("/", 1)[1]: o.page_id for o in rep.outcomes}
+    engine = Engine(corpus=corpus)
+    judged = tune.Judged({q: (q, {"workspace": "default"}) for q in ("wading birds", "night hunters", "icy tails",
+                                                                     "a starter", "valleys cut by ice", "warm reefs")},
+                         [], "page_id", "test")
+    truth = dict(zip(judged.queries, ("herons", "owls", "comets", "bread", "glaciers", "coral")))
+    import ir_measures
+    judged.qrels = [ir_measures.Qrel(q, ids[t], 1) for q, t in truth.items()]
+    result = tune.tune(engine, judged, folds=3, quick=True)
+    assert result["grid_size"] == 6 and result["reranker"] == {"name": "tiny-ce", "in_grid": True}
+    assert result["configs"][4:] == [{"rerank": True, "rerank_fusion": "rrf", "rerank_weight": 1.0},
+                                     {"rerank": True, "rerank_fusion": "replace"}]
+    rr = result["rerank"]
+    assert set(rr) == {"with", "without", "gain", "p_value", "verdict", "folds"} and len(rr["folds"]) == 3
+    assert all(f["with"].get("rerank") and not f["without"].get("rerank") for f in rr["folds"])
+    assert rr["gain"] == pytest.approx(rr["with"] - rr["without"], abs=1e-3)
+    for cfg in result["configs"][4:]:   # each is a request that reranks, as `score` sends it
+        res = engine.search(SearchRequest(query="wading birds", k=5, pin=False, explain=True, **cfg), log=False)
+        assert res.pages and all(ch.rerank is not None for p in res.pages for ch in p.explain.chunks)
+    assert f"Rerank with tiny-ce, held out: best with rerank {rr['with']:.4f}" in tune.markdown(result)
+    off = tune.tune(engine, judged, folds=3, quick=True, rerank=False)
+    assert off["grid_size"] == 4 and off["reranker"]["why_not"] == "--no-rerank" and "rerank" not in off
+    corpus.close()

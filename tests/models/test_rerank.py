@@ -25,13 +25,14 @@ def rerank_corpus(make_corpus, tiny_reranker, tmp_path):
     return corpus
 
 
-def test_rerank_orders_chunks_by_the_cross_encoder(rerank_corpus):
+def test_rerank_fusion_replace_orders_chunks_by_the_cross_encoder(rerank_corpus):
     from models.reranker import load_reranker
 
     q = "birds that live at sea"
     with TestClient(create_app(rerank_corpus.settings, rerank_corpus)) as c:
         fused = c.post("/v1/search", json={"query": q, "k": 50, "explain": True}).json()
-        res = c.post("/v1/search", json={"query": q, "k": 50, "rerank": True, "rerank_n": 8, "explain": True}).json()
+        res = c.post("/v1/search", json={"query": q, "k": 50, "rerank": True, "rerank_n": 8, "explain": True,
+                                         "rerank_fusion": "replace"}).json()
     assert "rerank" in res["timings_ms"]
     chunks = [ch for p in res["pages"] for ch in p["explain"]["chunks"]]
     assert len(chunks) == 8  # the ranked candidate set is the reranked top rerank_n chunks
@@ -54,13 +55,20 @@ def test_rerank_orders_chunks_by_the_cross_encoder(rerank_corpus):
 
 def test_rerank_fusion_rrf_adds_the_rerankers_rank_as_an_arm(rerank_corpus):
     """rerank_fusion "rrf": each reranked chunk keeps its fused score and gains
-    rerank_weight / (rrf_k + its rank by the reranker); explain shows that contribution."""
+    rerank_weight / (rrf_k + its rank by the reranker); explain shows that contribution. It is what
+    `"rerank": true` alone does: the fusion measured best (replace lost on every collection)."""
     q = "birds that live at sea"
     with TestClient(create_app(rerank_corpus.settings, rerank_corpus)) as c:
         res = c.post("/v1/search", json={"query": q, "k": 50, "rerank": True, "rerank_n": 8, "explain": True,
                                          "rerank_fusion": "rrf", "rerank_weight": 2.0, "rrf_k": 10}).json()
+        plain = c.post("/v1/search", json={"query": q, "k": 50, "rerank": True, "rerank_n": 8, "explain": True}).json()
         bad = c.post("/v1/search", json={"query": q, "rerank": True, "rerank_fusion": "blend"})
     assert bad.status_code == 422
+    chunks = [ch for p in plain["pages"] for ch in p["explain"]["chunks"]]
+    for rank, ch in enumerate(sorted(chunks, key=lambda ch: (-ch["rerank"], ch["chunk_id"])), start=1):
+        arms = sum(v for k, v in ch["rrf"].items() if k in ("dense", "sparse"))
+        assert ch["rrf"]["rerank"] == pytest.approx(1.0 / (60 + rank))    # the defaults: weight 1, rrf_k 60
+        assert ch["score"] == pytest.approx(arms + 1.0 / (60 + rank)) != ch["rerank"]
     chunks = [ch for p in res["pages"] for ch in p["explain"]["chunks"]]
     assert len(chunks) == 8
     by_rerank = sorted(chunks, key=lambda ch: (-ch["rerank"], ch["chunk_id"]))
