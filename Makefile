@@ -20,7 +20,20 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	touch $(STAMP)
 	@echo "[install $$(date +%T)] done"
 
-install: $(STAMP)
+# TORCH=cuda (make install / demo / test / bench TORCH=cuda): torch 2.13.0's CUDA build from PyPI in
+# place of the CPU one — `torch===2.13.0` is that exact version and never the local +cpu file; several
+# GB with its nvidia-* libraries. The same pin, so the project's own `torch==2.13.0` keeps it; nothing
+# else changes (ONNX Runtime stays the CPU package: on a GPU queries run on torch, and ONNX only ever on
+# CPU). Then models.device = "auto" (the default) picks the GPU. docs/operations.md, "CUDA".
+TORCH  ?= cpu
+GSTAMP := $(VENV)/.installed-cuda
+$(GSTAMP): $(STAMP)
+	@echo "[install $$(date +%T)] torch's CUDA build (torch===2.13.0 from PyPI, with its nvidia-* libraries: several GB)"
+	$(BIN)/python -m pip install -q --disable-pip-version-check 'torch===2.13.0'
+	@$(BIN)/python -c "import torch; print('[install] torch', torch.__version__, '- built for CUDA', torch.version.cuda, '- a GPU seen here:', torch.cuda.is_available())"
+	touch $(GSTAMP)
+
+install: $(STAMP) $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 
 # make test also installs the optional parts it tests: a real Milvus server (milvus-lite) and Ray.
 $(TSTAMP): $(STAMP) clients/python/pyproject.toml
@@ -73,7 +86,7 @@ browser:
 	    fi; }
 
 # lint-imports first: an import against the layers or the wings (pyproject.toml) fails with a readable message.
-test: $(TSTAMP) $(CSTAMP) browser
+test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 	REFINDERY_SERVER_BIN=$(abspath $(BIN)) $(CVENV)/bin/python -m pytest -q clients/python/tests

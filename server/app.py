@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from engine.app import Engine
 from engine.core import heap
 from engine.core.corpus import Corpus
-from engine.core.errors import ModelUnavailable
+from engine.core.errors import DeviceUnavailable, ModelUnavailable
 from engine.core.settings import Settings, load_settings
 
 from .auth import BodyLimit, KeyAuth
@@ -46,6 +46,8 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
             await run_in_threadpool(engine.load_model)
         except ModelUnavailable as exc:
             log.warning("search will answer 503 until the model is installed: %s", exc)
+        except DeviceUnavailable as exc:
+            log.warning("whatever needs a model answers 503 device_unavailable: %s", exc)
         for name in embed or ():
             try:
                 engine.embed_model_in_background(name, report=True)   # progress lines in the server's log

@@ -22,6 +22,7 @@ from models.device import set_cpu_threads
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
+from engine.core.devices import on_device
 from engine.core.errors import PageNotFound
 from engine.core.querylog import QueryLog
 from engine.core.repair import IndexRepairs, RepairReport
@@ -59,7 +60,8 @@ class Corpus(IndexRepairs):
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:
-        return self.pool.get(name or self.settings.models.active)
+        with on_device(self.pool.device):
+            return self.pool.get(name or self.settings.models.active)
 
     @property
     def embedder_names(self) -> list[str]:
@@ -133,15 +135,22 @@ class Corpus(IndexRepairs):
         return out | {"available": spec.kind == "reranker", "path": str(path),
                       "backend": spec.extra.get("backend", "torch")}
 
+    def device_status(self) -> dict:
+        """The configured device: what it resolves to here (and torch's build), or why it cannot."""
+        from models.device import device_report
+
+        return device_report(self.pool.device)
+
     def models_status(self, kind: str | None = None) -> list[dict]:
         """Every model in the registry (or of one kind): whether it is active or kept up to date on ingest, its
         backend and device, how many chunks it has embedded, and whether its weights are installed
         (with the install hint when not)."""
-        from models.device import resolve_device
+        from models.device import device_report
         from models.registry import ModelNotFound
 
         s = self.settings
         counts = self.store.counts()["embeddings"]
+        device = device_report(self.pool.device)
         rows = []
         for name in self.registry.names(kind):
             spec = self.registry.spec(name)
@@ -149,8 +158,10 @@ class Corpus(IndexRepairs):
             row = {"name": name, "kind": spec.kind, "active": name == s.models.active,
                    "also_embed": name in s.models.also_embed, "dim": spec.dim,
                    "max_seq_length": spec.max_seq_length, "backend": backend,
-                   "device": "cpu" if backend == "onnx" else resolve_device(s.models.device),
+                   "device": "cpu" if backend == "onnx" else device.get("resolved", device["configured"]),
                    "chunks_embedded": counts.get(name, 0)}
+            if backend != "onnx" and not device["available"]:
+                row["device_unavailable"] = device["reason"]
             loaded = self.pool.loaded().get(name)
             if loaded is not None:   # how its queries are encoded (ONNX on CPU where it reproduces the model)
                 row["query_runtime"] = loaded.query_runtime

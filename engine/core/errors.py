@@ -101,6 +101,12 @@ class RerankerNotConfigured(EngineError):
     status, type = 503, "reranker_unavailable"
 
 
+class DeviceUnavailable(EngineError):
+    """`models.device` names a device this host has not got (cuda with no GPU, or a CPU-only torch):
+    whatever needs a model on it is refused, and the rest of the server keeps answering."""
+    status, type = 503, "device_unavailable"
+
+
 class WorkspaceNotFound(EngineError):
     status, type = 404, "workspace_not_found"
 

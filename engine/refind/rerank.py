@@ -5,6 +5,7 @@ from __future__ import annotations
 from models.reranker import RerankerUnavailable, load_reranker
 
 from engine.core.corpus import Corpus
+from engine.core.devices import on_device
 from engine.core.errors import RerankerNotConfigured
 from engine.refind.candidates import Candidates
 from engine.refind.fusion import extra_arm
@@ -17,7 +18,8 @@ def rerank_chunks(corpus: Corpus, query: str, p: Params, cands: Candidates) -> t
     top = [f for f in cands.fused if f.chunk_id in cands.chunk_page][: p.rerank_n]
     texts = corpus.store.chunks_by_id([f.chunk_id for f in top])
     try:
-        rr = load_reranker(corpus.registry, corpus.settings.models.reranker, corpus.settings.models.device)
+        with on_device(corpus.settings.models.device):
+            rr = load_reranker(corpus.registry, corpus.settings.models.reranker, corpus.settings.models.device)
     except RerankerUnavailable as exc:
         raise RerankerNotConfigured(str(exc)) from exc
     scores = rr.score(query, [texts[f.chunk_id]["text"] for f in top])

@@ -19,6 +19,7 @@ import numpy as np
 
 from models.reranker import RerankerUnavailable, load_reranker
 
+from engine.core.devices import on_device
 from engine.core.corpus import Corpus
 from engine.refind.search import SearchFilters, SearchRequest, SearchService
 from engine.relations.ideas import split_sentences
@@ -71,8 +72,9 @@ class CriterionReader:
         """The configured cross-encoder when it can be loaded, else None (the embedder judges alone)."""
         if self._cross is _UNSET:
             try:
-                self._cross = load_reranker(self.corpus.registry, self.corpus.settings.models.reranker,
-                                            self.corpus.settings.models.device)
+                with on_device(self.corpus.settings.models.device):   # a missing device is refused, not skipped
+                    self._cross = load_reranker(self.corpus.registry, self.corpus.settings.models.reranker,
+                                                self.corpus.settings.models.device)
             except RerankerUnavailable:
                 self._cross = None
         return self._cross

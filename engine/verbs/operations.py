@@ -35,6 +35,7 @@ class OperationsVerbs(Verbs):
             "quarantine": c.store.quarantined(),
             "query_log": c.querylog.stats(),
             "reranker": c.reranker_status(),
+            "device": c.device_status(),
             "query_runtime": self.query_runtime(),
         }
 

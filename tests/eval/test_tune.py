@@ -139,7 +139,6 @@ def test_tune_puts_a_present_reranker_in_the_grid_and_says_whether_it_helps(make
     each is searched for real (the reranker's scores change what is found), and the reply and the
     printed table say whether it helps held out. --no-rerank leaves it out and says so."""
     from engine.core.settings import CONFIG_DIR
-    from server.cli import main
 
     reg = tmp_path / "models.toml"
     reg.write_text((CONFIG_DIR / "models.toml").read_text()
