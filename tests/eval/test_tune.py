@@ -136,8 +136,8 @@ def test_tune_from_the_query_log_runs_the_real_pipeline(make_corpus, tmp_path, c
 def test_tune_puts_a_present_reranker_in_the_grid_and_says_whether_it_helps(make_corpus, tiny_reranker, tmp_path,
                                                                             capsys):
     """With a reranker configured and present, the quick grid adds rerank as an arm and as replace;
-    each is searched for real (the reranker's scores change what is found), and the reply and the
-    printed table say whether it helps held out. --no-rerank leaves it out and says so."""
+    each is a request that really reranks, and the reply and the printed table say whether it helps
+    held out. --no-rerank leaves it out and says so."""
     from engine.core.settings import CONFIG_DIR
 
     reg = tmp_path / "models.toml"
