@@ -36,6 +36,8 @@ def cmd_eval(args) -> int:
         return _eval_evidence(args, settings)
     if args.suite == "refind":
         return _eval_refind(args, settings)
+    if args.suite == "stages":
+        return _eval_stages(args, settings)
     ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
     if not ir_dir.is_dir():
         print(f"error: no test collections at {ir_dir} (use --ir-dir)", file=sys.stderr)
@@ -199,6 +201,47 @@ def _eval_run(args, settings) -> int:
     return 0
 
 
+def _eval_stages(args, settings) -> int:
+    """Where each relevant page was lost: the collections' judged queries searched (logged) in each
+    collection's own data dir, or the feedback-judged searches of this data dir's log."""
+    from datetime import datetime
+
+    from engine.app import Engine
+    from eval import collections, stages
+    from eval.ir import DEFAULT_IR_DIR
+
+    since = datetime.fromisoformat(args.since) if args.since else datetime(1970, 1, 1)
+    search = {"rerank": True} if args.rerank else {}
+    reports, pairs = [], []
+    try:
+        if args.from_log:
+            with Engine(settings.model_copy(update={"data_dir": Path(args.data_dir).resolve()})
+                        if args.data_dir else settings) as engine:
+                reports.append(stages.from_log(engine, since))
+                pairs = stages.agreement(engine, since)
+        else:
+            ir_dir = Path(args.ir_dir) if args.ir_dir else DEFAULT_IR_DIR
+            dirs = [Path(args.collection)] if args.collection else [ir_dir / n for n in args.collections]
+            base = Path(args.data_dir).resolve() if args.data_dir else settings.data_dir / "ir"
+            for d in dirs:   # each collection in its own data dir (BM25 statistics are per index), as `eval ir`
+                with Engine(settings.model_copy(update={"data_dir": base / d.name})) as engine:
+                    reports.append(stages.from_collection(engine, d, k=args.k, search=search,
+                                                          progress=not args.no_progress))
+                    pairs += stages.agreement(engine, since)
+    except (collections.CollectionError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = {"when": datetime.now().isoformat(timespec="seconds"), "model": settings.models.active,
+              "reports": reports, "agreement": pairs}
+    paths = stages.write(result, Path(args.reports))
+    if args.json:
+        _print(result)
+    else:
+        print(stages.markdown(result))
+    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def _eval_evidence(args, settings) -> int:
     from engine.app import Engine
     from engine.evidence.confidence import CALIBRATION_FILE
@@ -335,18 +378,26 @@ def register(sub) -> None:
 
 def _eval_command(sub) -> None:
     s = sub.add_parser("eval", help="offline evaluation")
-    s.add_argument("suite", choices=["ir", "run", "replay", "evidence", "refind"],
+    s.add_argument("suite", choices=["ir", "run", "replay", "evidence", "refind", "stages"],
                    help="ir: nDCG@10 of sparse, dense and hybrid on ../shared/data/ir; "
                         "run: variants x embedders on one collection, with significance tests and a report; "
                         "evidence: fit and check evidence search's confidence levels on the collections; "
-                        "refind: the refind benchmark (eval/refind.py), dev and test halves, recency off and on")
+                        "refind: the refind benchmark (eval/refind.py), dev and test halves, recency off and on; "
+                        "stages: where each relevant page was lost (arms, fusion, rerank, rollup, below k), read "
+                        "from the query log, for the collections' judged queries or (--from-log) logged feedback, "
+                        "and logged compares per pair of embedders")
     s.add_argument("--write-calibration", action="store_true",
                    help="evidence: also replace configs/evidence_calibration.json with the new fit")
-    s.add_argument("--collection", help="run: a collection folder (our format, BEIR, or TREC)")
+    s.add_argument("--collection", help="run, stages: a collection folder (our format, BEIR, or TREC)")
     s.add_argument("--models", help="run: comma-separated embedders (default: the active one)")
     s.add_argument("--variants", default="sparse,dense,hybrid", help="run: any of sparse,dense,hybrid,rerank")
-    s.add_argument("--reports", default="eval/reports", help="run: folder for the report files")
-    s.add_argument("--since", help="replay: logged searches from this date (ISO 8601)")
+    s.add_argument("--reports", default="eval/reports", help="run, stages: folder for the report files")
+    s.add_argument("--since", help="replay, stages: logged searches from this date (ISO 8601)")
+    s.add_argument("--from-log", action="store_true",
+                   help="stages: the searches of this data dir's log that got found / click feedback")
+    s.add_argument("-k", type=int, default=10, help="stages: k of the collections' searches (the slice judged)")
+    s.add_argument("--rerank", action="store_true", help="stages: search the collections with rerank on")
+    s.add_argument("--json", action="store_true", help="stages: print the whole result as JSON")
     s.add_argument("--with", dest="with_config", help="replay: a config file whose [search]/[models] to replay under")
     s.add_argument("--per-query", action="store_true", help="replay: print every query's agreement")
     s.add_argument("--collections", nargs="+", default=["cisi", "med", "npl", "cacm"])

@@ -33,8 +33,13 @@ VARIANTS = {"sparse": {"dense_weight": 0.0, "sparse_weight": 1.0},
                               "rerank_fusion": "rrf"}}
 
 
+def doc_url(collection: str, doc_id: str) -> str:
+    """The URL a collection's document is ingested under (its id ends it)."""
+    return f"https://ir.example/{collection}/{doc_id}"
+
+
 def ingest(engine: Engine, coll: Collection, workspace: str, progress: bool = False) -> dict:
-    records = ((i, coll.name, {"url": f"https://ir.example/{coll.name}/{d['id']}", "title": d["title"] or None,
+    records = ((i, coll.name, {"url": doc_url(coll.name, d["id"]), "title": d["title"] or None,
                                "body_text": d["text"] or d["title"] or "(empty)", "seen_at": "2026-01-01T00:00:00Z"})
                for i, d in enumerate(coll.docs, start=1))
     return engine.ingest(records, workspace, progress=progress, total=len(coll.docs)).summary()

@@ -139,6 +139,47 @@ class LogTables:
             out.setdefault(qid, []).append(pid)
         return out
 
+    def stage_rows(self, query_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Per logged execution: its params, and the pages of each stage in rank order (a page as
+        often as its chunks appear) — each arm's candidates ("dense", "sparse"), the fused and
+        reranked chunks ("fused", "reranked") and the pages returned ("results")."""
+        out: dict[str, dict[str, Any]] = {}
+        if not query_ids:
+            return out
+        ids = list(dict.fromkeys(query_ids))
+        cur = self.store.cursor()
+        within = "query_id IN (SELECT unnest(?::VARCHAR[]))"
+        for qid, params in cur.execute(f"SELECT query_id, params FROM log_queries WHERE {within}", [ids]).fetchall():
+            out[qid] = {"params": params, "dense": [], "sparse": [], "fused": [], "reranked": [], "results": []}
+        for sql in (f"SELECT query_id, arm, page_id FROM log_candidates WHERE {within} ORDER BY query_id, arm, rank",
+                    f"SELECT query_id, stage, page_id FROM log_fused WHERE {within} ORDER BY query_id, stage, rank",
+                    f"SELECT query_id, 'results', page_id FROM log_results WHERE {within} ORDER BY query_id, rank"):
+            for qid, stage, page in cur.execute(sql, [ids]).fetchall():
+                if qid in out and stage in out[qid]:
+                    out[qid][stage].append(page)
+        return out
+
+    def judged_searches(self, since: datetime) -> dict[str, tuple[str, list[str]]]:
+        """query_id -> (query text, the pages its feedback marks relevant: found / click) of the
+        answered searches logged since `since`."""
+        out: dict[str, tuple[str, list[str]]] = {}
+        for qid, text, page in self.store.cursor().execute(
+                """SELECT q.query_id, q.query, f.page_id FROM log_queries q JOIN feedback f USING (query_id)
+                   WHERE q.endpoint = 'search' AND q.error_type IS NULL AND q.ts >= ?
+                     AND f.kind IN ('found', 'click')
+                   ORDER BY q.ts, q.query_id, f.page_id""", [since]).fetchall():
+            pages = out.setdefault(qid, (text, []))[1]
+            if page not in pages:
+                pages.append(page)
+        return out
+
+    def agreement_since(self, since: datetime) -> list[tuple]:
+        """(model_a, model_b, k, jaccard, rbo_ext, kendall_tau_b) of every compare logged since `since`."""
+        return self.store.cursor().execute(
+            """SELECT a.model_a, a.model_b, a.k, a.jaccard, a.rbo_ext, a.kendall_tau_b
+               FROM log_agreement a JOIN log_queries q USING (query_id) WHERE q.ts >= ?
+               ORDER BY a.model_a, a.model_b, q.ts""", [since]).fetchall()
+
     def feedback(self) -> list[tuple[str, str, str]]:
         return self.store.cursor().execute("SELECT query_id, page_id, kind FROM feedback").fetchall()
 

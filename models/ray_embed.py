@@ -36,7 +36,9 @@ class _EmbedActor:
         self.embedder = EmbedderPool(registry, source.device, source.batch_size).get(model)
 
     def __call__(self, batch: dict) -> dict:
-        return {"i": batch["i"], "vector": self.embedder.encode_documents([str(t) for t in batch["text"]])}
+        vectors = self.embedder.encode_documents([str(t) for t in batch["text"]])
+        # the worker process that embedded each text: the driver's record of where the work ran
+        return {"i": batch["i"], "vector": vectors, "pid": np.full(len(batch["i"]), os.getpid())}
 
 
 class RayEmbedding:
@@ -51,6 +53,8 @@ class RayEmbedding:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         self.ray = ray
         self.source, self.actors, self.batch_size, self.cpus = source, actors, batch_size, cpus_per_actor
+        self.workers: set[int] = set()   # the processes (Ray actors) that embedded what encode returned
+        self.last_stats = ""             # Ray Data's own account of the last encode's execution
         self.started = not ray.is_initialized()
         if self.started:
             if address:
@@ -71,9 +75,12 @@ class RayEmbedding:
         if not texts:
             return np.zeros((0, 1), dtype=np.float32)
         ds = self.ray.data.from_items([{"i": i, "text": t} for i, t in enumerate(texts)])
-        out = ds.map_batches(_EmbedActor, fn_constructor_kwargs={"model": model, "source": self.source},
-                             concurrency=self.actors, batch_size=self.batch_size, num_cpus=self.cpus,
-                             batch_format="numpy").take_all()
+        mapped = ds.map_batches(_EmbedActor, fn_constructor_kwargs={"model": model, "source": self.source},
+                                concurrency=self.actors, batch_size=self.batch_size, num_cpus=self.cpus,
+                                batch_format="numpy")
+        out = mapped.take_all()
+        self.last_stats = mapped.stats()
+        self.workers |= {int(r["pid"]) for r in out}
         out.sort(key=lambda r: int(r["i"]))
         if [int(r["i"]) for r in out] != list(range(len(texts))):
             raise RuntimeError(f"Ray returned {len(out)} vectors for {len(texts)} texts")

@@ -137,6 +137,22 @@ class OperationsVerbs(Verbs):
         return {"searches": t.searches_since(since, limit), "results": t.results_since(since),
                 "feedback": t.feedback()}
 
+    def logged_stages(self, query_ids: list[str]) -> dict[str, dict]:
+        """Per logged execution, its params and the pages of each stage in rank order (each arm's
+        candidates, fused, reranked, results): what `eval stages` reads."""
+        self.corpus.querylog.flush()
+        return self.corpus.querylog.tables.stage_rows(query_ids)
+
+    def logged_judgments(self, since: datetime) -> dict[str, tuple[str, list[str]]]:
+        """The logged searches with feedback since `since`: query id -> (text, pages marked found / click)."""
+        self.corpus.querylog.flush()
+        return self.corpus.querylog.tables.judged_searches(since)
+
+    def logged_agreement(self, since: datetime) -> list[tuple]:
+        """Every logged compare's agreement rows since `since` (model_a, model_b, k, jaccard, rbo_ext, tau)."""
+        self.corpus.querylog.flush()
+        return self.corpus.querylog.tables.agreement_since(since)
+
     def prune_log(self, before: datetime) -> int:
         return self.corpus.querylog.prune(before)
 

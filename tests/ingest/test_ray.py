@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -77,17 +78,25 @@ def test_vectors_embedded_on_ray_equal_the_in_process_ones(ray_address, source, 
     remote = RayEmbedding(ray_address, EmbedderSource(str(s.registry_path), str(s.models_cache_dir), str(s.data_dir),
                                                       "cpu", s.models.batch_size), actors=2, batch_size=16,
                           cpus_per_actor=0.5)
-    calls = []
+    calls, stats = [], []
 
     def encode(model, texts):
         calls.append(len(texts))
-        return remote.encode(model, texts)
+        vectors = remote.encode(model, texts)
+        stats.append(remote.last_stats)
+        return vectors
 
     try:
         report = Ingester(there, "default", progress=False, encode=encode, batch_chunks=40).ingest(read_source(str(source)))
     finally:
         remote.close()
-    assert not report.errors and len(calls) > 1 and sum(calls) == report.chunks_embedded   # every batch on Ray
+    assert not report.errors and len(calls) > 1 and sum(calls) == report.chunks_embedded
+    # every batch ran on Ray Data, in actor processes, not here: Ray's own execution record of each
+    # names the embedding actors' map and the rows it put out, and the vectors came from other processes
+    for n, st in zip(calls, stats):
+        mapped = re.search(r"MapBatches\(_EmbedActor\).*?Total output num rows: (\d+) rows", st, re.S)
+        assert mapped and int(mapped.group(1)) == n, st
+    assert remote.workers and os.getpid() not in remote.workers
     model = s.models.active
     ids_a, vecs_a = here.store.embeddings_for(model)
     ids_b, vecs_b = there.store.embeddings_for(model)
