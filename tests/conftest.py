@@ -72,6 +72,27 @@ def backend_settings(backend: str, request) -> dict:
     return {"index": {"backend": "milvus"}, "milvus": {"uri": request.getfixturevalue("milvus_uri"), "timeout_s": 20}}
 
 
+def assert_on_milvus(corpus) -> None:
+    """The corpus's arms really are in the Milvus server its settings name — asked on a connection of
+    this check's own: the server holds this data dir's sparse collection and the active model's dense
+    one, each with every chunk of the store. (A corpus quietly on the embedded indexes passes every
+    search test, and fails here.)"""
+    from pymilvus import MilvusClient
+
+    from indexes.milvus import collection_name, default_prefix
+
+    s = corpus.settings
+    prefix = s.milvus.collection_prefix or default_prefix(corpus.data_dir)
+    chunks = corpus.store.counts()["chunks"]
+    # not closed: pymilvus shares one connection per server address, and closing this one would
+    # close the corpus's own
+    client = MilvusClient(uri=s.milvus.uri)
+    for name in (collection_name(prefix, "sparse"), collection_name(prefix, "dense", s.models.active)):
+        assert client.has_collection(name), f"{name} is not on the Milvus server at {s.milvus.uri}"
+        held = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
+        assert int(held[0]["count(*)"]) == chunks > 0, (name, held, chunks)
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     """No REFINDERY_* from the caller's shell leaks into a test."""
@@ -278,6 +299,9 @@ normalize = true
     topics = ["gulls", "owls", "comets", "bread", "kites", "tides", "glaciers", "volcanoes", "coral", "moss"]
     ingest(corpus, [page(f"https://ab.example/{t}", f"A note about {t}: what they are and where to find {t}.")
                     for t in topics])
+    if s.index.backend == "milvus":
+        corpus.flush()
+        assert_on_milvus(corpus)
     yield corpus
     corpus.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from conftest import backend_settings, index_ids, ingest, page
+from conftest import assert_on_milvus, backend_settings, index_ids, ingest, page
 from fastapi.testclient import TestClient
 
 from engine.refind.search import SearchRequest, SearchService
@@ -30,6 +30,8 @@ def corpus(backend, request, shared_corpus, pool, demo_subset, tmp_path_factory)
     c = open_corpus(load_settings(data_dir=str(tmp_path_factory.mktemp("milvus-search") / "data"),
                                   **backend_settings(backend, request)), pool)
     ingest(c, demo_subset)
+    c.flush()
+    assert_on_milvus(c)
     yield c
     c.close()
 
