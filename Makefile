@@ -101,6 +101,7 @@ bench: install
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/rerank.py
+	$(BIN)/python bench/gpu.py
 	$(BIN)/python bench/relations.py
 	$(BIN)/python bench/evidence.py
 	$(BIN)/python bench/load.py
