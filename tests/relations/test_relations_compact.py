@@ -118,3 +118,23 @@ def test_unknown_values_are_counted_as_the_full_reply_lists_them(client, tmp_pat
     reply = compact(client, ws, constraint)
     assert reply["incomplete_because"] == ["vocabulary_unknown_surface:geography: 2"]
     assert [m["entity_id"] for m in reply["matches"]] == full["entities"]["matched"] == ["a", "b"]
+
+
+def test_every_reason_the_licence_names_has_its_count():
+    """Each reason of the seed's table (and each cause the warrant names) is counted, none refused:
+    a reason with no count would fail every compact reply that carries it."""
+    from engine.relations.compact import reason_count
+    from engine.relations.warrant import CAUSE_REASON
+
+    full = {"counts": {"not_recorded": 4, "undetermined": 3, "none": 2},
+            "groups": [{"relation": "held_role", "required": True, "not_recorded": 4, "undetermined": 3}],
+            "gaps": {"dropped": [{}, {}], "uncompiled": ["a.", "b.", "c."], "unbound": [{"index": 1}]},
+            "criteria": [{"index": 0, "states": {"stated": 1, "stated_not_verified": 2, "not_stated": 3,
+                                                 "no_documents": 4, "not_read": 5}}]}
+    expected = {"acl": 2, "constraints_dropped": 2, "brief_uncompiled": 3, "constraint_unbound:1": 1,
+                "vocabulary_unknown_surface:geography": 0, "vocabulary_unplaced:geography": 2,
+                "entities_not_recorded": 4, "relation_not_recorded:held_role": 4,
+                "unattributed_rows_withheld:held_role": 3, "criterion_unproved:0": 5,
+                "criterion_no_documents:0": 4, "criterion_not_read:0": 5}
+    expected |= {f"{cause}:held_role": 3 for cause in CAUSE_REASON.values()}
+    assert {r: reason_count(r, full, [], scopes=2) for r in expected} == expected
