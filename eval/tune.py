@@ -14,8 +14,8 @@ judged queries is written as a `[search]` config file (`REFINDERY_CONFIG=<file>`
 — only when choosing beat the current settings held out; otherwise the file keeps them and says why.
 
 With a reranker in the grid, the reply also says whether it helps on these queries: on the same
-folds, the best rerank configuration of the other folds against the best one without rerank, each
-scored on the fold's own queries, with a paired t-test over all held-out queries (`rerank`).
+folds, the rerank configuration best on the other folds against the same fusion settings without
+rerank, scored on the fold's own queries, with a paired t-test over all held-out queries (`rerank`).
 """
 from __future__ import annotations
 
@@ -171,30 +171,34 @@ def cross_validate(scores: list[dict[str, float]], folds: int = 5, seed: int = 1
                          "gain": round((sum(a) - sum(b)) / len(a), 4), "p_value": _paired(a, b)}}
 
 
+RERANK_KEYS = {"rerank", "rerank_fusion", "rerank_weight"}   # what the rerank configurations set, and no more
+
+
 def reranks(cfg: dict, rerank_now: bool) -> bool:
     return bool(cfg.get("rerank", rerank_now))
 
 
 def rerank_verdict(scores: list[dict[str, float]], configs: list[dict], rerank_now: bool = False,
                    folds: int = 5, seed: int = 13) -> dict | None:
-    """Whether reranking helps on these queries, held out: per fold, the best configuration with
-    rerank and the best without it, each chosen on the other folds and scored on this fold; then
-    both over every held-out query, with a paired t-test. None when the grid has not both."""
-    on = [i for i, c in enumerate(configs) if reranks(c, rerank_now)]
-    off = [i for i, c in enumerate(configs) if not reranks(c, rerank_now)]
+    """Whether reranking helps on these queries, held out: per fold, the rerank configuration best
+    on the other folds (the grid's rerank configurations sit over the current fusion settings)
+    against the same settings without rerank — the current settings, or `{"rerank": False}` when
+    they rerank — both scored on the fold's own queries; then over every held-out query, with a
+    paired t-test. None when the grid has not both."""
+    on = [i for i, c in enumerate(configs) if set(c) <= RERANK_KEYS and reranks(c, rerank_now)]
+    off = [i for i, c in enumerate(configs) if set(c) <= RERANK_KEYS and not reranks(c, rerank_now)]
     if not on or not off:
         return None
+    b = off[0]
     qids = sorted(scores[0])
     parts = _folds(qids, folds, seed)
-    with_q, without_q, chosen = {}, {}, []
+    with_q, chosen = {}, []
     for i, test in enumerate(parts):
         train = [q for j, p in enumerate(parts) if j != i for q in p]
         a = on[best([scores[k] for k in on], train)]
-        b = off[best([scores[k] for k in off], train)]
         chosen.append({"fold": i + 1, "with": configs[a], "without": configs[b]})
         with_q.update({q: scores[a][q] for q in test})
-        without_q.update({q: scores[b][q] for q in test})
-    a_all, b_all = [with_q[q] for q in qids], [without_q[q] for q in qids]
+    a_all, b_all = [with_q[q] for q in qids], [scores[b][q] for q in qids]
     gain = round((sum(a_all) - sum(b_all)) / len(qids), 4)
     p = _paired(a_all, b_all)
     verdict = ("helps" if gain > 0 else "hurts") if p is not None and p < 0.05 else "no significant difference"
@@ -292,9 +296,9 @@ def markdown(result: dict) -> str:
     rr = result.get("rerank")
     if rr is not None:
         p = "–" if rr["p_value"] is None else f"{rr['p_value']:.4f}"
-        lines += ["", f"Rerank with {result['reranker']['name']}, held out: best with rerank {rr['with']:.4f}, "
-                      f"best without {rr['without']:.4f} ({rr['gain']:+.4f}, paired t-test p = {p}): "
-                      f"{rr['verdict']} on these queries."]
+        lines += ["", f"Rerank with {result['reranker']['name']}, held out: with rerank (its best fusion) "
+                      f"{rr['with']:.4f}, the same settings without {rr['without']:.4f} ({rr['gain']:+.4f}, "
+                      f"paired t-test p = {p}): {rr['verdict']} on these queries."]
     elif result.get("reranker") and not result["reranker"]["in_grid"]:
         lines += ["", f"Rerank not in the grid: {result['reranker']['why_not']}."]
     return "\n".join(lines) + "\n"
