@@ -22,7 +22,7 @@ from models.device import set_cpu_threads
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
-from engine.core.devices import on_device
+from engine.core.devices import NoSuchDevice, device_refusal
 from engine.core.errors import PageNotFound
 from engine.core.querylog import QueryLog
 from engine.core.repair import IndexRepairs, RepairReport
@@ -60,8 +60,10 @@ class Corpus(IndexRepairs):
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:
-        with on_device(self.pool.device):
+        try:   # every search passes here: a try costs nothing until a model is loaded on a missing device
             return self.pool.get(name or self.settings.models.active)
+        except NoSuchDevice as exc:
+            raise device_refusal(exc, self.pool.device) from exc
 
     @property
     def embedder_names(self) -> list[str]:

@@ -14,9 +14,13 @@ REMEDY = ('set models.device = "auto" or "cpu" (REFINDERY_MODELS__DEVICE), or in
           'on a host with a GPU (docs/operations.md, "CUDA")')
 
 
+def device_refusal(exc: NoSuchDevice, requested: str) -> DeviceUnavailable:
+    return DeviceUnavailable(f"{exc}: {REMEDY}", device=requested)
+
+
 @contextmanager
 def on_device(requested: str) -> Iterator[None]:
     try:
         yield
     except NoSuchDevice as exc:
-        raise DeviceUnavailable(f"{exc}: {REMEDY}", device=requested) from exc
+        raise device_refusal(exc, requested) from exc
