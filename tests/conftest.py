@@ -5,12 +5,14 @@ all-MiniLM-L6-v2 weights. Tests that change data get their own data dir (and sha
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -304,6 +306,29 @@ normalize = true
         assert_on_milvus(corpus)
     yield corpus
     corpus.close()
+
+
+@contextlib.contextmanager
+def served_on_socket(app, sock: Path):
+    """`app` served by uvicorn on the Unix socket `sock` from a thread of this process (a real
+    server: HTTP over a socket, the app's lifespan), stopped on leaving."""
+    import threading
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, uds=str(sock), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(600):
+            if server.started:
+                break
+            time.sleep(0.1)
+        assert server.started, "the server did not start"
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 def serve_uds(data, sock):

@@ -5,12 +5,9 @@ against what the server answered and what the reports hold."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import nbformat
-import uvicorn
-from conftest import ROOT
+from conftest import ROOT, served_on_socket
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
@@ -41,16 +38,7 @@ def test_ab_notebook_executes(ab_corpus, make_corpus, tmp_path, monkeypatch):
     # the server the notebook's client talks to: a Unix socket, as with the network cut off (unshare -n)
     # even the loopback interface is down
     sock = tmp_path / "refindery.sock"
-    server = uvicorn.Server(uvicorn.Config(create_app(ab_corpus.settings, ab_corpus), uds=str(sock),
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(600):
-            if server.started:
-                break
-            time.sleep(0.1)
-        assert server.started, "the server did not start"
+    with served_on_socket(create_app(ab_corpus.settings, ab_corpus), sock):
         monkeypatch.setenv("REFINDERY_UDS", str(sock))
         monkeypatch.setenv("REFINDERY_URL", "http://refindery")
         monkeypatch.setenv("REFINDERY_MODELS", "all-minilm-l6-v2,minilm-prefixed")
@@ -60,9 +48,6 @@ def test_ab_notebook_executes(ab_corpus, make_corpus, tmp_path, monkeypatch):
         nb = nbformat.read(ROOT / "eval" / "notebooks" / "ab_embedders.ipynb", as_version=4)
         km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
         NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(ROOT)}}).execute()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     text = "".join(o.get("text", "") for o in outputs)
     assert not [o for o in outputs if o.get("output_type") == "error"], text[-3000:]

@@ -57,10 +57,7 @@ def test_every_client_operation_reaches_the_route_it_names_on_a_real_server(pool
     """Every operation of the client, called against a real server (uvicorn on a Unix socket): the
     server's own access log shows each reaching the route it names, with its method, answered (a
     misspelt path is a 404 on no route, a wrong method a 405). Every public operation is called."""
-    import threading
-    import time
-
-    import uvicorn
+    from conftest import served_on_socket
     from docs.examples import make_client
     from docs.examples.roster import roster
     from refindery.client import Client
@@ -70,49 +67,37 @@ def test_every_client_operation_reaches_the_route_it_names_on_a_real_server(pool
     corpus = app_client.corpus
     ws = roster(app_client).workspace_id
     sock = tmp_path / "refindery.sock"
-    server = uvicorn.Server(uvicorn.Config(app_client.app, uds=str(sock), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(600):
-            if server.started:
-                break
-            time.sleep(0.1)
-        assert server.started
-        with Client("http://refindery", uds=str(sock)) as rf:
-            up = rf.upsert_pages([{"url": "https://a.example/gannets", "body_text": "Gannets dive for fish."},
-                                  {"url": "https://a.example/puffins", "body_text": "Puffins nest in burrows."}])
-            pid = up.items[0].page_id
-            res = rf.search("gannets", k=2)
-            calls = {
-                "upsert_pages": lambda: up,
-                "search": lambda: res,
-                "compare": lambda: rf.compare("gannets", ["all-minilm-l6-v2", "all-minilm-l6-v2-int8"], k=2),
-                "feedback": lambda: rf.feedback(res.query_id, pid, "found"),
-                "get_page": lambda: rf.get_page(pid),
-                "similar": lambda: rf.similar(pid, k=1),
-                "relation_search": lambda: rf.relation_search(ws, constraints=[
-                    {"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]),
-                "relation_workspaces": rf.relation_workspaces,
-                "facts": lambda: rf.facts(workspace_id=ws, entity_id="yusuf_alderane", relation="held_role"),
-                "evidence": lambda: rf.evidence("gannets diving", session_id="routes"),
-                "read_packet": lambda: rf.read_packet("routes"),
-                "request": lambda: rf.request("GET", "/v1/models"),
-                "status": rf.status,
-                "health": rf.health,
-                "delete_page": lambda: rf.delete_page(up.items[1].page_id),
-            }
-            public = {n for n, f in inspect.getmembers(_Operations, inspect.isfunction) if not n.startswith("_")}
-            assert set(calls) == public, public ^ set(calls)
-            got = {name: call() for name, call in calls.items()}
-            assert all(v is not None for v in got.values())
-            # the health check is not an access-logged call: its answer is the server's own
-            assert got["health"] == app_client.get("/healthz").json()
-            facts = rf.facts(workspace_id=ws, entity_id="yusuf_alderane", relation="held_role")
-            assert facts.model_dump()    # the reply read as the client's model
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with served_on_socket(app_client.app, sock), Client("http://refindery", uds=str(sock)) as rf:
+        up = rf.upsert_pages([{"url": "https://a.example/gannets", "body_text": "Gannets dive for fish."},
+                              {"url": "https://a.example/puffins", "body_text": "Puffins nest in burrows."}])
+        pid = up.items[0].page_id
+        res = rf.search("gannets", k=2)
+        calls = {
+            "upsert_pages": lambda: up,
+            "search": lambda: res,
+            "compare": lambda: rf.compare("gannets", ["all-minilm-l6-v2", "all-minilm-l6-v2-int8"], k=2),
+            "feedback": lambda: rf.feedback(res.query_id, pid, "found"),
+            "get_page": lambda: rf.get_page(pid),
+            "similar": lambda: rf.similar(pid, k=1),
+            "relation_search": lambda: rf.relation_search(ws, constraints=[
+                {"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]),
+            "relation_workspaces": rf.relation_workspaces,
+            "facts": lambda: rf.facts(workspace_id=ws, entity_id="yusuf_alderane", relation="held_role"),
+            "evidence": lambda: rf.evidence("gannets diving", session_id="routes"),
+            "read_packet": lambda: rf.read_packet("routes"),
+            "request": lambda: rf.request("GET", "/v1/models"),
+            "status": rf.status,
+            "health": rf.health,
+            "delete_page": lambda: rf.delete_page(up.items[1].page_id),
+        }
+        public = {n for n, f in inspect.getmembers(_Operations, inspect.isfunction) if not n.startswith("_")}
+        assert set(calls) == public, public ^ set(calls)
+        got = {name: call() for name, call in calls.items()}
+        assert all(v is not None for v in got.values())
+        # the health check is not an access-logged call: its answer is the server's own
+        assert got["health"] == app_client.get("/healthz").json()
+        facts = rf.facts(workspace_id=ws, entity_id="yusuf_alderane", relation="held_role")
+        assert facts.model_dump()    # the reply read as the client's model
     corpus.querylog.flush()
     seen = {(m, r): st for m, r, st in corpus.store.cursor().execute(
         "SELECT method, route, max(status) FROM log_access GROUP BY 1, 2").fetchall()}
