@@ -198,9 +198,17 @@ def plot(result: dict, path: Path) -> Path:
     return path
 
 
+def compact(result: dict) -> dict:
+    """The result as written to stages.json: per query its counts per stage, not every page's."""
+    reports = [{**r, "per_query": [{**{k: v for k, v in q.items() if k != "stages"},
+                                    "counts": dict(Counter(q["stages"].values()))} for q in r["per_query"]]}
+               for r in result["reports"]]
+    return {**result, "reports": reports}
+
+
 def write(result: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     j, m = out_dir / "stages.json", out_dir / "stages.md"
-    j.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    j.write_text(json.dumps(compact(result), indent=1, default=str) + "\n")
     m.write_text(markdown(result))
     return [j, m, plot(result, out_dir / "stages.png")]

@@ -133,6 +133,9 @@ def test_the_cli_writes_the_report_with_logged_compares(ab_corpus, tmp_path, cap
     printed = capsys.readouterr().out
     assert "| query log feedback | 1 | 1 | 1 | 1 (100 %)" in printed
     got = json.loads((out / "stages.json").read_text())
+    # written per query as counts per stage (not every page's), adding up to its relevant pages
+    assert all(sum(q["counts"].values()) == q["relevant"] and "stages" not in q
+               for r in got["reports"] for q in r["per_query"])
     (pair,) = got["agreement"]
     assert (pair["model_a"], pair["model_b"], pair["compares"], pair["k"]) == ("all-minilm-l6-v2", "minilm-prefixed",
                                                                                3, 5)
