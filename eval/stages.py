@@ -47,16 +47,26 @@ def page_order(pages: list[str]) -> list[str]:
     return list(dict.fromkeys(p for p in pages if p is not None))
 
 
+def ranked(stages: dict) -> dict[str, list[str]]:
+    """Each stage's pages in order, once per search (a chunk stage by first chunk)."""
+    return {name: page_order(pages) for name, pages in stages.items()
+            if name in ("dense", "sparse", "fused", "reranked", "results")}
+
+
 def lost_at(stages: dict, page: str, k: int) -> str:
     """The stage that lost `page` (or "found"): after the last stage that had it within the top k."""
-    if page in stages["results"][:k]:
+    return _lost_at(ranked(stages), page, k)
+
+
+def _lost_at(order: dict[str, list[str]], page: str, k: int) -> str:
+    if page in order["results"][:k]:
         return "found"
-    arms = [page_order(stages["dense"]), page_order(stages["sparse"])]
+    arms = [order["dense"], order["sparse"]]
     if not any(page in arm for arm in arms):
         return "not_retrieved"
-    funnel = [("arms", any(page in arm[:k] for arm in arms)), ("fusion", page in page_order(stages["fused"])[:k])]
-    if stages["reranked"]:
-        funnel.append(("rerank", page in page_order(stages["reranked"])[:k]))
+    funnel = [("arms", any(page in arm[:k] for arm in arms)), ("fusion", page in order["fused"][:k])]
+    if order["reranked"]:
+        funnel.append(("rerank", page in order["reranked"][:k]))
     funnel.append(("rollup", False))
     inside = [i for i, (_, held) in enumerate(funnel) if held]
     return funnel[inside[-1] + 1][0] if inside else "below_slice"
@@ -77,7 +87,8 @@ def attribute(engine: Engine, judged: dict[str, list[str]], source: str) -> dict
             offset += 1
             continue
         k = int(params.get("k") or engine.settings.search.k)
-        where = {p: lost_at(st, p, k) for p in pages}
+        order = ranked(st)
+        where = {p: _lost_at(order, p, k) for p in pages}
         counts.update(where.values())
         per_query.append({"query_id": qid, "k": k, "rerank": bool(st["reranked"]), "relevant": len(pages),
                           "stages": where})

@@ -19,8 +19,8 @@ import numpy as np
 
 from models.reranker import RerankerUnavailable, load_reranker
 
-from engine.core.devices import on_device
 from engine.core.corpus import Corpus
+from engine.core.devices import on_device
 from engine.refind.search import SearchFilters, SearchRequest, SearchService
 from engine.relations.ideas import split_sentences
 from engine.core.clock import utcnow
