@@ -72,14 +72,22 @@ class LoadWriter:
             f"UPDATE {shape.name} SET current = FALSE WHERE workspace_id = ? AND source_key = ? AND current",
             [self.workspace_id, source_key]).fetchall()[0][0]
 
-    def supersede_sources(self, shape: TableShape, source_keys: list[str]) -> int:
-        """Mark the rows these sources (documents) gave before as no longer current; how many were."""
+    def supersede_sources(self, shape: TableShape, sources: list[tuple[str, str | None]]) -> int:
+        """Mark the rows these sources (documents) gave before as no longer current; how many were.
+        `sources`: (source key, document scope) pairs — a document's rows of that scope only (NULL:
+        the rows of the unscoped document), so a load never reaches another scope's rows."""
         self.rstore.ensure_table(shape, self.con)
-        if not source_keys:
+        if not sources:
             return 0
-        return self.con.execute(
-            f"UPDATE {shape.name} SET current = FALSE WHERE workspace_id = ? AND current "
-            f"AND source_key IN (SELECT unnest(?))", [self.workspace_id, source_keys]).fetchall()[0][0]
+        self.con.register("load_sources", pa.table({"source_key": pa.array([k for k, _ in sources], pa.string()),
+                                                    "scope": pa.array([s for _, s in sources], pa.string())}))
+        try:
+            return self.con.execute(
+                f"UPDATE {shape.name} SET current = FALSE FROM load_sources x WHERE {shape.name}.workspace_id = ? "
+                f"AND {shape.name}.current AND {shape.name}.source_key = x.source_key "
+                f"AND {shape.name}.scope IS NOT DISTINCT FROM x.scope", [self.workspace_id]).fetchall()[0][0]
+        finally:
+            self.con.unregister("load_sources")
 
     def insert_spans(self, spans: list[DocumentRow]) -> None:
         if not spans:
@@ -97,13 +105,21 @@ class LoadWriter:
         finally:
             self.con.unregister("load_spans")
 
-    def replace_documents(self, source_key: str, documents: list[dict], removed: list[str]) -> None:
-        """Record the documents read now (superseding their earlier records) and retire the removed."""
+    def replace_documents(self, source_key: str, documents: list[dict], removed: list[tuple[str, str | None]]) -> None:
+        """Record the documents read now (superseding their earlier records of the same scope) and
+        retire the removed ((document, scope) pairs): a document is its path and its scope."""
         con, ws = self.con, self.workspace_id
-        gone = [d["document"] for d in documents] + removed
+        gone = [(d["document"], d.get("scope")) for d in documents] + list(removed)
         if gone:
-            con.execute("UPDATE rel_documents SET current = FALSE WHERE workspace_id = ? AND source_key = ? "
-                        "AND current AND document IN (SELECT unnest(?))", [ws, source_key, gone])
+            con.register("load_gone", pa.table({"document": pa.array([g[0] for g in gone], pa.string()),
+                                                "scope": pa.array([g[1] for g in gone], pa.string())}))
+            try:
+                con.execute("UPDATE rel_documents SET current = FALSE FROM load_gone g WHERE "
+                            "rel_documents.workspace_id = ? AND rel_documents.source_key = ? AND rel_documents.current "
+                            "AND rel_documents.document = g.document AND rel_documents.scope IS NOT DISTINCT FROM g.scope",
+                            [ws, source_key])
+            finally:
+                con.unregister("load_gone")
         if documents:
             con.executemany("INSERT INTO rel_documents (workspace_id, source_key, document, path, entity_id, name, "
                             "content_hash, fingerprint, url, page_id, load_id, current, scope) "
@@ -195,29 +211,37 @@ class LoadWriter:
         return {"rows": stats[0], "entities": stats[3], "unattributed": stats[1], "withheld": stats[2],
                 "retired_by_corrections": stats[4], "unknown_surfaces": unplaced}
 
-    def name_entities(self, kind: str, rows: list[tuple]) -> tuple[int, dict[str | None, int]]:
+    def name_entities(self, kind: str, rows: list[tuple],
+                      scopes: tuple[str, ...] | None = None) -> tuple[int, dict[str | None, int]]:
         """Register these (entity id, display name or None[, document scope of the name]) and
         rename the known ones; returns (how many were new, how many names changed per scope — the
         scope of the document that carries the name, None for a name every key reads). A name
-        that moves between scopes changes in both."""
+        that moves between scopes changes in both. `scopes`: the loading key's document scopes
+        (None: every scope) — it renames only an entity that has no name yet or a name of its
+        scopes; a name another scope (or every key) reads stays as it is."""
         con, ws = self.con, self.workspace_id
         con.register("load_entities", pa.table({"entity_id": pa.array([r[0] for r in rows], pa.string()),
                                                 "name": pa.array([r[1] for r in rows], pa.string()),
                                                 "scope": pa.array([r[2] if len(r) > 2 else None for r in rows],
                                                                   pa.string())}))
         changed: dict[str | None, int] = {}
+        mine = "" if scopes is None else \
+            " AND (e.name IS NULL OR e.name_scope IN (SELECT unnest(?::VARCHAR[])))"
+        mine_params = [] if scopes is None else [list(scopes)]
         try:
             moved = con.execute(
                 "SELECT l.scope, e.name_scope, e.name IS NOT NULL FROM load_entities l JOIN rel_entities e "
                 "ON e.entity_id = l.entity_id AND e.workspace_id = ? WHERE l.name IS NOT NULL "
-                "AND (e.name IS DISTINCT FROM l.name OR e.name_scope IS DISTINCT FROM l.scope)", [ws]).fetchall()
+                "AND (e.name IS DISTINCT FROM l.name OR e.name_scope IS DISTINCT FROM l.scope)" + mine,
+                [ws, *mine_params]).fetchall()
             for new_scope, old_scope, had in moved:
                 changed[new_scope] = changed.get(new_scope, 0) + 1
                 if had and old_scope != new_scope:
                     changed[old_scope] = changed.get(old_scope, 0) + 1
             con.execute("UPDATE rel_entities SET name = l.name, name_scope = l.scope FROM load_entities l "
                         "WHERE rel_entities.workspace_id = ? "
-                        "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL", [ws])
+                        "AND rel_entities.entity_id = l.entity_id AND l.name IS NOT NULL"
+                        + mine.replace("e.", "rel_entities."), [ws, *mine_params])
             added = RelationStore.register_entities(con, ws, kind, self.load_id,
                                                     "SELECT entity_id, name, scope FROM load_entities", [])
             if added:
@@ -228,13 +252,17 @@ class LoadWriter:
             con.unregister("load_entities")
         return added, changed
 
-    def declare_coverage(self, relation: str, subject: str, source_key: str, ids: list, now: datetime) -> None:
+    def declare_coverage(self, relation: str, subject: str, source_key: str, ids: list, now: datetime,
+                         scopes: tuple[str, ...] | None = None) -> None:
         """This load looked at these entities for the relation (superseding what the same source
         declared); `ids`: entity ids, or (entity id, document scope) pairs when documents of a
-        scope say so (a declaration only the scope's keys read)."""
+        scope say so (a declaration only the scope's keys read). `scopes`: the loading key's
+        document scopes (None: every scope) — it supersedes only declarations of its scopes."""
         con, ws = self.con, self.workspace_id
+        mine = "" if scopes is None else " AND scope IN (SELECT unnest(?::VARCHAR[]))"
         con.execute("UPDATE rel_coverage SET current = FALSE WHERE workspace_id = ? AND relation = ? "
-                    "AND source_key = ? AND current", [ws, relation, source_key])
+                    "AND source_key = ? AND current" + mine,
+                    [ws, relation, source_key, *([] if scopes is None else [list(scopes)])])
         pairs = [i if isinstance(i, tuple) else (i, None) for i in ids]
         con.register("load_cov", pa.table({"entity_id": pa.array([p[0] for p in pairs], pa.string()),
                                            "scope": pa.array([p[1] for p in pairs], pa.string())}))

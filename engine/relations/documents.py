@@ -96,7 +96,8 @@ class Prepared:
     kind: str
     docs: list[Doc]
     changed: list[Doc]                   # read now (new, or content / reading changed)
-    removed: list[dict]                  # documents of the previous load gone from the folder
+    removed: list[dict]                  # documents of the previous load gone from the folder (or their scope changed)
+    scopes: tuple[str, ...] | None = None   # the loading key's document scopes (None: every scope)
     rows: list[Extracted] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)
     usage: dict = field(default_factory=dict)
@@ -119,8 +120,9 @@ class Prepared:
             out.append(page)
         return out
 
-    def removed_urls(self) -> list[str]:
-        return [r["url"] for r in self.removed if r.get("url")]
+    def removed_pages(self) -> list[tuple[str, str | None]]:
+        """(url, scope) of each removed document's page."""
+        return [(r["url"], r["scope"]) for r in self.removed if r.get("url")]
 
 
 def _rules(space: Space, req: DocumentLoadRequest) -> list[ReaderRule]:
@@ -208,11 +210,15 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
         d.fingerprint = f"{d.content_hash}:{reading}"
         docs.append(d)
     source_key = f"docs:{root.resolve()}"
-    before = {r["document"]: r for r in rstore.current_documents(workspace_id, source_key)}
-    changed = [d for d in docs if before.get(d.rel, {}).get("fingerprint") != d.fingerprint]
-    present = {d.rel for d in docs}
-    removed = [r for rel, r in before.items() if rel not in present]
-    prep = Prepared(space, req, root, source_key, kind, docs, changed, removed)
+    # A document is (path in the folder, scope): a key with document scopes syncs only the documents
+    # of its scopes — another scope's (or an unscoped one every key reads) is as absent to it as one
+    # never loaded, so its load neither replaces nor relabels them but writes its own.
+    before = {(r["document"], r["scope"]): r for r in rstore.current_documents(workspace_id, source_key)
+              if scopes is None or r["scope"] in scopes}
+    changed = [d for d in docs if before.get((d.rel, d.scope), {}).get("fingerprint") != d.fingerprint]
+    present = {(d.rel, d.scope) for d in docs}
+    removed = [r for key, r in before.items() if key not in present]
+    prep = Prepared(space, req, root, source_key, kind, docs, changed, removed, scopes=scopes)
     tool = reader_tool(space, [space.schema.relation(r) for r in model_relations]) if model_relations else None
     usage: dict = {"calls": 0}
     for d in changed:
@@ -253,7 +259,9 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
     space, ws = prep.space, prep.space.workspace_id
     load_id = f"ld_{secrets.token_hex(5)}"
     now = utcnow()
-    changed_keys = [f"doc:{d.rel}" for d in prep.changed] + [f"doc:{r['document']}" for r in prep.removed]
+    # what this load replaces: each changed or removed document's rows of that document's own scope
+    changed_keys = [(f"{prep.source_key}#doc:{d.rel}", d.scope) for d in prep.changed] + \
+        [(f"{prep.source_key}#doc:{r['document']}", r["scope"]) for r in prep.removed]
     by_doc = {d.rel: d for d in prep.changed}
     summary: dict = {"documents": {"read": len(prep.docs), "changed": len(prep.changed),
                                    "unchanged": len(prep.docs) - len(prep.changed), "removed": len(prep.removed),
@@ -266,7 +274,7 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
         w = LoadWriter(rstore, con, ws, load_id)
         for rel in space.schema.relations.values():
             shape = space.shape(rel)
-            superseded = w.supersede_sources(shape, [f"{prep.source_key}#{k}" for k in changed_keys])
+            superseded = w.supersede_sources(shape, changed_keys)
             rows = [r for r in prep.rows if r.relation == rel.name]
             if not rows and not superseded:
                 continue
@@ -290,7 +298,7 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
             {"document": d.rel, "path": str(d.path), "entity_id": d.entity_id, "name": d.name,
              "content_hash": d.content_hash, "fingerprint": d.fingerprint, "url": prep.page_url(d),
              "page_id": pages.get(prep.page_url(d)), "scope": d.scope} for d in prep.changed],
-            [r["document"] for r in prep.removed])
+            [(r["document"], r["scope"]) for r in prep.removed])
         # an entity with several documents: named by the first (by path) that names it, in that
         # document's scope; known to (and covered for) each scope one of its documents is of
         names: dict[str, tuple[str, str | None, str | None]] = {}
@@ -299,7 +307,7 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
                 names[d.entity_id] = (d.entity_id, d.name, d.scope)
         seen = sorted({(d.entity_id, d.scope) for d in prep.docs if d.entity_id}, key=lambda p: (p[0], p[1] or ""))
         added, names_changed = w.name_entities(prep.kind, [names[k] for k in sorted(names)]
-                                               + [(e, None, s) for e, s in seen])
+                                               + [(e, None, s) for e, s in seen], prep.scopes)
         summary["entities"] = {"kind": prep.kind, "listed": len(names), "added": added,
                                "named": sum(1 for n in names.values() if n[1])}
         scoped = sorted({d.scope for d in prep.docs if d.scope})
@@ -307,7 +315,8 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
             summary["documents"]["scopes"] = {s: sum(1 for d in prep.docs if d.scope == s) for s in scoped}
         for relation in prep.req.coverage:
             rel = space.schema.relation(relation)
-            w.declare_coverage(rel.name, rel.subject, f"{prep.source_key}#coverage:{rel.name}", seen, now)
+            w.declare_coverage(rel.name, rel.subject, f"{prep.source_key}#coverage:{rel.name}", seen, now,
+                               prep.scopes)
             summary["coverage"].append({"relation": rel.name, "entities": len(names), "declared_by": "documents"})
         w.finish(now, prep.source_key, "documents", prep.req.model_dump(by_alias=True), summary, names_changed)
     rstore.changed(ws)

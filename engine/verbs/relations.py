@@ -157,8 +157,9 @@ class RelationVerbs(Verbs):
                                       reason="document_not_a_page")
                 if o.url:
                     pages[o.url] = o.page_id
-        for url in prep.removed_urls():   # the caller's own pages of that document (another scope's stay)
-            for page_id in c.store.pages_with_url(workspace_id, normalize_url(url),
-                                                  list(scopes) if scopes is not None else None):
-                delete_page(c, page_id)
+        for url, scope in prep.removed_pages():   # that document's page, in its scope (another scope's stay)
+            found = c.store.pages_with_url(workspace_id, normalize_url(url), list(scopes) if scopes is not None else None)
+            for page_id, meta in c.store.pages_by_id(found).items():
+                if meta.get("scope") == scope:
+                    delete_page(c, page_id)
         return relation_documents.write(c.relations, prep, pages)
