@@ -2,7 +2,8 @@
 queues entries and hands batches here; eval replays and the reranker's feedback pairs read here).
 
   log_queries(query_id, ts, endpoint, workspace, query, params, models, timings, total, returned,
-              pinned, error_type, error_title)       one row per execution
+              pinned, error_type, error_title, scopes)   one row per execution; scopes: the
+                                                     document scopes it ran within (NULL: every scope)
   log_candidates / log_fused / log_results / log_agreement      rows of an execution, by query_id
   log_access(request_id, ts, key_id, method, route, workspace, status, duration_ms)   every HTTP call
   feedback(query_id, page_id, kind, ts)              click / found / irrelevant
@@ -21,6 +22,9 @@ DDL = [
         query_id VARCHAR PRIMARY KEY, ts TIMESTAMP NOT NULL, endpoint VARCHAR NOT NULL, workspace VARCHAR,
         query VARCHAR, params JSON, models VARCHAR[], timings JSON, total INTEGER, returned INTEGER,
         pinned JSON, error_type VARCHAR, error_title VARCHAR)""",
+    # the document scopes an execution ran within (NULL: every scope, and every row logged before
+    # scopes were: only a key of every scope may judge those)
+    "ALTER TABLE log_queries ADD COLUMN IF NOT EXISTS scopes VARCHAR[]",
     """CREATE TABLE IF NOT EXISTS log_candidates (
         query_id VARCHAR NOT NULL, model VARCHAR NOT NULL, arm VARCHAR NOT NULL, rank INTEGER NOT NULL,
         chunk_id BIGINT NOT NULL, page_id VARCHAR, score DOUBLE)""",
@@ -48,7 +52,7 @@ ROW_TABLES = {
     "access": ("log_access", ["query_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]),
 }
 QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
-                 "returned", "pinned", "error_type", "error_title"]
+                 "returned", "pinned", "error_type", "error_title", "scopes"]
 
 
 class LogTables:
@@ -82,11 +86,11 @@ class LogTables:
         return self.store.cursor().execute(
             "SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]).fetchone() is not None
 
-    def workspace_of(self, query_id: str) -> tuple[bool, str | None]:
-        """(whether the query is logged, its workspace)."""
-        row = self.store.cursor().execute("SELECT workspace FROM log_queries WHERE query_id = ?",
+    def origin_of(self, query_id: str) -> tuple[bool, str | None, list[str] | None]:
+        """(whether the query is logged, its workspace, the document scopes it ran within or None)."""
+        row = self.store.cursor().execute("SELECT workspace, scopes FROM log_queries WHERE query_id = ?",
                                           [query_id]).fetchone()
-        return (row is not None, row[0] if row else None)
+        return (row is not None, row[0] if row else None, list(row[1]) if row and row[1] is not None else None)
 
     def add_feedback(self, query_id: str, page_id: str, kind: str, ts: datetime) -> None:
         self.store.cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, ts])

@@ -233,12 +233,14 @@ def readable_page(grant: Grant, store, page_id: str) -> None:
 
 
 def readable_query(grant: Grant, log, query_id: str) -> None:
-    """404 for a logged query of a workspace outside the grant, exactly as for an unknown one.
-    `log`: the query log's tables (indexes/querylog.py)."""
+    """404 for a logged query the caller could not have read, exactly as for an unknown one: of a
+    workspace outside the grant, or (for a key with document scopes) run within scopes that are not
+    all the key's — an unscoped key's query, or one logged before queries kept their scopes, included.
+    `log`: the query log (engine/core/querylog.py: what is queued counts too)."""
     from engine.core.errors import QueryNotFound
 
-    if grant.everywhere:
+    if grant.everywhere and not grant.scopes:
         return
-    found, workspace = log.workspace_of(query_id)
-    if not found or not grant.may_read(workspace):
+    found, workspace, scopes = log.origin_of(query_id)
+    if not found or not grant.may_read(workspace) or not within_scopes(grant, scopes):
         raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)

@@ -2,7 +2,7 @@
 
 Tables (one kind of row each; `query_id` is the key that joins them):
   log_queries(query_id, ts, endpoint, workspace, query, params, models, timings, total, returned,
-              pinned, error_type, error_title)       one row per execution
+              pinned, error_type, error_title, scopes)   one row per execution
   log_candidates(query_id, model, arm, rank, chunk_id, page_id, score)
                                                      what each arm returned (dense per model; the
                                                      sparse arm once, model = '')
@@ -60,6 +60,7 @@ class LogEntry:
     pinned: dict[str, str] = field(default_factory=dict)
     error_type: str | None = None
     error_title: str | None = None
+    scopes: list[str] | None = None   # the document scopes it ran within (None: every scope); feedback reads it
     ts: datetime = field(default_factory=utcnow)
     candidates: list[tuple] = field(default_factory=list)  # (model, arm, rank, chunk_id, page_id, score)
     fused: list[tuple] = field(default_factory=list)  # (model, stage, rank, chunk_id, page_id, score)
@@ -95,7 +96,7 @@ class QueryLog:
             return
         if not entry.call_only:
             with self._recent_lock:
-                self._recent[entry.query_id] = None
+                self._recent[entry.query_id] = (entry.workspace, entry.scopes)
                 while len(self._recent) > 50_000:
                     self._recent.popitem(last=False)
         with self._idle:
@@ -106,6 +107,15 @@ class QueryLog:
             self.dropped += 1
             with self._idle:
                 self._pending -= 1
+
+    def origin_of(self, query_id: str) -> tuple[bool, str | None, list[str] | None]:
+        """(whether the query is logged or queued, its workspace, the document scopes it ran within
+        or None for every scope): what decides who may read it (engine/core/access.readable_query)."""
+        with self._recent_lock:
+            if query_id in self._recent:
+                workspace, scopes = self._recent[query_id]
+                return True, workspace, scopes
+        return self.tables.origin_of(query_id)
 
     def knows(self, query_id: str) -> bool:
         with self._recent_lock:

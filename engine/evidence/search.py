@@ -280,7 +280,8 @@ class EvidenceSearch(Planning):
             query_id=query_id, endpoint="evidence", workspace=state["workspace"], query=call["query"],
             params=run.req.model_dump(mode="json", exclude_none=True) | {"session_id": session_id},
             models=[run.model], timings=timings, total=nav["raw_files_scanned"], returned=len(call["sources"]),
-            results=[(run.model, i, x["page_id"], x["p"], None) for i, x in enumerate(call["sources"], start=1)]))
+            results=[(run.model, i, x["page_id"], x["p"], None) for i, x in enumerate(call["sources"], start=1)],
+            scopes=state.get("scopes")))
         return resp
 
 

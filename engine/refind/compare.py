@@ -74,7 +74,8 @@ def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...]
     shared, t_sparse = service.shared_sparse_arm(search_req, scopes)
     runs, traces = [], []
     entry = LogEntry(query_id=query_id, endpoint="compare", workspace=p.workspace, query=req.query,
-                     params=req.model_dump(mode="json", exclude_none=True), models=list(req.models))
+                     params=req.model_dump(mode="json", exclude_none=True), models=list(req.models),
+                     scopes=sorted(scopes) if scopes is not None else None)
     try:
         for m in req.models:
             trace: dict = {}

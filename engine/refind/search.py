@@ -203,7 +203,7 @@ class SearchService:
                 self.corpus.querylog.record(LogEntry(
                     query_id=uuid.uuid4().hex, endpoint="search", workspace=req.workspace, query=req.query,
                     params=req.model_dump(mode="json", exclude_none=True), models=[model or self.corpus.settings.models.active],
-                    error_type=exc.type, error_title=exc.title))
+                    error_type=exc.type, error_title=exc.title, scopes=_scope_list(scopes)))
             raise
         if log and self.corpus.querylog.enabled:   # the entry's rows are built only for a log that keeps them
             self.corpus.querylog.record(self.log_entry("search", req, resp, trace))
@@ -214,7 +214,8 @@ class SearchService:
         e = LogEntry(query_id=resp.query_id, endpoint=endpoint, workspace=trace.get("workspace"), query=req.query,
                      params=req.model_dump(mode="json", exclude_none=True), models=[resp.model],
                      timings=resp.timings_ms, total=resp.total, returned=len(resp.pages),
-                     pinned={h.page_id: h.pinned for h in resp.pages if h.pinned})
+                     pinned={h.page_id: h.pinned for h in resp.pages if h.pinned},
+                     scopes=_scope_list(trace.get("scopes")))
         e.candidates, e.fused, e.results = self.trace_rows(resp, trace, include_sparse=not shared_sparse)
         return e
 
@@ -246,7 +247,7 @@ class SearchService:
             snapshot = self.corpus.chunk_page_snapshot()  # one generation check for the whole request
             restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
         cands = self._candidates(req.query, model, p, restriction, sparse, snapshot, timer)
-        trace.update(workspace=p.workspace, candidates=cands)
+        trace.update(workspace=p.workspace, candidates=cands, scopes=scopes)
         ids, scores, rolled, rerank_scores = cands.ids, cands.scores, cands.rolled, {}   # best first, ties by chunk id
         if p.rerank:
             with timer("rerank"):
@@ -329,3 +330,8 @@ class SearchService:
 
         sims = similar_pages(self.corpus, source_page, "vector", 5, model, scopes=scopes)
         return Suggestions(source_page_id=source_page, mediation="vector", pages=[SimilarPage(**x) for x in sims])
+
+
+def _scope_list(scopes) -> list[str] | None:
+    """The document scopes an execution ran within, as the query log keeps them (None: every scope)."""
+    return sorted(scopes) if scopes is not None else None

@@ -219,4 +219,4 @@ class RelationSearch:
                 query=req.brief if req.brief is not None else json.dumps(req.constraints),
                 params={k: v for k, v in request.items() if k not in ("constraints", "brief")},
                 models=[], timings={"total_ms": elapsed_ms}, total=body["counts"]["matched"],
-                returned=len(body["matches"])))
+                returned=len(body["matches"]), scopes=summary["document_scopes"]))

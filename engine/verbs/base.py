@@ -35,7 +35,7 @@ class Verbs:
         access.readable_page(grant, self.corpus.store, page_id)
 
     def readable_query(self, grant: Grant, query_id: str) -> None:
-        access.readable_query(grant, self.corpus.querylog.tables, query_id)
+        access.readable_query(grant, self.corpus.querylog, query_id)
 
     def embedding(self, model: str) -> dict | None:
         """A background embedding's state: embedding (with done, total and percent), ready, failed, stopped."""

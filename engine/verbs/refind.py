@@ -5,7 +5,7 @@ from datetime import datetime
 
 from engine.core.access import OPEN, Grant
 from engine.core.corpus import read_page
-from engine.core.errors import ModelUnavailable
+from engine.core.errors import ModelUnavailable, PageNotFound
 from engine.core.settings import SearchSettings
 from engine.refind.compare import CompareRequest, CompareResponse, compare
 from engine.refind.search import SearchRequest, SearchResponse, SearchService
@@ -54,7 +54,14 @@ class RefindVerbs(Verbs):
         return rows
 
     def feedback(self, query_id: str, page_id: str, kind: str, caller: Grant = OPEN) -> dict:
-        """A judgment on a logged query; a read-only key may send one (it changes no document)."""
+        """A judgment on a logged query; a read-only key may send one (it changes no document). Only on
+        a query the caller could have read and a page it can read, of the query's own workspace:
+        feedback trains the reranker and tunes fusion, so a judgment across walls would steer
+        another workspace's or scope's rankings."""
         self.readable_query(caller, query_id)
         self.readable_page(caller, page_id)
+        _, workspace, _ = self.corpus.querylog.origin_of(query_id)
+        meta = self.corpus.store.pages_by_id([page_id]).get(page_id)
+        if meta is not None and workspace is not None and meta.get("workspace_id") != workspace:
+            raise PageNotFound(f"no page with id {page_id!r} in the query's workspace {workspace!r}", ref=page_id)
         return self.corpus.record_feedback(query_id, page_id, kind)
