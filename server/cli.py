@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from engine.app import USER_ERRORS, DataDirBusy, Engine
 from engine.core.access import is_loopback
+from engine.core.private import tighten_umask
 from engine.core.settings import ConfigFileError, Settings, load_settings
 from engine.evidence.search import EvidenceRequest
 from engine.refind.search import SearchRequest
@@ -67,12 +68,25 @@ def cmd_serve(args) -> int:
     from .app import create_app
 
     settings = _settings(args)
-    running = owners.find(settings.data_dir)
+    try:
+        running = owners.find(settings.data_dir)
+    except owners.Untrusted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if running is not None:
         print(f"error: the data dir {settings.data_dir} is already served ({running.describe()}); other "
               "refindery commands go through that server. Stop it to serve this data dir again.", file=sys.stderr)
         return 2
+    # the data dir's lock before any socket: a second serve is refused here, before it could take
+    # (or unlink) the socket of a first that is still starting
+    try:
+        held = owners.lock(settings.data_dir)
+    except owners.Busy as exc:
+        print(f"error: {exc}; other refindery commands go through that server once it is up. Stop it to serve "
+              "this data dir again.", file=sys.stderr)
+        return 2
     if args.check:
+        os.close(held)
         return 0
     app = create_app(settings, freeze_heap=True, embed=args.embed)
     if args.uds:
@@ -89,7 +103,7 @@ def cmd_serve(args) -> int:
     try:
         if args.uds:
             owners.clear_stale(args.uds)
-        own = owners.bind(settings.data_dir)
+        own = owners.bind(settings.data_dir)   # under the lock: a file at its path is a dead server's
     except OSError as exc:
         print(f"error: cannot listen on a Unix socket: {exc}", file=sys.stderr)
         return 2
@@ -650,7 +664,10 @@ def _busy(args) -> str | None:
     from . import owner as owners
 
     settings = _settings(args)
-    running = owners.find(settings.data_dir)
+    try:
+        running = owners.find(settings.data_dir)
+    except owners.Untrusted as exc:
+        return f"error: {exc}"
     if running is not None:
         return (f"error: a server has just started on the data dir {settings.data_dir} ({running.describe()}); "
                 "run the command again and it goes through the server")
@@ -661,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    tighten_umask()   # whatever this process writes in a data dir is its user's alone (engine/core/private.py)
     try:
         owner = _owner(args)
         return _through(args, owner) if owner is not None else args.func(args)
@@ -683,9 +701,9 @@ def main(argv: list[str] | None = None) -> int:
         if _is_client_error(exc):
             print(f"error: {_client_error_line(exc)}", file=sys.stderr)
             return 2
-        from .owner import ClientMissing
+        from .owner import ClientMissing, Untrusted
 
-        if isinstance(exc, ClientMissing):
+        if isinstance(exc, (ClientMissing, Untrusted)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, ValidationError):   # a request the arguments make, refused before it is sent

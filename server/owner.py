@@ -10,24 +10,50 @@ A request that arrives on that socket is the data dir's owner's own (the file's 
 its user, and root, connect), so it carries every grant, as a local socket does for Docker's or
 PostgreSQL's administration: keys, status, reindex. Requests over TCP, or over a socket given with
 `serve --uds`, still need a key once one exists.
+
+Local trust, since another user of the machine may be hostile:
+  - a starting server takes the data dir's lock (`serve.lock`, flock) before it touches a socket,
+    so a second `serve` is refused before it can unlink the first's socket, bound or listening;
+  - the socket lives in the data dir (0700) when its path fits in a sockaddr_un, else in a fresh
+    private directory (mkdtemp: 0700, owned by the user, a name no one can guess or take first) —
+    never under a predictable name in a shared /tmp;
+  - before it sends a byte the CLI checks that server.json, the socket and the socket's folder are
+    the user's own (or, for root, the data dir owner's) and no one else may write them.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import fcntl
 import json
 import os
 import socket
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from engine.core.private import make_private
+
 OWNER_FILE = "server.json"
 SOCKET_NAME = "refindery.sock"
-# sockaddr_un holds 108 bytes on Linux (104 on macOS): a longer path is bound in the temp folder
-# instead, under a name derived from the data dir, and server.json says where.
+LOCK_FILE = "serve.lock"
+# sockaddr_un holds 108 bytes on Linux (104 on macOS): a longer path is bound in a private folder
+# made for it instead (PRIVATE_PREFIX + random), and server.json says where.
 MAX_SOCKET_PATH = 100
+PRIVATE_PREFIX = "refindery-"
+
+
+class Untrusted(OSError):
+    """server.json or the socket it names is not the user's own: nothing is sent to it."""
+
+
+class Busy(OSError):
+    """Another process holds the data dir's serve lock (a server serving or starting)."""
+
+    def __init__(self, message: str, pid: int | None):
+        super().__init__(message)
+        self.pid = pid
 
 
 class ClientMissing(RuntimeError):
@@ -65,11 +91,55 @@ class Owner:
 
 
 def socket_path(data_dir: Path | str) -> Path:
+    """Where the data dir's socket is bound: in the data dir when the path fits, else in a fresh
+    private folder (made here, 0700)."""
     path = Path(data_dir).resolve() / SOCKET_NAME
     if len(str(path).encode()) <= MAX_SOCKET_PATH:
         return path
-    digest = hashlib.sha1(str(Path(data_dir).resolve()).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"refindery-{digest}.sock"
+    return Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX)).resolve() / SOCKET_NAME
+
+
+def _private_folder(path: Path) -> bool:
+    """Whether `path` is a folder this module made for a socket (a long data dir's)."""
+    return path.name.startswith(PRIVATE_PREFIX) and path.parent == Path(tempfile.gettempdir()).resolve()
+
+
+def trusted_uids(data_dir: Path | str) -> set[int]:
+    """Whose files the CLI trusts: its own user's; root also trusts the data dir's owner (whose
+    server it is talking to)."""
+    uids = {os.geteuid()}
+    if os.geteuid() == 0:
+        with contextlib.suppress(OSError):
+            uids.add(os.stat(data_dir).st_uid)
+    return uids
+
+
+def check_trust(path: Path | str, uids: set[int], kind: str) -> None:
+    """Untrusted unless `path` (not a symlink) is owned by one of `uids` and no one else may write
+    it — for a socket, nor connect to it — and (for a socket) its folder is the same."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise Untrusted(f"{kind} {path} cannot be checked: {exc.strerror}") from exc
+    if kind == "socket":
+        if not stat.S_ISSOCK(st.st_mode):
+            raise Untrusted(f"{path} is not a socket")
+        bad = stat.S_IMODE(st.st_mode) & 0o077
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"{kind} {path} is not a plain file")
+        bad = stat.S_IMODE(st.st_mode) & 0o022
+    if st.st_uid not in uids:
+        raise Untrusted(f"{kind} {path} belongs to uid {st.st_uid}, not to this user: refusing to talk to it")
+    if bad:
+        raise Untrusted(f"{kind} {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users could "
+                        + ("connect to it" if kind == "socket" else "change it") + "; refusing to trust it")
+    if kind == "socket":
+        folder = os.stat(path.parent)
+        if folder.st_uid not in uids or stat.S_IMODE(folder.st_mode) & 0o022:
+            raise Untrusted(f"the socket's folder {path.parent} is not this user's alone (uid {folder.st_uid}, "
+                            f"mode {stat.S_IMODE(folder.st_mode):04o}): refusing to talk to {path}")
 
 
 def _answers(path: str, timeout: float = 2.0) -> bool:
@@ -95,16 +165,46 @@ def _alive(pid: int) -> bool:
 
 
 def find(data_dir: Path | str) -> Owner | None:
-    """The server that owns `data_dir` now, or None (no file; its process gone; its socket silent)."""
+    """The server that owns `data_dir` now, or None (no file; its process gone; its socket silent).
+    Untrusted when server.json or its socket is not this user's own (check_trust): checked before
+    anything is sent."""
+    target = Path(data_dir) / OWNER_FILE
+    if not os.path.lexists(target):
+        return None
+    uids = trusted_uids(data_dir)
+    check_trust(target, uids, "server.json")
     try:
-        raw = json.loads((Path(data_dir) / OWNER_FILE).read_text(encoding="utf-8"))
+        raw = json.loads(target.read_text(encoding="utf-8"))
         owner = Owner(int(raw["pid"]), str(raw["socket"]), raw.get("http"), str(raw.get("data_dir", data_dir)),
                       str(raw.get("started", "")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not _alive(owner.pid) or not _answers(owner.socket):
+    if not _alive(owner.pid) or not os.path.lexists(owner.socket):
+        return None
+    check_trust(owner.socket, uids, "socket")
+    if not _answers(owner.socket):
         return None
     return owner
+
+
+def lock(data_dir: Path | str) -> int:
+    """Take the data dir's serve lock (held until this process exits; the descriptor is returned):
+    Busy when another process holds it, naming that process. The data dir is made private first."""
+    make_private(data_dir)
+    fd = os.open(Path(data_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            pid = int(os.pread(fd, 32, 0).decode().strip() or 0) or None
+        except ValueError:
+            pid = None
+        os.close(fd)
+        raise Busy(f"another process{f' (pid {pid})' if pid else ''} is serving or starting to serve the data "
+                   f"dir {data_dir}", pid) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def clear_stale(path: Path | str) -> None:
@@ -117,10 +217,23 @@ def clear_stale(path: Path | str) -> None:
         path.unlink()
 
 
+def _clear_previous(data_dir: Path | str) -> None:
+    """What a server that died without withdrawing (SIGKILL) left: its private socket folder.
+    Called with the lock held, so that server is gone."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        old = Path(json.loads((Path(data_dir) / OWNER_FILE).read_text(encoding="utf-8"))["socket"])
+        if _private_folder(old.parent) and os.lstat(old.parent).st_uid == os.geteuid():
+            with contextlib.suppress(OSError):
+                old.unlink()
+            old.parent.rmdir()
+
+
 def bind(data_dir: Path | str) -> socket.socket:
-    """The data dir's socket, bound with mode 0600 (a stale file from a server that died is replaced;
-    a live one is not: OSError)."""
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    """The data dir's socket, bound with mode 0600 in a folder only this user may enter. Call with
+    the data dir's lock held (`lock`): no live server then holds the socket, so a file left at its
+    path is stale."""
+    make_private(data_dir)
+    _clear_previous(data_dir)
     path = socket_path(data_dir)
     clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -140,14 +253,17 @@ def publish(data_dir: Path | str, sock_path: str, http: str | None) -> Owner:
                   datetime.now(timezone.utc).isoformat(timespec="seconds"))
     target = Path(data_dir) / OWNER_FILE
     tmp = target.with_name(f".{OWNER_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(owner), indent=2) + "\n", encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(owner), indent=2) + "\n")
     os.chmod(tmp, 0o600)
     os.replace(tmp, target)
     return owner
 
 
 def withdraw(data_dir: Path | str, sock_path: str | None) -> None:
-    """Remove server.json (only if it is this process's) and the socket file."""
+    """Remove server.json (only if it is this process's), the socket file and, for a long data dir,
+    the private folder made for it."""
     target = Path(data_dir) / OWNER_FILE
     with contextlib.suppress(OSError, ValueError):
         if int(json.loads(target.read_text(encoding="utf-8")).get("pid", -1)) == os.getpid():
@@ -155,3 +271,7 @@ def withdraw(data_dir: Path | str, sock_path: str | None) -> None:
     if sock_path:
         with contextlib.suppress(OSError):
             os.unlink(sock_path)
+        folder = Path(sock_path).parent
+        if _private_folder(folder):
+            with contextlib.suppress(OSError):
+                folder.rmdir()

@@ -24,6 +24,7 @@ from models.registry import ModelRegistry
 
 from engine.core.devices import NoSuchDevice, device_refusal
 from engine.core.errors import PageNotFound
+from engine.core.private import make_private
 from engine.core.querylog import QueryLog
 from engine.core.repair import IndexRepairs, RepairReport
 from engine.core.settings import Settings
@@ -37,7 +38,7 @@ class Corpus(IndexRepairs):
     def __init__(self, settings: Settings, pool: EmbedderPool | None = None):
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private(self.data_dir)   # 0700, and everything the engine writes there private (engine/core/private.py)
         self.registry = ModelRegistry(settings.registry_path, settings.models_cache_dir, data_dir=settings.data_dir)
         set_cpu_threads(settings.models.cpu_threads)
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
