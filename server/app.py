@@ -17,7 +17,7 @@ from engine.core.errors import DeviceUnavailable, ModelUnavailable
 from engine.core.settings import Settings, load_settings
 
 from .auth import BodyLimit, KeyAuth
-from .errors import ERROR_RESPONSES, install_error_handlers
+from .errors import ERROR_RESPONSES, JsonBodyCheck, install_error_handlers
 from .http import clusters, evidence, keys, ops, pages, relations, search
 from .mcp import build_mcp
 from .web import mount_web
@@ -77,6 +77,8 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
     app.state.engine = engine   # given: usable without the lifespan too (a TestClient outside `with`)
     install_error_handlers(app)
     app.state.owner_socket = None   # `refindery serve` sets the data dir's own socket (server/owner.py)
+    # /mcp reads its JSON in the MCP SDK: the routes' body check goes in front of it (innermost: after the key)
+    app.add_middleware(JsonBodyCheck, paths=("/mcp", "/mcp/"))
     app.add_middleware(KeyAuth, engine_of=lambda: app.state.engine,
                        owner_socket_of=lambda: app.state.owner_socket)
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.engine.settings.server.max_body_bytes)

@@ -5,12 +5,11 @@ import logging
 import secrets
 from typing import Any, Union
 
-import json
 import re
 
 from fastapi import FastAPI, Request
 
-from engine.core.values import MAX_NESTING, TooDeep, check_nesting
+from engine.core.parsing import TextRefused, loads_json
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from fastapi.exceptions import RequestValidationError
@@ -91,25 +90,55 @@ def _lone_surrogate(data) -> bool:
 def body_problem(body: bytes) -> dict | None:
     """What makes a JSON body unreadable for every route, as a validation error item, or None:
     nesting past MAX_NESTING (parsers and validators recurse once per level: past a few hundred levels
-    they fail with RecursionError), or a \\uD800-\\uDFFF escape not half of a pair (text no store can
-    hold and no reply can carry; looked for only when such an escape appears at all). Returns the
-    parsed body too, under "parsed", when it is JSON and sound."""
+    they fail with RecursionError), a number of more than MAX_NUMBER_DIGITS digits (int() refuses
+    past 4,300 with a ValueError a library may let escape), or a \\uD800-\\uDFFF escape not half of a
+    pair (text no store can hold and no reply can carry; looked for only when such an escape appears
+    at all). Returns the parsed body too, under "parsed", when it is JSON and sound."""
     try:
-        data = json.loads(body)
-    except RecursionError:
-        return {"loc": ["body"], "type": "json_too_deep",
-                "msg": f"the JSON is nested more than {MAX_NESTING} levels deep"}
-    except ValueError:
-        return None   # not JSON (or not UTF-8): the route's own parsing refuses it
-    try:
-        check_nesting(data)
-    except TooDeep:
-        return {"loc": ["body"], "type": "json_too_deep",
-                "msg": f"the JSON is nested more than {MAX_NESTING} levels deep"}
+        data = loads_json(body)
+    except TextRefused as exc:
+        if exc.reason == "json_invalid":
+            return None   # not JSON (or not UTF-8): the route's own parsing refuses it
+        return {"loc": ["body"], "type": exc.reason, "msg": str(exc)}
     if _SURROGATE_ESCAPE.search(body) and _lone_surrogate(data):
         return {"loc": ["body"], "type": "unicode_surrogate", "msg":
                 "the body holds a lone surrogate (\\uD800-\\uDFFF not in a pair): not valid Unicode"}
     return {"parsed": data}
+
+
+class JsonBodyCheck:
+    """The same check for an app that reads its JSON itself — the MCP SDK at /mcp, whose JSON-RPC
+    parsing fails with a 500 on a body a route refuses with 422: a POST to one of `paths` is read
+    whole (BodyLimit, outside this, has bounded it), and refused with 422 validation_error when
+    body_problem finds one; else it goes on as it came."""
+
+    def __init__(self, app, paths: tuple[str, ...]):
+        self.app, self.paths = app, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in self.paths:
+            return await self.app(scope, receive, send)
+        messages, chunks = [], []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem = body_problem(body) if body else None
+        if problem is not None and "parsed" not in problem:
+            from .auth import refuse
+
+            return await refuse(send, 422, {"type": "validation_error", "title": "the request is malformed",
+                                            "errors": [problem]})
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
 
 
 class StrictJSONRoute(APIRoute):

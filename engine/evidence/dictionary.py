@@ -25,13 +25,13 @@ never in a text written all in capitals (where "AT" is a word, not Austria).
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol
 
 from indexes.sparse import stems
 
+from engine.core.parsing import TextRefused, loads_toml
 from engine.core.identity import workspace_folder
 from engine.core.markdown import LOOSE, heading
 
@@ -98,9 +98,9 @@ def _entry(term, spec: dict, source: str, where: str) -> Entry:
 
 def parse_toml(text: str, source: str = "dictionary.toml") -> list[Entry]:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise DictionaryError(f"not TOML: {exc}") from exc
+        data = loads_toml(text)   # bounded depth and digits (engine/core/parsing.py)
+    except TextRefused as exc:
+        raise DictionaryError(str(exc)) from exc
     unknown = set(data) - {"terms"}
     if unknown:
         raise DictionaryError(f"unknown top-level keys {sorted(unknown)}; write [[terms]] tables")

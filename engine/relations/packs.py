@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+from engine.core.parsing import loads_toml
 
 PACK_DIR = Path(__file__).resolve().parents[2] / "configs" / "packs"
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -248,12 +249,12 @@ def _load(path: Path, mtime: float) -> Pack:
     text = path.read_text(encoding="utf-8")
     try:
         if path.suffix == ".toml":
-            data = tomllib.loads(text)
+            data = loads_toml(text)   # bounded depth and digits (engine/core/parsing.py)
         else:
             import yaml
 
             data = yaml.safe_load(text)
-    except Exception as exc:  # tomllib.TOMLDecodeError, yaml.YAMLError: the file is not valid as written
+    except Exception as exc:  # TextRefused, yaml.YAMLError: the file is not valid as written
         raise PackError(f"{path.name}: {exc}") from exc
     if not isinstance(data, dict):
         raise PackError(f"{path.name}: a pack is a mapping of name, relations and vocabulary")
