@@ -109,6 +109,7 @@ bench: install
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/hardening.py
 	$(BIN)/python bench/hardening.py --lock
+	$(BIN)/python bench/hardening.py --chunks
 	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined

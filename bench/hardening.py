@@ -2,10 +2,14 @@
 how long each request takes, how /healthz answers while it runs, and how long a one-page write
 from another client waits behind it (the write lock). Findings 7 (client text read by regular
 expressions) and 9 (bodies that held the write lock), and the largest page a write accepts.
+Issue 57's #9 (`--chunks`): heading-dense pages beside prose of the same size — chunks and seconds
+per MB, and the other clients' worst latency while each is written.
 
     .venv/bin/python bench/hardening.py [--code DIR] [--out NAME] [--only NAME ...]
     .venv/bin/python bench/hardening.py --lock          # this code, in process: how long a page holds the lock
     .venv/bin/python bench/hardening.py --compare hardening-before hardening-after
+    .venv/bin/python bench/hardening.py --chunks [--code DIR] [--out hardening-chunks-after]
+    .venv/bin/python bench/hardening.py --compare-chunks hardening-chunks-before hardening-chunks-after
 
 `--code DIR` serves another checkout's code (a worktree of the commit before the fix: the
 "before" column), with this environment. Writes bench/results/<out>.json; `--lock` writes
@@ -67,6 +71,17 @@ def cases() -> dict[str, tuple[str, str, dict, dict]]:
             "POST", "/v1/pages", {}, {"workspace": "bench", "pages": [page(
                 "https://g.example/largest", ("Gannets dive for fish along the cliffs of the north coast. " * 35_000)[:2_000_000])]}),
     }
+
+
+PROSE = "Gannets dive for fish along the cliffs of the north coast. "
+
+
+def chunk_cases() -> dict[str, str]:
+    """Issue 57, #9: name -> page body. Heading-dense pages and prose of the same sizes."""
+    return {"9d 20,000 one-line sections (`# h\\n\\nx\\n\\n`, 180 KB)": "# h\n\nx\n\n" * 20_000,
+            "prose, 180 KB": (PROSE * 4000)[:180_000],
+            "9e 100,000 sections without blank lines (`# h\\nx\\n`, 600 KB)": "# h\nx\n" * 100_000,
+            "prose, 600 KB": (PROSE * 11_000)[:600_000]}
 
 
 def client(sock: str, timeout: float = 1800):
@@ -137,6 +152,7 @@ def one(sock: str, method: str, path: str, params: dict, body: dict) -> dict:
     if isinstance(reply, dict) and "items" in reply:
         outcome = [i["status"] for i in reply["items"]][:3]
     return {"status": r.status_code, "ms": round(took, 1), "outcome": outcome,
+            "summary": reply.get("summary") if isinstance(reply, dict) and isinstance(reply.get("summary"), dict) else None,
             "healthz_ms": {"n": len(health), "p50": _pct(health, .5), "max": round(max(health, default=0), 1)},
             "one_page_write_ms": {"n": len(writes), "p50": _pct(writes, .5), "max": round(max(writes, default=0), 1)}}
 
@@ -144,6 +160,48 @@ def one(sock: str, method: str, path: str, params: dict, body: dict) -> dict:
 def _pct(xs, p):
     xs = sorted(xs)
     return round(xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))], 1) if xs else None
+
+
+def run_chunks(code: Path) -> dict:
+    """Each of chunk_cases() written as one page on a real server of `code`, with the other clients'
+    latency meanwhile; chunks embedded, seconds and seconds per MB."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-chunks-"))
+    data, sock = tmp / "data", str(tmp / "refindery.sock")
+    proc = serve(code, data, sock)
+    out = {"code": str(code), "machine": os.uname().nodename, "cases": {}}
+    try:
+        wait_healthy(sock)
+        client(sock).post("/v1/pages", json={"workspace": "other", "pages": [
+            {"url": "https://other.example/seed", "body_text": "warm up"}]})
+        for i, (name, body) in enumerate(chunk_cases().items()):
+            r = one(sock, "POST", "/v1/pages", {}, {"workspace": "bench", "pages": [
+                {"url": f"https://c.example/{i}", "body_text": body}]})
+            mb = len(body.encode()) / 1e6
+            chunks = (r.get("summary") or {}).get("chunks_embedded")
+            r.update(mb=round(mb, 3), chunks=chunks, s_per_mb=round(r["ms"] / 1000 / mb, 1),
+                     chunks_per_mb=round(chunks / mb) if chunks is not None else None)
+            out["cases"][name] = r
+            print(f"{name}: {r}", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def compare_chunks(before: dict, after: dict) -> str:
+    lines = ["# Issue 57, #9: heading-dense pages before and after (bench/hardening.py --chunks)", "",
+             f"Before: {before['code']}; after: {after['code']}. One page a request on a real server (Unix socket, "
+             "2 cores); /healthz polled every 50 ms and a one-page write sent every 200 ms from other clients while "
+             "it runs: their worst latency is the last two columns.", "",
+             "| page | chunks, before | after | s per MB, before | after | other clients' worst ms (healthz / write), before | after |",
+             "|---|---|---|---|---|---|---|"]
+    for name, a in after["cases"].items():
+        b = before["cases"].get(name) or {}
+        worst = lambda r: f"{r['healthz_ms']['max']} / {r['one_page_write_ms']['max']}" if r else "–"  # noqa: E731
+        lines.append(f"| {name} | {b.get('chunks', '–')} | {a['chunks']} | {b.get('s_per_mb', '–')} | {a['s_per_mb']} "
+                     f"| {worst(b)} | {worst(a)} |")
+    return "\n".join(lines) + "\n"
 
 
 def run(code: Path, only: list[str] | None) -> dict:
@@ -268,7 +326,19 @@ def main() -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--lock", action="store_true")
+    ap.add_argument("--chunks", action="store_true", help="issue 57's heading-dense pages (writes --out, "
+                    "default hardening-chunks-after)")
+    ap.add_argument("--compare-chunks", nargs=2, metavar=("BEFORE", "AFTER"))
     args = ap.parse_args()
+    if args.chunks:
+        name = args.out if args.out != "hardening-after" else "hardening-chunks-after"
+        (RESULTS / f"{name}.json").write_text(json.dumps(run_chunks(Path(args.code).resolve()), indent=2) + "\n")
+        return 0
+    if args.compare_chunks:
+        b, a = (json.loads((RESULTS / f"{n}.json").read_text()) for n in args.compare_chunks)
+        (RESULTS / "hardening-chunks.md").write_text(compare_chunks(b, a))
+        print((RESULTS / "hardening-chunks.md").read_text())
+        return 0
     if args.lock:
         (RESULTS / "hardening-lock.json").write_text(json.dumps(lock_hold(), indent=2) + "\n")
         return 0

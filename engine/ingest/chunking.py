@@ -1,7 +1,11 @@
 """Cut a page's body into windows measured in the embedder's own tokens.
 
-Cuts fall on heading boundaries first (a new section always starts a new chunk), then on
-paragraph boundaries, then on sentence boundaries, and only as a last resort inside a sentence.
+Cuts fall on heading boundaries first (a new section starts a new chunk), then on paragraph
+boundaries, then on sentence boundaries, and only as a last resort inside a sentence. The number of
+chunks follows the page's size, not its headings: a heading starts a new chunk only while the page's
+chunks so far average at least a quarter of `max_tokens` (`min_tokens`), so a page of thousands of
+one-line sections is cut into chunks of merged sections — a few chunks per thousand tokens — while
+a page whose sections are of ordinary length is cut at every heading as before.
 Windows that had to be cut inside a paragraph overlap the next one by `overlap` tokens; a cut at
 a paragraph or heading is clean and needs no overlap. Chunk text is the body's own characters
 between the chunk's offsets, verbatim.
@@ -87,11 +91,16 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
                 if 0 < ts < n and ts not in strength:
                     strength[ts] = SENTENCE
     heading_starts = sorted(t for t, s in strength.items() if s == HEADING)
-    # Token ranges covered by heading lines, to avoid emitting a chunk that is only headings.
-    heading_tokens = set()
+    # Token ranges covered by heading lines, to avoid emitting a chunk that is only headings: the
+    # count of other tokens before each token, so "does [s, b) hold any" is one subtraction.
+    in_heading = bytearray(n + 1)
     for b in blocks:
         if b.heading_level:
-            heading_tokens.update(range(tok_at(b.start), tok_at(b.end)))
+            in_heading[tok_at(b.start):tok_at(b.end)] = b"\x01" * (tok_at(b.end) - tok_at(b.start))
+    body_before = [0] * (n + 1)
+    for t in range(n):
+        body_before[t + 1] = body_before[t] + (not in_heading[t])
+    min_tokens = max(1, max_tokens // 4)
     sentence_starts = sorted(t for t, s in strength.items() if s >= SENTENCE)
     # The heading trail after each heading, built once: a chunk's section is the trail of the last
     # heading at or before its start (one lookup each, not a walk over every heading before it).
@@ -116,7 +125,9 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
         i = bisect.bisect_right(heading_starts, s)
         while i < len(heading_starts) and heading_starts[i] < limit:
             b = heading_starts[i]
-            if any(t not in heading_tokens for t in range(s, b)):
+            # a section of its own when it holds more than headings and the chunks so far (this
+            # one included) average at least min_tokens: the chunk budget of the page's size
+            if body_before[b] > body_before[s] and len(chunks) * min_tokens <= b:
                 e = b
                 break
             i += 1

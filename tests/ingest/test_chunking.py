@@ -31,8 +31,8 @@ def test_chunks_are_verbatim_slices_within_the_token_budget(tokenizer):
 
 
 def test_a_heading_starts_a_new_chunk_and_sections_are_recorded(tokenizer):
-    body = ("# Manual\n\nIntro text about the manual.\n\n## Install\n\nRun the installer twice.\n\n"
-            "### On Linux\n\nUse the package manager.\n\n## Usage\n\nCall the tool with a file.")
+    body = (f"# Manual\n\n{long_section('manual', 5)}\n\n## Install\n\n{long_section('installer', 5)}\n\n"
+            f"### On Linux\n\n{long_section('package', 5)}\n\n## Usage\n\n{long_section('tool', 5)}")
     chunks = chunk_text(body, tokenizer, max_tokens=200, overlap=16)
     starts = [c.text.splitlines()[0] for c in chunks]
     assert starts == ["# Manual", "## Install", "### On Linux", "## Usage"]
@@ -60,3 +60,19 @@ def test_a_long_paragraph_is_split_with_overlap(tokenizer):
 
 def test_empty_body_gives_no_chunks(tokenizer):
     assert chunk_text("  \n\n ", tokenizer) == []
+
+
+def test_the_number_of_chunks_follows_the_size_not_the_headings(tokenizer):
+    """Issue 57, #9: 20,000 one-line sections made 20,000 chunks (the cost of a page followed its
+    headings). Tiny sections are merged: the chunks average at least a quarter of max_tokens."""
+    body = "# h\n\nx\n\n" * 2000
+    n = ntok(tokenizer, body)
+    chunks = chunk_text(body, tokenizer, max_tokens=256, overlap=32)
+    assert len(chunks) <= n // 64 + 2 < 2000   # every cut keeps the average; then the last chunk
+    assert all(c.n_tokens <= 256 for c in chunks)
+    assert "".join(body[c.char_start:c.char_end] for c in chunks).count("x") == 2000   # nothing lost
+    # short sections among ordinary ones still start chunks of their own while the page's budget allows
+    mixed = (f"# Intro\n\nA short opening line.\n\n## Body\n\n{long_section('oak', 12)}\n\n"
+             f"## Tail\n\nA short closing line.")
+    assert [c.text.splitlines()[0] for c in chunk_text(mixed, tokenizer, max_tokens=256, overlap=32)] == \
+        ["# Intro", "## Body", "## Tail"]
