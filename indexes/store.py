@@ -65,6 +65,12 @@ _DDL = [
 ]
 
 
+# An entity keeps at most this many aliases, each at most MAX_ALIAS_CHARS characters: a request that
+# would pass either is refused (engine/ingest/entities.py, records.py); aliases that pages add to an
+# entity already holding MAX_ALIASES keep the first MAX_ALIASES in sort order.
+MAX_ALIASES = 100
+MAX_ALIAS_CHARS = 300
+
 @dataclass
 class PageRow:
     page_id: str
@@ -736,7 +742,7 @@ class CorpusStore:
                 gen = self._bump(con)
                 aliases = sorted(set(entity.aliases))
                 merged = "excluded.aliases" if replace_aliases else \
-                    "list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))"
+                    f"list_slice(list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases))), 1, {MAX_ALIASES})"
                 con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
                                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
                                 SET canonical = excluded.canonical, aliases = {merged} {self._SAME_NAMESPACE}""",
@@ -1004,7 +1010,8 @@ class CorpusStore:
             con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
                             SELECT entity_id, workspace_id, canonical, aliases, scope FROM _fresh_entities
                             ON CONFLICT (entity_id) DO UPDATE
-                            SET aliases = list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases)))
+                            SET aliases = list_slice(list_sort(list_distinct(list_concat(entities.aliases,
+                                                                                        excluded.aliases))), 1, {MAX_ALIASES})
                             {self._SAME_NAMESPACE}""")
             con.unregister("_fresh_entities")
         if links:

@@ -7,20 +7,27 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
+                      model_validator)
+
+from indexes.store import MAX_ALIAS_CHARS, MAX_ALIASES
 
 from engine.core.urls import normalize_url
-from engine.core.values import Int64, Name, StorableDate, Text
+from engine.core.values import Int64, Name, StorableDate, Text, encodable
 
 FOLDER_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm"}
 
 
+Alias = Annotated[str, StringConstraints(max_length=MAX_ALIAS_CHARS), AfterValidator(encodable)]
+
+
 class EntityInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    canonical: Text = Field(min_length=1, max_length=300)
-    aliases: list[Text] = Field(default_factory=list, max_length=100)
+    canonical: Text = Field(min_length=1, max_length=MAX_ALIAS_CHARS)
+    aliases: list[Alias] = Field(default_factory=list, max_length=MAX_ALIASES, description=(
+        f"Other names it goes by: at most {MAX_ALIASES}, each of at most {MAX_ALIAS_CHARS} characters."))
     id: Name | None = Field(default=None, max_length=200)
 
 
