@@ -166,22 +166,6 @@ def test_2_the_cli_sends_nothing_to_a_socket_that_is_not_its_users_own(base, tmp
     data = long_data_dir(base)
     r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(PAGE) + "\n")
     assert r.returncode == 0, r.stderr
-    proc = serve(data, tmp_path / "http.sock")
-    try:
-        owner = published(data, proc)
-        sock = owner["socket"]
-        # the socket is in a folder only this user may enter, under no name anyone could have guessed
-        folder = os.stat(Path(sock).parent)
-        assert folder.st_uid == os.geteuid() and stat.S_IMODE(folder.st_mode) & 0o077 == 0
-        assert sock != old_socket_name(data)
-        # the loser of #3 unlinked it: the other user now tries to take the path over
-        os.unlink(sock)
-        with attacker(sock, seconds=20) as (_, first, finish):
-            assert first.startswith("bind refused"), first
-        r = cli(data, "keys", "create", "--workspace", "*")
-        assert r.returncode == 2 and "rf_attacker" not in r.stdout, r.stdout + r.stderr
-    finally:
-        stop(proc)
 
     # a server.json naming the other user's socket (as one left behind could): refused before a byte
     squat = str(Path(tempfile.gettempdir()) / f"rf-squat-{os.getpid()}.sock")   # the other user may write there
@@ -202,6 +186,23 @@ def test_2_the_cli_sends_nothing_to_a_socket_that_is_not_its_users_own(base, tmp
     r = cli(data, "status")
     assert r.returncode == 2 and "server.json" in r.stderr and "0666" in r.stderr, r.stderr
     (data / "server.json").unlink()
+
+    proc = serve(data, tmp_path / "http.sock")
+    try:
+        owner = published(data, proc)
+        sock = owner["socket"]
+        # the socket is in a folder only this user may enter, under no name anyone could have guessed
+        folder = os.stat(Path(sock).parent)
+        assert folder.st_uid == os.geteuid() and stat.S_IMODE(folder.st_mode) & 0o077 == 0
+        assert sock != old_socket_name(data)
+        # the loser of #3 unlinked it: the other user now tries to take the path over
+        os.unlink(sock)
+        with attacker(sock, seconds=20) as (_, first, finish):
+            assert first.startswith("bind refused"), first
+        r = cli(data, "keys", "create", "--workspace", "*")
+        assert r.returncode == 2 and "rf_attacker" not in r.stdout, r.stdout + r.stderr
+    finally:
+        stop(proc)
 
 
 # 3. Two `serve` on one data dir: the loser deleted the winner's socket -----------------------------
