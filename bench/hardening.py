@@ -19,6 +19,7 @@ bench/results/hardening-lock.json; `--compare A B` writes bench/results/hardenin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -162,15 +163,27 @@ def _pct(xs, p):
     return round(xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))], 1) if xs else None
 
 
+@contextlib.contextmanager
+def bench_server(code: Path, prefix: str):
+    """`refindery serve` of `code` over a fresh data dir, once healthy: (data dir, socket); stopped
+    and removed on leaving."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    data, sock = tmp / "data", str(tmp / "refindery.sock")
+    proc = serve(code, data, sock)
+    try:
+        wait_healthy(sock)
+        yield data, sock
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_chunks(code: Path) -> dict:
     """Each of chunk_cases() written as one page on a real server of `code`, with the other clients'
     latency meanwhile; chunks embedded, seconds and seconds per MB."""
-    tmp = Path(tempfile.mkdtemp(prefix="bench-chunks-"))
-    data, sock = tmp / "data", str(tmp / "refindery.sock")
-    proc = serve(code, data, sock)
     out = {"code": str(code), "machine": os.uname().nodename, "cases": {}}
-    try:
-        wait_healthy(sock)
+    with bench_server(code, "bench-chunks-") as (_, sock):
         client(sock).post("/v1/pages", json={"workspace": "other", "pages": [
             {"url": "https://other.example/seed", "body_text": "warm up"}]})
         for i, (name, body) in enumerate(chunk_cases().items()):
@@ -182,10 +195,6 @@ def run_chunks(code: Path) -> dict:
                      chunks_per_mb=round(chunks / mb) if chunks is not None else None)
             out["cases"][name] = r
             print(f"{name}: {r}", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=120)
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -205,15 +214,11 @@ def compare_chunks(before: dict, after: dict) -> str:
 
 
 def run(code: Path, only: list[str] | None) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-hardening-"))
-    data, sock = tmp / "data", str(tmp / "refindery.sock")
-    docs = data / "sources" / "benchdocs" / "docs"
-    docs.mkdir(parents=True)
-    (docs / "padded.md").write_text(SCREENING_DOC)
-    proc = serve(code, data, sock)
     out = {"code": str(code), "machine": os.uname().nodename, "cases": {}}
-    try:
-        wait_healthy(sock)
+    with bench_server(code, "bench-hardening-") as (data, sock):
+        docs = data / "sources" / "benchdocs" / "docs"
+        docs.mkdir(parents=True)
+        (docs / "padded.md").write_text(SCREENING_DOC)
         c = client(sock)
         c.post("/v1/pages", json={"workspace": "bench", "pages": [
             {"url": "https://b.example/seed", "body_text": "Gannets and puffins nest on cliffs."}]})
@@ -225,10 +230,6 @@ def run(code: Path, only: list[str] | None) -> dict:
                 body = {**body, "source": str(docs)}
             out["cases"][name] = one(sock, method, path, params, body)
             print(f"{name}: {out['cases'][name]}", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=120)
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
