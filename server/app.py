@@ -16,8 +16,8 @@ from engine.core.corpus import Corpus
 from engine.core.errors import DeviceUnavailable, ModelUnavailable
 from engine.core.settings import Settings, load_settings
 
-from .auth import BodyLimit, KeyAuth
-from .errors import ERROR_RESPONSES, JsonBodyCheck, install_error_handlers
+from .auth import BodyLimit, JsonBodyCheck, KeyAuth
+from .errors import ERROR_RESPONSES, install_error_handlers
 from .http import clusters, evidence, keys, ops, pages, relations, search
 from .mcp import build_mcp
 from .web import mount_web

@@ -21,7 +21,7 @@ from engine.core.errors import EngineError
 from engine.core.clock import utcnow
 from engine.core.querylog import LogEntry
 
-from .errors import REQUEST_ID
+from .errors import REQUEST_ID, body_problem
 
 OPEN_PATHS = {"/healthz", "/docs", "/openapi.json", "/redoc", "/docs/oauth2-redirect"}
 SCOPE_KEY = "refindery.grant"
@@ -90,6 +90,39 @@ class BodyLimit:
 
         async def replay():
             return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+
+class JsonBodyCheck:
+    """The same check for an app that reads its JSON itself — the MCP SDK at /mcp, whose JSON-RPC
+    parsing fails with a 500 on a body a route refuses with 422: a POST to one of `paths` is read
+    whole (BodyLimit, outside this, has bounded it), and refused with 422 validation_error when
+    body_problem finds one; else it goes on as it came."""
+
+    def __init__(self, app, paths: tuple[str, ...]):
+        self.app, self.paths = app, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in self.paths:
+            return await self.app(scope, receive, send)
+        messages, chunks = [], []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem = body_problem(body) if body else None
+        if problem is not None and "parsed" not in problem:
+            return await refuse(send, 422, {"type": "validation_error", "title": "the request is malformed",
+                                            "errors": [problem]})
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
 
         await self.app(scope, replay, send)
 

@@ -106,41 +106,6 @@ def body_problem(body: bytes) -> dict | None:
     return {"parsed": data}
 
 
-class JsonBodyCheck:
-    """The same check for an app that reads its JSON itself — the MCP SDK at /mcp, whose JSON-RPC
-    parsing fails with a 500 on a body a route refuses with 422: a POST to one of `paths` is read
-    whole (BodyLimit, outside this, has bounded it), and refused with 422 validation_error when
-    body_problem finds one; else it goes on as it came."""
-
-    def __init__(self, app, paths: tuple[str, ...]):
-        self.app, self.paths = app, paths
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in self.paths:
-            return await self.app(scope, receive, send)
-        messages, chunks = [], []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        problem = body_problem(body) if body else None
-        if problem is not None and "parsed" not in problem:
-            from .auth import refuse
-
-            return await refuse(send, 422, {"type": "validation_error", "title": "the request is malformed",
-                                            "errors": [problem]})
-
-        async def replay():
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
-
-
 class StrictJSONRoute(APIRoute):
     """A route that refuses, with 422 and before any handler (or the query log, or a reply echoing
     it) meets the body, a JSON body nested too deep or holding a lone surrogate. A sound body is
