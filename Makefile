@@ -110,6 +110,7 @@ bench: install
 	$(BIN)/python bench/hardening.py
 	$(BIN)/python bench/hardening.py --lock
 	$(BIN)/python bench/hardening.py --chunks
+	$(BIN)/python bench/hardening.py --compare-chunks hardening-chunks-before hardening-chunks-after
 	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
