@@ -1,8 +1,10 @@
 """Issue 57's findings that a request can reach, one regression test each (numbered as in the issue;
 #2-#5, the local ones, are in tests/server/test_local_trust.py with real processes and a second user).
-Each failed on the code before the fix. Real app, real DuckDB, tantivy and FAISS; the bundled MiniLM."""
+Each failed on the code before the fix. Every request goes to a real server (the app served by uvicorn
+on a Unix socket); real DuckDB, tantivy and FAISS; the bundled MiniLM."""
 from __future__ import annotations
 
+import contextlib
 
 import pytest
 
@@ -16,6 +18,18 @@ def page(url, body, **kw):
 
 
 SALES_VP = [{"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales"}]
+
+
+@contextlib.contextmanager
+def over_http(cl, folder):
+    """`cl`'s app served by uvicorn on a Unix socket (a real server), and an httpx client over it."""
+    import httpx
+    from conftest import served_on_socket
+
+    with served_on_socket(cl.app, folder / "s.sock"):
+        transport = httpx.HTTPTransport(uds=str(folder / "s.sock"), limits=httpx.Limits(max_connections=1))
+        with httpx.Client(transport=transport, base_url="http://localhost:8000", timeout=120) as http:
+            yield http
 
 
 def relation_answer(client, token, ws="rel2") -> dict:
@@ -44,53 +58,53 @@ def test_1_a_scoped_key_loads_its_own_rows_and_never_relabels_another_scopes_doc
     from relations_helpers import AMARA, BO, write
 
     cl = make_client(tmp_path / "data", pool=pool)
+    keys, store = cl.corpus.keys, cl.corpus.store
+    admin = create_key(keys, ["*"])["token"]
+    s1 = create_key(keys, ["rel2"], scopes=["s1"])["token"]
+    s2 = create_key(keys, ["rel2"], scopes=["s2"])["token"]
+    write(tmp_path / "data" / "sources" / "rel2" / "docs_s2", {"amara.md": AMARA, "bo.md": BO})
+
+    def body(source, scope):
+        return {"source": source, "documents": {"key_path": "id", "name_path": "name", "scope": scope},
+                "coverage": ["held_role"]}
+
+    def pages():
+        return sorted((p["url"], p["scope"]) for p in store.pages_by_id(store.filtered_pages("rel2")).values())
+
     try:
-        assert cl.post("/v1/public/workspaces", json={"workspace_id": "rel2"}).status_code == 201
-        keys = cl.corpus.keys
-        admin = create_key(keys, ["*"])["token"]
-        s1 = create_key(keys, ["rel2"], scopes=["s1"])["token"]
-        s2 = create_key(keys, ["rel2"], scopes=["s2"])["token"]
-        write(tmp_path / "data" / "sources" / "rel2" / "docs_s2", {"amara.md": AMARA, "bo.md": BO})
-
-        def body(source, scope):
-            return {"source": source, "documents": {"key_path": "id", "name_path": "name", "scope": scope},
-                    "coverage": ["held_role"]}
-
-        r = cl.post("/v1/public/workspaces/rel2/loads", json=body("docs_s2", "s2"), headers=h(s2))
-        assert r.status_code == 201, r.text
-        theirs = relation_answer(cl, s2)
-        assert theirs["counts"]["matched"] == 1 and theirs["matched"] == ["amara_okafor"]
-        s2_rows = [row for row in scoped_rows(cl.corpus) if row[1] == "s2"]
-        assert s2_rows and {row[1] for row in scoped_rows(cl.corpus)} == {"s2"}
-        s2_pages = sorted((p["url"], p["scope"]) for p in cl.corpus.store.pages_by_id(
-            cl.corpus.store.filtered_pages("rel2", scopes=None)).values())
-
-        # the attack: the same folder (and the folder's parent), claimed for s1
-        for source in ("docs_s2", "."):
-            r = cl.post("/v1/public/workspaces/rel2/loads", json=body(source, "s1"), headers=h(s1))
+        with over_http(cl, tmp_path) as http:
+            assert http.post("/v1/public/workspaces", json={"workspace_id": "rel2"}, headers=h(admin)).status_code == 201
+            r = http.post("/v1/public/workspaces/rel2/loads", json=body("docs_s2", "s2"), headers=h(s2))
             assert r.status_code == 201, r.text
-            assert r.json()["documents"]["removed"] == 0      # nothing of s2's was its to remove
-            assert relation_answer(cl, s2) == theirs          # s2's answer is exactly what it was
-            assert [row for row in scoped_rows(cl.corpus) if row[1] == "s2"] == s2_rows   # not relabelled
-        # s1 got rows of its own, read from the files it named, labelled s1
-        mine = relation_answer(cl, s1)
-        assert mine["matched"] == ["amara_okafor"]
-        assert {row[1] for row in scoped_rows(cl.corpus)} == {"s1", "s2"}
-        # s2's pages are untouched; s1's are its own copies
-        pages = sorted((p["url"], p["scope"]) for p in cl.corpus.store.pages_by_id(
-            cl.corpus.store.filtered_pages("rel2", scopes=None)).values())
-        assert set(s2_pages) <= set(pages) and {s for _, s in pages} == {"s1", "s2"}
-        # s2 syncing its own folder again finds nothing changed and nothing gone
-        r = cl.post("/v1/public/workspaces/rel2/loads", json=body("docs_s2", "s2"), headers=h(s2))
-        assert r.status_code == 201 and r.json()["documents"]["changed"] == 0
-        assert r.json()["documents"]["removed"] == 0
-        assert relation_answer(cl, s2) == theirs
-        # a key of every scope moving the folder to s3 replaces what it can see: both scopes' rows
-        r = cl.post("/v1/public/workspaces/rel2/loads", json=body("docs_s2", "s3"), headers=h(admin))
-        assert r.status_code == 201, r.text
-        assert relation_answer(cl, s2)["counts"]["matched"] == 0
-        left = {row[1] for row in scoped_rows(cl.corpus) if row[2].startswith(f"docs:{tmp_path / 'data'}/sources/rel2/docs_s2")}
-        assert left == {"s3"}
+            theirs = relation_answer(http, s2)
+            assert theirs["counts"]["matched"] == 1 and theirs["matched"] == ["amara_okafor"]
+            s2_rows = [row for row in scoped_rows(cl.corpus) if row[1] == "s2"]
+            assert s2_rows and {row[1] for row in scoped_rows(cl.corpus)} == {"s2"}
+            s2_pages = pages()
+
+            # the attack: the same folder (and the folder's parent), claimed for s1
+            for source in ("docs_s2", "."):
+                r = http.post("/v1/public/workspaces/rel2/loads", json=body(source, "s1"), headers=h(s1))
+                assert r.status_code == 201, r.text
+                assert r.json()["documents"]["removed"] == 0      # nothing of s2's was its to remove
+                assert relation_answer(http, s2) == theirs          # s2's answer is exactly what it was
+                assert [row for row in scoped_rows(cl.corpus) if row[1] == "s2"] == s2_rows   # not relabelled
+            # s1 got rows of its own, read from the files it named, labelled s1
+            assert relation_answer(http, s1)["matched"] == ["amara_okafor"]
+            assert {row[1] for row in scoped_rows(cl.corpus)} == {"s1", "s2"}
+            # s2's pages are untouched; s1's are its own copies
+            assert set(s2_pages) <= set(pages()) and {scope for _, scope in pages()} == {"s1", "s2"}
+            # s2 syncing its own folder again finds nothing changed and nothing gone
+            r = http.post("/v1/public/workspaces/rel2/loads", json=body("docs_s2", "s2"), headers=h(s2))
+            assert r.status_code == 201 and r.json()["documents"]["changed"] == 0, r.text
+            assert r.json()["documents"]["removed"] == 0
+            assert relation_answer(http, s2) == theirs
+            # a key of every scope moving the folder to s3 replaces what it can see: both scopes' rows
+            r = http.post("/v1/public/workspaces/rel2/loads", json=body("docs_s2", "s3"), headers=h(admin))
+            assert r.status_code == 201, r.text
+            assert relation_answer(http, s2)["counts"]["matched"] == 0
+            folder = f"docs:{(tmp_path / 'data' / 'sources' / 'rel2' / 'docs_s2').resolve()}#"
+            assert {row[1] for row in scoped_rows(cl.corpus) if row[2].startswith(folder)} == {"s3"}
     finally:
         cl.corpus.close()
 
@@ -102,46 +116,47 @@ def test_6_feedback_only_on_a_query_and_a_page_the_caller_could_read(pool, tmp_p
     from engine.core.access import create_key
 
     cl = make_client(tmp_path / "data", pool=pool)
+    keys = cl.corpus.keys
+    admin = create_key(keys, ["*"])["token"]
+    hr = create_key(keys, ["acme:hr"])["token"]
+    s1 = create_key(keys, ["default"], scopes=["s1"])["token"]
+    s1_reader = create_key(keys, ["default"], scopes=["s1"], read_only=True)["token"]
+    s2 = create_key(keys, ["default"], scopes=["s2"])["token"]
+    star_s1 = create_key(keys, ["*"], scopes=["s1"])["token"]
     try:
-        keys = cl.corpus.keys
-        admin = create_key(keys, ["*"])["token"]
-        hr = create_key(keys, ["acme:hr"])["token"]
-        s1 = create_key(keys, ["default"], scopes=["s1"])["token"]
-        s1_reader = create_key(keys, ["default"], scopes=["s1"], read_only=True)["token"]
-        s2 = create_key(keys, ["default"], scopes=["s2"])["token"]
-        star_s1 = create_key(keys, ["*"], scopes=["s1"])["token"]
-        r = cl.post("/v1/pages", headers=h(admin), json={"pages": [
-            page("https://s1.example.com/gannets", "Gannets dive for fish off the cliffs.", scope="s1"),
-            page("https://s2.example.com/gannets", "The s2 team's gannet census.", scope="s2")]})
-        assert r.json()["errors"] is False, r.text
-        s1_page, s2_page = (it["page_id"] for it in r.json()["items"])
-        r = cl.post("/v1/pages", headers=h(hr), json={"workspace": "acme:hr", "pages": [
-            page("https://hr.example/bands", "The salary bands of every grade.")]})
-        hr_page = r.json()["items"][0]["page_id"]
+        with over_http(cl, tmp_path) as http:
+            r = http.post("/v1/pages", headers=h(admin), json={"pages": [
+                page("https://s1.example.com/gannets", "Gannets dive for fish off the cliffs.", scope="s1"),
+                page("https://s2.example.com/gannets", "The s2 team's gannet census.", scope="s2")]})
+            assert r.json()["errors"] is False, r.text
+            s1_page, s2_page = (it["page_id"] for it in r.json()["items"])
+            r = http.post("/v1/pages", headers=h(hr), json={"workspace": "acme:hr", "pages": [
+                page("https://hr.example/bands", "The salary bands of every grade.")]})
+            hr_page = r.json()["items"][0]["page_id"]
 
-        def query(token, **kw):
-            r = cl.post("/v1/search", json={"query": "gannets", **kw}, headers=h(token))
-            assert r.status_code == 200, r.text
-            return r.json()["query_id"]
+            def query(token, **kw):
+                r = http.post("/v1/search", json={"query": "gannets", **kw}, headers=h(token))
+                assert r.status_code == 200, r.text
+                return r.json()["query_id"]
 
-        q_s2, q_s1, q_hr, q_admin = query(s2), query(s1), query(hr, workspace="acme:hr"), query(admin)
+            q_s2, q_s1, q_hr, q_admin = query(s2), query(s1), query(hr, workspace="acme:hr"), query(admin)
 
-        def judge(token, q, p):
-            return cl.post("/v1/feedback", json={"query_id": q, "page_id": p, "kind": "found"}, headers=h(token))
+            def judge(token, q, p):
+                return http.post("/v1/feedback", json={"query_id": q, "page_id": p, "kind": "found"}, headers=h(token))
 
-        refused = [judge(s1, q_s2, s1_page), judge(s1_reader, q_s2, s1_page),   # another scope's query
-                   judge(star_s1, q_hr, s1_page),                               # another workspace's (and unscoped) query
-                   judge(s1, q_admin, s1_page),                                 # a query run over every scope
-                   judge(s1, q_s1, s2_page)]                                    # its query, another scope's page
-        assert [(r.status_code, r.json()["detail"]["type"]) for r in refused] == \
-            [(404, "query_not_found")] * 4 + [(404, "page_not_found")]
-        # a page of another workspace than the query's, even for a key that reads both
-        r = judge(admin, q_hr, s1_page)
-        assert (r.status_code, r.json()["detail"]["type"]) == (404, "page_not_found")
-        # what the caller could read is judged, read-only keys included
-        assert judge(s1_reader, q_s1, s1_page).status_code == 200
-        assert judge(s2, q_s2, s2_page).status_code == 200
-        assert judge(admin, q_hr, hr_page).status_code == 200
+            refused = [judge(s1, q_s2, s1_page), judge(s1_reader, q_s2, s1_page),   # another scope's query
+                       judge(star_s1, q_hr, s1_page),                  # another workspace's (and unscoped) query
+                       judge(s1, q_admin, s1_page),                    # a query run over every scope
+                       judge(s1, q_s1, s2_page)]                       # its query, another scope's page
+            assert [(r.status_code, r.json()["detail"]["type"]) for r in refused] == \
+                [(404, "query_not_found")] * 4 + [(404, "page_not_found")]
+            # a page of another workspace than the query's, even for a key that reads both
+            r = judge(admin, q_hr, s1_page)
+            assert (r.status_code, r.json()["detail"]["type"]) == (404, "page_not_found")
+            # what the caller could read is judged, read-only keys included
+            assert judge(s1_reader, q_s1, s1_page).status_code == 200
+            assert judge(s2, q_s2, s2_page).status_code == 200
+            assert judge(admin, q_hr, hr_page).status_code == 200
         cl.corpus.flush()
         stored = sorted((q, p) for q, p, _ in cl.corpus.querylog.tables.feedback())
         assert stored == sorted([(q_s1, s1_page), (q_s2, s2_page), (q_hr, hr_page)])
@@ -155,18 +170,14 @@ def test_6_feedback_only_on_a_query_and_a_page_the_caller_could_read(pool, tmp_p
 def served(pool, tmp_path_factory):
     """The app over a fresh data dir, served by uvicorn on a Unix socket (real HTTP, keep-alive), and
     an httpx client over it that keeps one connection."""
-    import httpx
-    from conftest import served_on_socket
     from docs.examples import make_client
 
     folder = tmp_path_factory.mktemp("served57")
     cl = make_client(folder / "data", pool=pool)
     r = cl.post("/v1/pages", json={"pages": [page("https://notes.example/json", "Pretty printing JSON with indent.")]})
     assert r.json()["errors"] is False
-    with served_on_socket(cl.app, folder / "s.sock"):
-        transport = httpx.HTTPTransport(uds=str(folder / "s.sock"), limits=httpx.Limits(max_connections=1))
-        with httpx.Client(transport=transport, base_url="http://localhost:8000", timeout=60) as http:
-            yield http
+    with over_http(cl, folder) as http:
+        yield http
     cl.corpus.close()
 
 
