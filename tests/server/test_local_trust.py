@@ -93,7 +93,8 @@ def published(data, proc, timeout: float = 120) -> dict:
 
 
 # The other user's listener: binds PATH (made connectable by anyone), answers every request with a
-# forged key, and prints how many bytes it was sent when its time is up (or it could not bind).
+# forged key, and prints how many bytes it was sent when interrupted or its time is up (or it could
+# not bind).
 ATTACKER = r"""
 import os, socket, sys, time
 path, seconds = sys.argv[1], float(sys.argv[2])
@@ -109,20 +110,23 @@ print("listening", flush=True)
 got, end = 0, time.monotonic() + seconds
 s.settimeout(0.2)
 body = b'{"token": "rf_attacker_token", "key_id": "k_attacker", "workspaces": ["*"]}'
-while time.monotonic() < end:
-    try:
-        c, _ = s.accept()
-    except socket.timeout:
-        continue
-    c.settimeout(1)
-    try:
-        data = c.recv(65536)
-        got += len(data)
-        c.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                  + str(len(body)).encode() + b"\r\n\r\n" + body)
-    except OSError:
-        pass
-    c.close()
+try:
+    while time.monotonic() < end:
+        try:
+            c, _ = s.accept()
+        except socket.timeout:
+            continue
+        c.settimeout(1)
+        try:
+            data = c.recv(65536)
+            got += len(data)
+            c.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            pass
+        c.close()
+except KeyboardInterrupt:
+    pass
 print(f"received {got}", flush=True)
 """
 
@@ -134,7 +138,9 @@ def attacker(path: str, seconds: float = 40):
                             extra_groups=[], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
     first = proc.stdout.readline().strip()
 
-    def finish() -> list[str]:   # its time runs out by itself
+    def finish() -> list[str]:   # interrupted: it says how much it was sent
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=seconds + 30)[0]
         return [first, *out.split("\n")]
 
@@ -164,8 +170,7 @@ def long_data_dir(base: Path) -> Path:
 
 def test_2_the_cli_sends_nothing_to_a_socket_that_is_not_its_users_own(base, tmp_path):
     data = long_data_dir(base)
-    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(PAGE) + "\n")
-    assert r.returncode == 0, r.stderr
+    data.mkdir(parents=True)
 
     # a server.json naming the other user's socket (as one left behind could): refused before a byte
     squat = str(Path(tempfile.gettempdir()) / f"rf-squat-{os.getpid()}.sock")   # the other user may write there
@@ -174,8 +179,7 @@ def test_2_the_cli_sends_nothing_to_a_socket_that_is_not_its_users_own(base, tmp
         (data / "server.json").write_text(json.dumps({"pid": victim.pid, "socket": squat, "http": None,
                                                       "data_dir": str(data), "started": ""}))
         os.chmod(data / "server.json", 0o600)
-        for verb in (["keys", "create", "--workspace", "*"], ["search", "json"],
-                     ["ingest", "-", "--no-progress"]):
+        for verb in (["keys", "create", "--workspace", "*"], ["ingest", "-", "--no-progress"]):
             r = cli(data, *verb, stdin=json.dumps(PAGE) + "\n")
             assert r.returncode == 2 and "rf_attacker" not in r.stdout, (verb, r.stdout, r.stderr)
             assert f"belongs to uid {NOBODY}" in r.stderr, r.stderr
@@ -209,8 +213,6 @@ def test_2_the_cli_sends_nothing_to_a_socket_that_is_not_its_users_own(base, tmp
 
 def test_3_a_second_serve_is_refused_before_it_touches_the_first_ones_socket(tmp_path):
     data = tmp_path / "data"
-    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(PAGE) + "\n")
-    assert r.returncode == 0, r.stderr
     first = serve(data, tmp_path / "a.sock")
     second = None
     try:
@@ -243,8 +245,6 @@ def test_3_a_second_serve_is_refused_before_it_touches_the_first_ones_socket(tmp
 
 def test_4_a_name_taken_in_tmp_does_not_keep_a_long_data_dir_from_being_served(base, tmp_path):
     data = long_data_dir(base)
-    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(PAGE) + "\n")
-    assert r.returncode == 0, r.stderr
     taken = old_socket_name(data)
     r = as_nobody("import sys; open(sys.argv[1], 'w').close()", taken)
     assert r.returncode == 0, r.stderr
