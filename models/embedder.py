@@ -244,9 +244,12 @@ def onnx_file_for(registry: ModelRegistry, spec: ModelSpec, folder: Path) -> Pat
             raise ModelNotFound(spec.name, f"model {spec.name!r}: onnx_file {p} does not exist")
         return p
     variant = str(spec.extra.get("onnx", "int8"))
-    target = export_path(registry.cache_dir, folder, variant)
+    keep = spec.extra.get("onnx_keep_fp32", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
+        raise ValueError(f"model {spec.name!r}: onnx_keep_fp32 must be a list of node-name substrings")
+    target = export_path(registry.cache_dir, folder, variant, tuple(keep))
     if not target.is_file():
-        export(folder, target, variant)
+        export(folder, target, variant, tuple(keep))
     return target
 
 

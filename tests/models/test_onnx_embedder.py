@@ -197,3 +197,28 @@ def test_the_encoder_calls_back_once_between_tokenising_and_running_the_model(po
     calls = []
     assert np.allclose(torch_only.encode_query(QUERIES[0], lambda: calls.append(1)), vec, atol=1e-4)
     assert calls == [1]
+
+
+def test_an_int8_export_keeps_the_named_products_in_fp32(int8_pool, pool, tmp_path):
+    """`onnx_keep_fp32` (the quality profile's mpnet entry keeps the feed-forward output of layers
+    6-10): the named MatMuls stay fp32 MatMuls, every other weight product is int8, attention's
+    activation x activation products are never quantized, and a pattern naming nothing is refused."""
+    import onnx
+
+    from models.onnx_embedder import export, export_path, OnnxSentenceEncoder
+
+    folder = pool.get("all-minilm-l6-v2").path
+    keep = ("layer.4/output/dense/", "layer.5/output/dense/")
+    target = export_path(tmp_path, folder, "int8", keep)
+    assert target != export_path(tmp_path, folder, "int8")   # its own file in the cache
+    export(folder, target, "int8", keep)
+    nodes = onnx.load(str(target)).graph.node
+    fp32 = [n.name for n in nodes if n.op_type == "MatMul"]
+    assert sorted(fp32) == sorted(f"/inner/encoder/{k}MatMul" for k in keep), fp32
+    assert sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in nodes) >= 10
+    texts = ["How do I pretty-print JSON in Python?", "PostgreSQL transaction isolation levels"]
+    a = OnnxSentenceEncoder(folder, target, 256).encode(texts)
+    b = pool.get("all-minilm-l6-v2").encode_documents(texts)
+    assert (a * b).sum(axis=1).min() > 0.97
+    with pytest.raises(ValueError, match="names no MatMul"):
+        export(folder, tmp_path / "none.onnx", "int8", ("no-such-node/",))
