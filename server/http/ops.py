@@ -15,8 +15,9 @@ router = router(tags=["ops"])
 
 
 @router.get("/healthz")
-def healthz() -> dict:
-    return {"status": "ok"}
+def healthz(e: Engine = Depends(engine)) -> dict:
+    """Up, and which profile it runs (default or quality) with the embedder that profile makes active."""
+    return {"status": "ok", **e.profile()}
 
 
 @router.get("/v1/status")

@@ -49,7 +49,7 @@ def models(e: Engine = Depends(engine)) -> dict:
     """The registry's embedders and rerankers: which is active, which are kept up to date on
     ingest, chunks embedded, installed or not (with how to install) — what /v1/compare can take."""
     # No file paths over HTTP: they tell a caller about the server's disk, not about the models.
-    return {"active": e.settings.models.active,
+    return {"active": e.settings.models.active, "profile": e.profile()["profile"],
             "models": [{k: v for k, v in m.items() if k != "path"} for m in e.models()]}
 
 

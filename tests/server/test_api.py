@@ -22,7 +22,9 @@ def shared_client(shared_corpus):
 
 
 def test_health_and_status(shared_client, demo_subset):
-    assert shared_client.get("/healthz").json() == {"status": "ok"}
+    assert shared_client.get("/healthz").json() == {"status": "ok", "profile": "default",
+                                                    "embedder": "all-minilm-l6-v2"}
+    assert shared_client.get("/v1/models").json()["profile"] == "default"
     st = shared_client.get("/v1/status").json()
     assert st["counts"]["pages"] == len(demo_subset)
     assert st["generations"]["consistent"] is True
