@@ -132,6 +132,7 @@ eval: install models-mpnet
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
 	$(BIN)/python -m eval.refind_profiles --data-root data-profiles
+	$(BIN)/python -m eval.refind_profiles --data-root data-profiles --sweep-band
 
 # Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
 # (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and
