@@ -57,7 +57,7 @@ $(CSTAMP): clients/python/pyproject.toml
 # embedded in the server's background (the compare view shows how far). Another port: make demo PORT=8001.
 demo: install $(if $(filter quality,$(PROFILE)),models-mpnet)
 	@$(RF) serve --check   # a server already holds ./data: it says where, and the demo stops here
-	@echo "[demo $$(date +%T)] ingesting $(DEMO): a progress line every few seconds (about a minute on 2 cores, first run)"
+	@echo "[demo $$(date +%T)] ingesting $(DEMO) ($(PROFILE) profile): a progress line every few seconds (about a minute on 2 cores, first run; PROFILE=quality about five)"
 	$(RF) ingest $(DEMO)
 	@$(RF) clusters refit --if-missing > /dev/null && echo "[demo $$(date +%T)] clustered the demo pages: the cluster filter."
 	@$(RF) relations demo > /dev/null && echo "[demo $$(date +%T)] loaded the relation-search roster into workspace 'roster'."
