@@ -1036,25 +1036,30 @@ class CorpusStore:
             con.execute("INSERT INTO embeddings SELECT * FROM _fresh_vectors")
             con.unregister("_fresh_vectors")
 
-    def add_embeddings(self, model: str, ids: list[int], vectors: np.ndarray) -> int:
+    def add_embeddings(self, model: str, ids: list[int], vectors: np.ndarray) -> list[int]:
         """Store vectors of an embedder for existing chunks (adding a model embeds only what it
         lacks). Text is unchanged, so the generation does not move; the model's dense index
-        notices the new vectors by count and catches up by difference. Returns how many landed."""
+        notices the new vectors by count and catches up by difference. Only chunks that are still
+        there and still lack a vector of `model` get one (the vectors were computed outside any lock:
+        a chunk may have been deleted, or embedded by another writer, meanwhile), so a chunk never
+        has two vectors of one model. Returns the chunk ids that landed."""
         with self._write_lock:
             con = self._con
             con.begin()
             try:
-                # A chunk may have been deleted meanwhile; keep only live ones.
-                live = {r[0] for r in con.execute(
-                    "SELECT chunk_id FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
-                    [list(ids)]).fetchall()}
+                wanted = con.execute(
+                    """SELECT chunk_id FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))
+                       AND chunk_id NOT IN (SELECT chunk_id FROM embeddings WHERE model = ?
+                                            AND chunk_id IN (SELECT unnest(?::BIGINT[])))""",
+                    [list(ids), model, list(ids)]).fetchall()
+                live = {r[0] for r in wanted}
                 keep = [i for i, cid in enumerate(ids) if cid in live]
                 self._insert_vectors(con, {model: ([ids[i] for i in keep], [vectors[i] for i in keep])})
                 con.commit()
             except BaseException:
                 con.rollback()
                 raise
-            return len(keep)
+            return [ids[i] for i in keep]
 
     def prune_changes(self, upto_generation: int) -> None:
         """Forget change rows every index has already applied; an index older than this point

@@ -163,9 +163,13 @@ class IndexRepairs:
     def embed_missing(self, model: str, batch: int = 128, progress: Callable[[int, int], None] | None = None,
                       stop: threading.Event | None = None) -> int:
         """Embed every chunk that has no vector of `model` yet (adding a model embeds only this).
-        Batch by batch, each under the write lock and no longer (a server embeds while it serves:
-        a write waits for one batch at most); `progress(done, total)` after each; `stop` ends it
-        between batches."""
+        Batch by batch: the batch's texts are read and its vectors stored under the write lock, but
+        encoded outside it (a server embeds while it serves: a write waits for a batch's insert, not
+        for a slow model's encoding — all-mpnet-base-v2 takes ~14 s for 128 chunks on 2 cores). What
+        is missing is the queue: it lives in the store, so an embedding killed part way resumes where
+        it stopped; a chunk deleted or embedded by another writer meanwhile is skipped at the insert
+        (never two vectors of one model). `progress(done, total)` after each; `stop` ends it between
+        batches."""
         emb = self.embedder(model)
         dense = self.dense(model)
         counts = self.store.counts()
@@ -175,17 +179,21 @@ class IndexRepairs:
             present = set(dense.ids().tolist())   # vectors the index holds without a stored row (a repair's)
         if progress is not None:
             progress(0, total)
+        skipped: set[int] = set()   # encoded, then deleted or embedded by another writer before the insert
         while stop is None or not stop.is_set():
             with self.write_lock:
-                rows = self.store.chunks_missing_embeddings(model, limit=batch)
-                if not rows:
-                    break
-                ids = [r[0] for r in rows]
-                vecs = emb.encode_documents([r[1] for r in rows])
-                self.store.add_embeddings(model, ids, vecs)
-                fresh = [i for i, cid in enumerate(ids) if cid not in present]
+                rows = self.store.chunks_missing_embeddings(model, limit=batch + len(skipped))
+            rows = [r for r in rows if r[0] not in skipped][:batch]
+            if not rows:
+                break
+            ids = [r[0] for r in rows]
+            vecs = emb.encode_documents([r[1] for r in rows])
+            with self.write_lock:
+                landed = set(self.store.add_embeddings(model, ids, vecs))
+                fresh = [i for i, cid in enumerate(ids) if cid in landed and cid not in present]
                 dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
-                done += len(ids)
+            skipped.update(cid for cid in ids if cid not in landed)
+            done += len(ids)
             if progress is not None:
                 progress(done, max(total, done))
         with self.write_lock:

@@ -203,3 +203,43 @@ def test_adding_a_model_embeds_only_what_it_lacks(make_corpus):
     corpus.sync()
     ids = index_ids(corpus)
     assert ids["store"] == ids[f"vectors:{m}"] == ids[f"dense:{m}"]
+
+
+def test_embedding_what_a_model_lacks_leaves_the_write_lock_free_while_it_encodes(make_corpus):
+    """Issue 54: a server embeds a slow model's missing vectors in its background (the quality
+    profile's catch-up) while writes go on. The write lock is taken to read a batch's texts and to
+    store its vectors, never across the encoding, so a write waits for an insert, not for the model;
+    a page written meanwhile gets its own vectors, and every chunk ends with exactly one vector of the
+    model (the queue is what the store lacks: read again after every batch)."""
+    import threading
+
+    from conftest import page
+
+    corpus = make_corpus()
+    words = "petrels shearwaters albatrosses fulmars prions storm-petrels diving gliding ocean wind ".split()
+    ingest(corpus, [page(f"https://example.org/s{i}", " ".join(words[(i + j) % len(words)] for j in range(220)))
+                    for i in range(48)])
+    m = corpus.settings.models.active
+    corpus.store.cursor().execute("DELETE FROM embeddings WHERE model = ?", [m])
+    before = corpus.store.counts()["chunks"]
+    done = []
+    worker = threading.Thread(target=lambda: done.append(corpus.embed_missing(m, batch=8)))
+    free = held = 0
+    worker.start()
+    wrote = False
+    while worker.is_alive():
+        if corpus.write_lock.acquire(blocking=False):
+            corpus.write_lock.release()
+            free += 1
+        else:
+            held += 1
+        if not wrote and free + held >= 20:
+            ingest(corpus, [page("https://example.org/new", "A new page about gannets written mid-embedding.")])
+            wrote = True
+        worker.join(0.005)
+    assert wrote and done and done[0] >= before
+    assert free > 2 * held, (free, held)   # on the lock across encoding: held nearly all of the time
+    cur = corpus.store.cursor()
+    n, distinct = cur.execute("SELECT count(*), count(DISTINCT chunk_id) FROM embeddings WHERE model = ?", [m]).fetchone()
+    assert n == distinct == corpus.store.counts()["chunks"] == before + 1
+    assert corpus.embed_missing(m) == 0
