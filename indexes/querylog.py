@@ -5,6 +5,8 @@ queues entries and hands batches here; eval replays and the reranker's feedback 
               pinned, error_type, error_title, scopes)   one row per execution; scopes: the
                                                      document scopes it ran within (NULL: every scope)
   log_candidates / log_fused / log_results / log_agreement      rows of an execution, by query_id
+                                                     (log_results.pinned: why a page was put first — url,
+                                                     prefix, domain, or shortcut:<the choosing query's id>)
   log_access(request_id, ts, key_id, method, route, workspace, status, duration_ms)   every HTTP call
   feedback(query_id, page_id, kind, ts)              click / found / irrelevant
 """
@@ -186,6 +188,44 @@ class LogTables:
 
     def feedback(self) -> list[tuple[str, str, str]]:
         return self.store.cursor().execute("SELECT query_id, page_id, kind FROM feedback").fetchall()
+
+    def choices(self, workspace: str) -> list[tuple]:
+        """The pages chosen for a workspace's logged searches — (query_id, query text, the scopes it ran
+        within or None, page_id, kind, ts) of each (query, page) whose latest judgment is `found` or
+        `click` — what the shortcuts learn from (engine/refind/shortcuts.py)."""
+        return self.store.cursor().execute(
+            """SELECT query_id, q.query, q.scopes, f.page_id, f.kind, f.ts
+               FROM (SELECT query_id, page_id, arg_max(kind, ts) AS kind, max(ts) AS ts
+                     FROM feedback GROUP BY query_id, page_id) f
+               JOIN log_queries q USING (query_id)
+               WHERE q.workspace = ? AND q.query IS NOT NULL AND q.endpoint = 'search' AND q.error_type IS NULL
+                 AND f.kind IN ('found', 'click')
+               ORDER BY f.ts, query_id, f.page_id""", [workspace]).fetchall()
+
+    def delete_feedback(self, workspace: str, query_id: str | None = None, page_id: str | None = None,
+                        scopes: list[str] | None = None) -> int:
+        """Delete the feedback on a workspace's logged queries — of one query, on one page, or both —
+        only on queries run within `scopes` (None: any query; else a query whose scopes lie inside
+        them). Returns how many rows went."""
+        where, params = ["q.workspace = ?"], [workspace]
+        if query_id is not None:
+            where.append("q.query_id = ?")
+            params.append(query_id)
+        if scopes is not None:
+            where.append("q.scopes IS NOT NULL AND list_has_all(?::VARCHAR[], q.scopes)")
+            params.append(list(scopes))
+        sql = f"SELECT q.query_id FROM log_queries q WHERE {' AND '.join(where)}"
+        if page_id is not None:
+            return self.store.cursor().execute(
+                f"DELETE FROM feedback WHERE page_id = ? AND query_id IN ({sql})", [page_id, *params]).fetchone()[0]
+        return self.store.cursor().execute(f"DELETE FROM feedback WHERE query_id IN ({sql})", params).fetchone()[0]
+
+    def forget_pages(self, page_ids: list[str]) -> int:
+        """Delete every judgment on these pages (they were deleted)."""
+        if not page_ids:
+            return 0
+        return self.store.cursor().execute("DELETE FROM feedback WHERE page_id IN (SELECT unnest(?::VARCHAR[]))",
+                                           [list(page_ids)]).fetchone()[0]
 
     def feedback_with_queries(self, workspace: str) -> list[tuple[str, str, str, str]]:
         """(query_id, query text, page_id, kind) of the feedback on a workspace's logged queries."""

@@ -87,6 +87,16 @@ class Embedder:
         )
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Several queries' vectors at once, batched and not cached (the queries of the log that the
+        shortcuts compare a search with): as encode_query makes them, to float rounding."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode([self.spec.query_prefix + t for t in texts], batch_size=self.batch_size,
+                                 normalize_embeddings=self.spec.normalize, convert_to_numpy=True,
+                                 show_progress_bar=False)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
     def prepare_queries(self) -> str:
         """Set up the query runtime now (the ONNX export on first use: ~7 s once per models cache);
         returns it ("onnx" or "torch"). With query_runtime "onnx" required, raises when it cannot."""

@@ -19,6 +19,7 @@ A full queue drops the entry (counted in /v1/status) rather than slowing a reque
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import queue
@@ -83,6 +84,8 @@ class QueryLog:
         self.dropped = 0
         self.written = 0
         self.tables = LogTables(store)
+        self._versions = itertools.count(1)   # next() is atomic: two threads never take one number
+        self.feedback_version = 0   # moved on by every change to the feedback: what caches of it compare
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._pending = 0  # recorded but not yet committed (queued, or in the batch being written)
@@ -181,11 +184,34 @@ class QueryLog:
 
     # Reads and maintenance -----------------------------------------------------------------------
     def add_feedback(self, query_id: str, page_id: str, kind: str) -> None:
+        """Store a judgment. A query still queued is written first, so that what reads the feedback
+        with its query (the shortcuts) finds both."""
+        with self._recent_lock:
+            queued = query_id in self._recent
+        if queued:
+            self.flush()
         self.tables.add_feedback(query_id, page_id, kind, utcnow())
+        self.feedback_version = next(self._versions)
+
+    def delete_feedback(self, workspace: str, query_id: str | None = None, page_id: str | None = None,
+                        scopes: list[str] | None = None) -> int:
+        """Forget judgments on a workspace's queries (indexes/querylog.py: delete_feedback); how many went."""
+        self.flush()
+        n = self.tables.delete_feedback(workspace, query_id, page_id, scopes)
+        self.feedback_version = next(self._versions)
+        return n
+
+    def forget_pages(self, page_ids: list[str]) -> int:
+        """Forget every judgment on pages that were deleted."""
+        n = self.tables.forget_pages(page_ids)
+        self.feedback_version = next(self._versions)
+        return n
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete log rows of executions older than `before` (feedback on them too)."""
-        return self.tables.prune(before)
+        out = self.tables.prune(before)
+        self.feedback_version = next(self._versions)
+        return out
 
     def stats(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "queued": self._queue.qsize(), "written": self.written,

@@ -151,6 +151,16 @@ class SearchSettings(BaseModel):
     pin: bool = Field(True, description="Pin a page whose URL is the query, or a bare domain's pages.",
                       json_schema_extra=REQUEST)
     pin_domain_max: int = Field(50, ge=1)
+    shortcuts: bool = Field(True, description="The page chosen last time first: a page marked found or click "
+                            "(feedback) for a logged search of this workspace whose query is close to this one, by "
+                            "words or meaning, comes first when it is among this search's candidates "
+                            "(engine/refind/shortcuts.py).", json_schema_extra=REQUEST)
+    shortcut_min_similarity: float = Field(0.9, ge=0, le=1, description="Shortcuts by meaning: the least cosine "
+                                           "between this query's vector and a chosen query's (the search's "
+                                           "embedder).", json_schema_extra=REQUEST)
+    shortcut_min_overlap: float = Field(1.0, ge=0, le=1, description="Shortcuts by words: the least share of "
+                                        "terms (stemmed, no stop words) this query and a chosen query have in "
+                                        "common, of the terms of either (Jaccard).", json_schema_extra=REQUEST)
     filter_pushdown_cap: int = Field(100_000, ge=1)
     suggestions: bool = Field(False, description="Add pages similar to the top result (by page vector) to "
                                                  "the reply, as `suggestions`.", json_schema_extra=REQUEST)

@@ -330,7 +330,7 @@ class Ingester:
 
 
 def delete_page(corpus: Corpus, page_id: str) -> bool:
-    """Remove a page from the store and every index. False if it does not exist."""
+    """Remove a page from the store and every index, and the feedback on it. False if it does not exist."""
     with corpus.write_lock:
         old = corpus.store.existing_pages([page_id]).get(page_id)
         if old is None:
@@ -340,4 +340,5 @@ def delete_page(corpus: Corpus, page_id: str) -> bool:
         for model in corpus.embedder_names:
             corpus.dense(model).remove(sorted(old.chunk_ids))
             corpus.maintain_dense(model)
-        return True
+    corpus.querylog.forget_pages([page_id])   # the judgments on it go with it (the shortcuts to it too)
+    return True

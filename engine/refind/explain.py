@@ -1,6 +1,6 @@
 """`explain` for one page of a search: each of its chunks' arm ranks and scores and what each arm
 added to the fused score (and the reranker's, when it ranked), the rollup, recency's band or decay,
-and its pin."""
+its pin, and the shortcut that put it first."""
 from __future__ import annotations
 
 from engine.refind.fusion import contributions
@@ -8,7 +8,8 @@ from engine.refind.recency import age_days, recency_on
 from engine.refind.schema import ArmHit, ChunkExplain, PageExplain, Params
 
 
-def page_explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m, now, pinned) -> PageExplain:
+def page_explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m, now, pinned,
+                 shortcut: str | None = None) -> PageExplain:
     """`cids`/`cscores`: the page's chunks and the scores they entered the rollup with; `fused_by_id`:
     their fusion records; `entry`: the page's place in the ranking; `m`: its hydrated row."""
     chunks = []
@@ -37,4 +38,4 @@ def page_explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m,
                  "age_days": age_days(m["last_seen"], now),
                  "factor": entry.factor if entry else 1.0}
     return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry.rollup if entry else 0.0},
-                       decay=decay, pinned=pinned, score=entry.score if entry else 0.0)
+                       decay=decay, pinned=pinned, shortcut=shortcut, score=entry.score if entry else 0.0)

@@ -11,12 +11,14 @@ from engine.refind.fusion import Fused
 from engine.refind.highlight import highlight_all, query_terms
 from engine.refind.ranking import RankedPages
 from engine.refind.schema import _PAGE_HITS, PageHit, Params
+from engine.refind.shortcuts import Shortcut
 
 
 def hydrate(corpus: Corpus, query: str, window: list[str], ranked: RankedPages, pinned: dict[str, str],
-            cands: Candidates, rerank_scores: dict[int, float], p: Params, now: datetime) -> list[PageHit]:
+            cands: Candidates, rerank_scores: dict[int, float], p: Params, now: datetime,
+            shortcut: Shortcut | None = None) -> list[PageHit]:
     """The returned pages only, read in full: their rows, their top chunks as snippets (with the
-    highlighted query words), and explain when asked."""
+    highlighted query words), and explain when asked; `shortcut`: the choice that put a page first."""
     meta = cands.view.page_rows(window)
     by_id = {pid: sp for pid in window if (sp := ranked.page(pid)) is not None}
     snippets_n = corpus.settings.search.snippets_per_page
@@ -40,12 +42,16 @@ def hydrate(corpus: Corpus, query: str, window: list[str], ranked: RankedPages, 
                      "char_start": offsets[c][0], "char_end": offsets[c][1], "score": score,
                      "highlights": marks[c]}
                     for c, score in zip(cids[:snippets_n], cscores) if c in chunk_meta and c in offsets]
+        chose = shortcut if shortcut is not None and shortcut.choice.page_id == pid else None
         explain = page_explain(cids, cscores, fused_by_id, rerank_scores, p, sp, m, now,
-                                pinned.get(pid)) if p.explain else None
+                                pinned.get(pid), chose.reason() if chose else None) if p.explain else None
         hits.append({
             "rank": p.offset + i + 1, "page_id": pid, "url": m["url"], "title": m["title"], "domain": m["domain"],
             "score": sp.score if sp else 0.0, "first_seen": m["first_seen"], "last_seen": m["last_seen"],
             "published": m["published"], "cluster_id": m["cluster_id"], "entities": m["entities"],
-            "pinned": pinned.get(pid), "snippets": snippets, "explain": explain})
+            "pinned": pinned.get(pid), "snippets": snippets, "explain": explain,
+            "shortcut": None if chose is None else {
+                "query_id": chose.choice.query_id, "query": chose.choice.query, "chosen_at": chose.choice.chosen_at,
+                "kind": chose.choice.kind, "by": chose.by, "closeness": chose.closeness}})
     # validated in one call (~25 % less than a model per hit and per snippet)
     return _PAGE_HITS.validate_python(hits)

@@ -104,7 +104,23 @@ class PageExplain(BaseModel):
         "(its arm level, which the band compares). recency_mode decay: half_life_days, weight, age_days and "
         "factor (the score's multiplier)."))
     pinned: str | None
+    shortcut: str | None = Field(None, description='Why the page came first as a shortcut: "chosen on DATE for '
+                                                   'QUERY" (the search whose feedback chose it).')
     score: float
+
+
+class ShortcutHit(BaseModel):
+    """The choice that put a page first (engine/refind/shortcuts.py)."""
+    query_id: str = Field(description="The logged search the page was chosen for.")
+    query: str
+    chosen_at: datetime
+    kind: str = Field(description="The feedback that chose it: found or click.")
+    by: str = Field(description='"words" (terms in common) or "meaning" (the queries\' vectors).')
+    closeness: float = Field(description="The share of terms in common, or the cosine, that qualified it.")
+
+    @field_serializer("chosen_at")
+    def _rfc3339(self, v: datetime) -> str:
+        return (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).isoformat().replace("+00:00", "Z")
 
 
 class PageHit(BaseModel):
@@ -121,6 +137,8 @@ class PageHit(BaseModel):
     entities: list[str]
     pinned: str | None = Field(default=None, description='Why the page was pinned: "url" (the query is its URL), '
                                                          '"prefix" (a URL prefix it is under) or "domain".')
+    shortcut: ShortcutHit | None = Field(default=None, description="Set when the page comes first because it was "
+                                                                   "chosen for a close query before (shortcuts).")
     snippets: list[Snippet]
     explain: PageExplain | None = None
 

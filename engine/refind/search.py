@@ -2,13 +2,14 @@
 
     embed query ─▶ dense top-N ┐
     bm25 ───────▶ sparse top-N ┴▶ RRF ▶ rerank (optional) ▶ rollup ▶ hydrate · decay · pin ▶ slice
+                                                      (a shortcut's page first, after a URL pin)
 
 Filters are pushed into both arms (tantivy filter clauses; a FAISS IDSelector), never applied
 after the fact. Paging is the very last step, so pages never move between offsets.
 
 This module runs the arms and the stages in order; each stage is a module of its own: `fusion.py`,
-`rerank.py`, `rollup.py`, `ranking.py` (recency and order), `pinning.py`, `hydrate.py`, `explain.py`,
-over the records of `candidates.py`, timed by `timing.py`.
+`rerank.py`, `rollup.py`, `ranking.py` (recency and order), `pinning.py`, `shortcuts.py`, `hydrate.py`,
+`explain.py`, over the records of `candidates.py`, timed by `timing.py`.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from engine.refind.recency import recency_on
 from engine.refind.rollup import rollup_rows
 from engine.refind.hydrate import hydrate
 from engine.refind.rerank import rerank_chunks
+from engine.refind.shortcuts import Shortcut, Shortcuts
 # the wire schemas live in engine/refind/schema.py; the faces import the request and reply from here too
 from engine.refind.schema import (_REQUEST_SET, Params, SearchFilters, SearchRequest, SearchResponse, SimilarPage,
                                   Suggestions)
@@ -54,6 +56,7 @@ class SearchService:
                                         initargs=(corpus.settings.index.search_threads,))
         self._clock = ArmClock()
         self._params: dict[tuple, Params] = {}
+        self.shortcuts = Shortcuts(corpus.querylog, corpus.embedder)
 
     # Parameters and filters ----------------------------------------------------------------------
     def params(self, req: SearchRequest) -> Params:
@@ -214,7 +217,8 @@ class SearchService:
         e = LogEntry(query_id=resp.query_id, endpoint=endpoint, workspace=trace.get("workspace"), query=req.query,
                      params=req.model_dump(mode="json", exclude_none=True), models=[resp.model],
                      timings=resp.timings_ms, total=resp.total, returned=len(resp.pages),
-                     pinned={h.page_id: h.pinned for h in resp.pages if h.pinned},
+                     pinned={h.page_id: h.pinned or f"shortcut:{h.shortcut.query_id}" for h in resp.pages
+                             if h.pinned or h.shortcut},
                      scopes=_scope_list(trace.get("scopes")))
         e.candidates, e.fused, e.results = self.trace_rows(resp, trace, include_sparse=not shared_sparse)
         return e
@@ -232,7 +236,9 @@ class SearchService:
             cands += [("", "sparse", i, c, cp.get(c), s) for i, (c, s) in enumerate(sparse, start=1)]
         fused = [(m, "fused", i, c, cp.get(c), s) for i, (c, s) in enumerate(ranked, start=1)]
         fused += [(m, "reranked", i, c, cp.get(c), s) for i, (c, s) in enumerate(trace.get("reranked", []), start=1)]
-        results = [(m, h.rank, h.page_id, h.score, h.pinned) for h in resp.pages]
+        # a page put first by a shortcut is logged as placed by it: "shortcut:<the choosing query's id>"
+        results = [(m, h.rank, h.page_id, h.score,
+                    h.pinned or (f"shortcut:{h.shortcut.query_id}" if h.shortcut else None)) for h in resp.pages]
         return cands, fused, results
 
     def _search(self, req: SearchRequest, model: str | None, now: datetime | None,
@@ -263,21 +269,32 @@ class SearchService:
                                  self.corpus.settings.search.pin_domain_max, scopes) if intent else []
             # a page written after this request's view waits for the next
             pinned = {pid: kind for pid, kind in found if pid in cands.view.row_of}
+        shortcut = None
+        if p.shortcuts:
+            with timer("shortcuts"):
+                shortcut = trace["shortcut"] = self._shortcut(req.query, model, p, cands.view, rolled, scopes)
         with timer("decay"):
             on = recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight)
             # only the pages up to the slice's end are put in order (pinned ones may come out of them)
             levels = page_levels(p, cands, rolled) if on and p.recency_mode == "band" else None
             ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
-                                p.recency_weight if on else 0.0, top=p.offset + p.k + len(pinned),
+                                p.recency_weight if on else 0.0,
+                                # (a shortcut's page may lie anywhere in the ranking: every page is put in order)
+                                top=None if shortcut else p.offset + p.k + len(pinned),
                                 levels=levels, band=p.recency_band)
         order, total = ranked.page_ids, ranked.total
-        if pinned:
-            order = list(pinned) + [pid for pid in order if pid not in pinned]
+        if pinned or shortcut:
+            # a page whose URL the query is first, then the shortcut's page, then the other pins
+            lead = [pid for pid, kind in pinned.items() if kind == "url"]
+            lead += [shortcut.choice.page_id] if shortcut and shortcut.choice.page_id not in lead else []
+            lead += [pid for pid in pinned if pid not in lead]
+            first = set(lead)
+            order = lead + [pid for pid in order if pid not in first]
             rows = np.fromiter((cands.view.row_of[pid] for pid in pinned), dtype=np.int64, count=len(pinned))
             total += len(pinned) - int(np.isin(rows, rolled.pages).sum())   # a pinned page is counted once
         window = order[p.offset: p.offset + p.k]
         with timer("hydrate"):
-            hits = hydrate(self.corpus, req.query, window, ranked, pinned, cands, rerank_scores, p, now)
+            hits = hydrate(self.corpus, req.query, window, ranked, pinned, cands, rerank_scores, p, now, shortcut)
         suggestions = None
         if p.suggestions and order:
             with timer("suggestions"):
@@ -324,6 +341,16 @@ class SearchService:
                 return Candidates(ids, scores, rows, rolled, arms.dense, arms.sparse, depth, snapshot, args, fused)
             depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
                                              "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
+
+    def _shortcut(self, query: str, model: str, p: Params, view, rolled, scopes) -> Shortcut | None:
+        """The page chosen before for a close query, when it is among this search's candidates
+        (engine/refind/shortcuts.py)."""
+        def is_candidate(page_ids: list[str]) -> np.ndarray:
+            rows = np.fromiter((view.row_of.get(pid, -1) for pid in page_ids), dtype=np.int64, count=len(page_ids))
+            return (rows >= 0) & np.isin(rows, rolled.pages)
+
+        return self.shortcuts.match(p.workspace, query, model, scopes, is_candidate, p.shortcut_min_similarity,
+                                    p.shortcut_min_overlap)
 
     def _suggestions(self, source_page: str, model: str, scopes: tuple[str, ...] | None) -> Suggestions:
         from engine.refind.similar import similar_pages
