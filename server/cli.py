@@ -368,6 +368,21 @@ def cmd_log(args) -> int:
         return 0
 
 
+def cmd_feedback(args) -> int:
+    """Judgments on logged searches and the shortcuts they make: add one, list the choices, clear them."""
+    if args.action == "add" and not (args.query_id and args.page_id):
+        print("error: feedback add needs a QUERY_ID and a PAGE_ID", file=sys.stderr)
+        return 2
+    with Engine(_settings(args), repair=False) as e:
+        if args.action == "add":
+            _print(e.feedback(args.query_id, args.page_id, args.kind))
+        elif args.action == "list":
+            _print(e.choices(args.workspace))
+        else:
+            _print(e.clear_feedback(args.workspace, args.clear_query, args.clear_page))
+        return 0
+
+
 def cmd_relations(args) -> int:
     """Relation workspaces from the command line: create one, load SQL tables or a folder of
     documents into it (a re-load of a folder is a sync), search it."""
@@ -547,6 +562,17 @@ def _search_commands(sub) -> None:
     s.add_argument("--workspace", default=None)
     s.set_defaults(func=cmd_dictionary)
 
+    s = sub.add_parser("feedback", help="judgments on logged searches, and the shortcuts they make (the page "
+                                        "chosen for a close query comes first): add, list, clear")
+    s.add_argument("action", choices=["add", "list", "clear"])
+    s.add_argument("query_id", nargs="?", help="add: the logged search (its query_id)")
+    s.add_argument("page_id", nargs="?", help="add: the page judged")
+    s.add_argument("--kind", choices=["found", "click", "irrelevant"], default="found", help="add: the judgment")
+    s.add_argument("--workspace", default=None)
+    s.add_argument("--query-id", dest="clear_query", default=None, help="clear: only this logged search's")
+    s.add_argument("--page-id", dest="clear_page", default=None, help="clear: only those on this page")
+    s.set_defaults(func=cmd_feedback)
+
     s = sub.add_parser("compare", help="A/B: the pipeline once per embedder, with agreement figures")
     s.add_argument("query")
     s.add_argument("--models", required=True, help="comma-separated embedders, e.g. all-minilm-l6-v2,all-mpnet-base-v2")
@@ -612,8 +638,8 @@ def _relations_and_access_commands(sub) -> None:
 
 
 # Verbs that open the data dir of the settings: while a server owns it they go through the server.
-OWNED = {"ingest", "search", "evidence", "maps", "dictionary", "compare", "reindex", "models", "clusters", "log",
-         "relations", "keys", "mcp", "status"}
+OWNED = {"ingest", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
+         "log", "relations", "keys", "mcp", "status"}
 
 
 def _verb(args) -> str:

@@ -232,3 +232,21 @@ async def _relay(owner: Owner) -> None:
             tg.start_soon(pump, from_server, to_agent, "from the server")
             await pump(from_agent, to_server, "from the client")   # ends when the agent closes stdin
             tg.cancel_scope.cancel()
+
+
+def feedback(args, owner: Owner) -> int:
+    """`feedback add | list | clear` beside a server."""
+    if args.action == "add":
+        if not (args.query_id and args.page_id):
+            print("error: feedback add needs a QUERY_ID and a PAGE_ID", file=sys.stderr)
+            return 2
+        _print(_call(owner, "POST", "/v1/feedback", {"query_id": args.query_id, "page_id": args.page_id,
+                                                       "kind": args.kind}))
+        return 0
+    params = {k: v for k, v in (("workspace", args.workspace), ("query_id", args.clear_query),
+                                ("page_id", args.clear_page)) if v is not None}
+    if args.action == "list":
+        _print(_call(owner, "GET", "/v1/feedback", params={"workspace": args.workspace} if args.workspace else None))
+    else:
+        _print(_call(owner, "DELETE", "/v1/feedback", params=params or None))
+    return 0

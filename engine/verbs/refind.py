@@ -1,11 +1,12 @@
-"""Refind search's verbs: search, compare, similar pages, a page, facets, the models, feedback."""
+"""Refind search's verbs: search, compare, similar pages, a page, facets, the models, feedback and the
+shortcuts it makes."""
 from __future__ import annotations
 
 from datetime import datetime
 
 from engine.core.access import OPEN, Grant
 from engine.core.corpus import read_page
-from engine.core.errors import ModelUnavailable, PageNotFound
+from engine.core.errors import ModelUnavailable, PageNotFound, QueryNotFound
 from engine.core.settings import SearchSettings
 from engine.refind.compare import CompareRequest, CompareResponse, compare
 from engine.refind.search import SearchRequest, SearchResponse, SearchService
@@ -65,3 +66,34 @@ class RefindVerbs(Verbs):
         if meta is not None and workspace is not None and meta.get("workspace_id") != workspace:
             raise PageNotFound(f"no page with id {page_id!r} in the query's workspace {workspace!r}", ref=page_id)
         return self.corpus.record_feedback(query_id, page_id, kind)
+
+    def choices(self, workspace: str | None = None, caller: Grant = OPEN) -> dict:
+        """The pages chosen (found / click) for the workspace's logged searches that the caller could
+        have run — within its scopes — newest first: what the shortcuts put first (engine/refind/shortcuts.py)."""
+        ws = self.workspace_for(caller, workspace)
+        scopes = caller.document_scopes
+        rows = [c for c in self.pages.shortcuts.choices(ws)
+                if scopes is None or (c.scopes is not None and set(c.scopes) <= set(scopes))]
+        return {"workspace": ws, "choices": [
+            {"query_id": c.query_id, "query": c.query, "page_id": c.page_id, "kind": c.kind,
+             "chosen_at": c.chosen_at.isoformat() + "Z"} for c in reversed(rows)]}
+
+    def clear_feedback(self, workspace: str | None = None, query_id: str | None = None, page_id: str | None = None,
+                       caller: Grant = OPEN) -> dict:
+        """Forget judgments, and the shortcuts they make: those on one logged query, on one page, on both,
+        or (neither given) every judgment of the workspace — only on queries the caller could have run
+        (its workspaces, and within its scopes). A key that may write."""
+        caller.require_write()
+        if query_id is not None:
+            self.readable_query(caller, query_id)
+            _, of_query, _ = self.corpus.querylog.origin_of(query_id)
+            ws = self.workspace_for(caller, workspace if workspace is not None else of_query)
+            if ws != of_query:
+                raise QueryNotFound(f"no logged query with id {query_id!r} in workspace {ws!r}", ref=query_id)
+        else:
+            ws = self.workspace_for(caller, workspace)
+        if page_id is not None:
+            self.readable_page(caller, page_id)
+        scopes = caller.document_scopes
+        n = self.corpus.querylog.delete_feedback(ws, query_id, page_id, list(scopes) if scopes is not None else None)
+        return {"workspace": ws, "query_id": query_id, "page_id": page_id, "deleted": n}

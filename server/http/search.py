@@ -67,3 +67,21 @@ def feedback(body: FeedbackIn, e: Engine = Depends(engine), g: Grant = Depends(c
     """Implicit judgments on a logged query: click, found (this is the page I was after), irrelevant.
     A read-only key may send them: they judge results, they change no document."""
     return e.feedback(body.query_id, body.page_id, body.kind, g)
+
+
+@router.get("/v1/feedback")
+def choices(workspace: str | None = None, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """The pages chosen (found / click) for a workspace's logged searches, newest first: what the
+    shortcuts put first in a later search with a close query (only those of searches run within the
+    caller's scopes)."""
+    return e.choices(workspace, g)
+
+
+@router.delete("/v1/feedback")
+def clear_feedback(workspace: str | None = None, query_id: str | None = Query(None, min_length=1, max_length=100),
+                   page_id: str | None = Query(None, min_length=1, max_length=100), e: Engine = Depends(engine),
+                   g: Grant = Depends(current_grant)) -> dict:
+    """Forget judgments and the shortcuts they make: those on one logged query (`query_id`), on one page
+    (`page_id`), both, or — neither given — every judgment in the workspace; only on queries the caller
+    could have run. A key that may write. Returns how many went."""
+    return e.clear_feedback(workspace, query_id, page_id, g)

@@ -77,6 +77,8 @@ def test_every_client_operation_reaches_the_route_it_names_on_a_real_server(pool
             "search": lambda: res,
             "compare": lambda: rf.compare("gannets", ["all-minilm-l6-v2", "all-minilm-l6-v2-int8"], k=2),
             "feedback": lambda: rf.feedback(res.query_id, pid, "found"),
+            "choices": rf.choices,
+            "clear_feedback": lambda: rf.clear_feedback(query_id=res.query_id),
             "get_page": lambda: rf.get_page(pid),
             "similar": lambda: rf.similar(pid, k=1),
             "relation_search": lambda: rf.relation_search(ws, constraints=[
@@ -103,6 +105,7 @@ def test_every_client_operation_reaches_the_route_it_names_on_a_real_server(pool
         "SELECT method, route, max(status) FROM log_access GROUP BY 1, 2").fetchall()}
     corpus.close()
     for method, route in [("POST", "/v1/search"), ("POST", "/v1/compare"), ("POST", "/v1/feedback"),
+                          ("GET", "/v1/feedback"), ("DELETE", "/v1/feedback"),
                           ("POST", "/v1/pages"), ("GET", "/v1/pages/{page_id}"), ("DELETE", "/v1/pages/{page_id}"),
                           ("GET", "/v1/pages/{page_id}/similar"), ("POST", "/v1/public/search"),
                           ("GET", "/v1/public/workspaces"), ("POST", "/v1/public/facts"), ("POST", "/v1/evidence"),

@@ -190,6 +190,14 @@ def test_search_page_and_keyboard(tab, server):
     tab.keyboard.press("Escape")
     tab.wait_for_selector("#results li.result")
     assert tab.input_value("#q") == "sqlite transaction"
+    # The page opened is the one chosen: the same words searched again put it first, marked so (a shortcut).
+    again = api_search(client, query="sqlite transaction", k=10)["pages"][0]
+    assert again["page_id"] == second["page_id"] and again["shortcut"]["query"] == "sqlite transaction"
+    tab.focus("#q")
+    tab.keyboard.press("Enter")
+    tab.wait_for_function("id => document.querySelector('#results li.result')?.dataset.pageId === id",
+                          arg=second["page_id"])
+    assert tab.locator("#results li.result").first.locator(".badge").inner_text() == "chosen before"
 
 
 def test_paging_with_arrow_keys(tab, server):

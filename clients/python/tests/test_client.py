@@ -61,7 +61,14 @@ def test_pages_upsert_get_similar_feedback_delete(server):
         resp = rf.search("JSON pretty printing written by the Python client", k=5)
         assert ok.page_id in [h.page_id for h in resp.pages]
         assert rf.feedback(resp.query_id, ok.page_id, "found")
+        chosen = rf.choices()["choices"]
+        assert [(c["query_id"], c["page_id"]) for c in chosen] == [(resp.query_id, ok.page_id)]
+        again = rf.search("JSON pretty printing written by the Python client", k=5)
+        assert again.pages[0].page_id == ok.page_id and again.pages[0].shortcut.query_id == resp.query_id
+        assert rf.clear_feedback(query_id=resp.query_id)["deleted"] == 1 and rf.choices()["choices"] == []
+        assert rf.feedback(resp.query_id, ok.page_id, "found")
         assert rf.delete_page(ok.page_id)["deleted"] is True
+        assert rf.choices()["choices"] == []
         with pytest.raises(NotFound) as err:
             rf.get_page(ok.page_id)
         assert err.value.status == 404 and err.value.type == "page_not_found"

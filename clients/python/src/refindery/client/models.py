@@ -61,6 +61,9 @@ class SearchRequest(Request):
     rerank_fusion: Literal["replace", "rrf"] | None = None
     rerank_weight: float | None = None
     pin: bool | None = None
+    shortcuts: bool | None = None
+    shortcut_min_similarity: float | None = None
+    shortcut_min_overlap: float | None = None
     suggestions: bool | None = None
     highlight: bool | None = None
 
@@ -143,7 +146,18 @@ class PageExplain(Reply):
     rollup: dict[str, Any]
     decay: dict[str, float] | None
     pinned: str | None
+    shortcut: str | None = None
     score: float
+
+
+class ShortcutHit(Reply):
+    """Why a page came first: it was chosen (found / click) for a close query before."""
+    query_id: str
+    query: str
+    chosen_at: datetime
+    kind: str
+    by: str
+    closeness: float
 
 
 class PageHit(Reply):
@@ -159,6 +173,7 @@ class PageHit(Reply):
     cluster_id: int | None
     entities: list[str]
     pinned: str | None = None
+    shortcut: ShortcutHit | None = None
     snippets: list[Snippet]
     explain: PageExplain | None = None
 

@@ -63,6 +63,16 @@ class _Operations:
         req = _build(m.FeedbackIn, query_id=query_id, page_id=page_id, kind=kind)
         return self._call(_Op("POST", "/v1/feedback", req.body()))
 
+    def choices(self, workspace: str | None = None) -> dict:
+        """GET /v1/feedback: the pages chosen for the workspace's searches, which shortcuts put first."""
+        return self._call(_Op("GET", "/v1/feedback", params={"workspace": workspace} if workspace else {}))
+
+    def clear_feedback(self, workspace: str | None = None, query_id: str | None = None,
+                       page_id: str | None = None) -> dict:
+        """DELETE /v1/feedback: forget judgments (and their shortcuts) — one query's, one page's, or all."""
+        params = {k: v for k, v in (("workspace", workspace), ("query_id", query_id), ("page_id", page_id)) if v}
+        return self._call(_Op("DELETE", "/v1/feedback", params=params))
+
     # Pages -------------------------------------------------------------------------------------
     def upsert_pages(self, pages: list[dict], workspace: str | None = None) -> m.UpsertResponse:
         """POST /v1/pages: one batch (at most 1000 records); each item's status in `.items`."""
