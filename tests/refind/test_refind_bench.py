@@ -54,3 +54,17 @@ def test_vague_queries_avoid_the_titles_words_and_recent_ones_name_different_pag
     assert absent >= len(VAGUE) / 2        # mostly with a word the page never uses
     for query, group in RECENT:
         assert len(group) >= 2 and len({pages[u]["body_text"] for u in group}) == len(group), query
+
+
+def test_every_query_has_a_second_phrasing_in_other_words():
+    """The shortcut replay's phrasings (eval/refind_rephrasings.py): one per query, and never close to it
+    by words — at most 0.3 of their terms in common (a page's only name is sometimes shared), below
+    every word threshold the replay tries — so what they teach must come through meaning."""
+    from eval.refind_rephrasings import REPHRASED
+    from eval.refind_shortcuts import OVERLAPS
+
+    cases = refind.cases(refind.history())
+    assert set(REPHRASED) == {c["query"] for c in cases}
+    for query, other in REPHRASED.items():
+        a, b = set(index_terms(query)), set(index_terms(other))
+        assert b and len(a & b) / len(a | b) <= 0.3 < min(OVERLAPS), (query, other)
