@@ -172,3 +172,38 @@ RECENT: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 KINDS = ("vague", "exact", "url", "site", "recent")
+
+# Near-equals whose titles all carry the query's words (issue 54, item 6), written by hand on
+# 2026-12-05 before any definition of "about as relevant" was tried on them: sibling pages — one
+# command family, one module family, the same name on two sites — that a real history reads together,
+# where the fused scores are further apart than a narrow band. None of these pages is meant by the
+# queries above. (query, the pages it fits about equally: the one seen most recently is wanted)
+SIBLINGS: list[tuple[str, tuple[str, ...]]] = [
+    ("python email mime", (PY + "library/email.contentmanager.html", PY + "library/email.generator.html",
+                           PY + "library/email.mime.html")),
+    ("postgres alter", (PG + "sql-alterdomain.html", PG + "sql-alterextension.html", PG + "sql-altercollation.html")),
+    ("postgres create", (PG + "sql-createcast.html", PG + "sql-createrule.html", PG + "sql-createschema.html")),
+    ("postgres functions and operators", (PG + "functions-array.html", PG + "functions-math.html",
+                                          PG + "functions-range.html")),
+    ("postgres types", (PG + "datatype-boolean.html", PG + "datatype-character.html", PG + "datatype-money.html")),
+    ("postgres drop", (PG + "sql-dropindex.html", PG + "sql-dropopclass.html")),
+    ("postgres prepare", (PG + "sql-prepare.html", PG + "sql-prepare-transaction.html")),
+    ("sqlite create", (LITE + "lang_createindex.html", LITE + "lang_createtrigger.html")),
+    ("tkinter", (PY + "library/tkinter.dnd.html", PY + "library/tkinter.tix.html", PY + "library/dialog.html")),
+    ("python xml", (PY + "library/xml.html", PY + "library/xml.sax.utils.html", PY + "library/xmlrpc.server.html")),
+    ("python http", (PY + "library/http.html", PY + "library/http.cookies.html")),
+    ("python unix", (PY + "library/crypt.html", PY + "library/dbm.html", PY + "library/fnmatch.html")),
+    ("python posix", (PY + "library/posix.html", PY + "library/termios.html")),
+    ("python pickle", (PY + "library/copyreg.html", PY + "library/pickletools.html")),
+    ("compile python", (PY + "library/codeop.html", PY + "library/compileall.html")),
+    ("determine the type of a file", (PY + "library/imghdr.html", PY + "library/sndhdr.html")),
+    ("python parser", (PY + "library/getopt.html", PY + "library/html.parser.html")),
+    ("floating point", (PY + "tutorial/floatingpoint.html", LITE + "floatingpoint.html")),
+    ("python modules", (PY + "library/distutils.html", PY + "library/runpy.html", PY + "library/modules.html")),
+    ("analyze", (PG + "sql-analyze.html", LITE + "lang_analyze.html")),
+    ("windows python", (PY + "library/windows.html", PY + "library/winsound.html")),
+    ("download sqlite", (LITE + "download.html", LITE + "getthecode.html")),
+    ("python services", (PY + "library/language.html", PY + "library/python.html")),
+    ("postgres functions", (PG + "functions-sequence.html", PG + "functions-trigger.html",
+                            PG + "functions-window.html")),
+]
