@@ -128,13 +128,15 @@ reranker: install
 # the refind benchmark (eval/refind.py) — its dev and test halves — with recency off and on; then the
 # benchmark under the default and quality profiles in one run (eval/refind_profiles.py: success@1 in
 # eval/results/refind_quality.md, ingest and search cost in bench/results/profiles.md); and the shortcut
-# replay (eval/refind_shortcuts.py: eval/results/refind_shortcuts.md).
+# replay (eval/refind_shortcuts.py: eval/results/refind_shortcuts.md); and recency among sibling pages
+# whose titles all carry the query's words (eval/refind_siblings.py: eval/results/refind_siblings.md).
 eval: install models-mpnet
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
 	$(BIN)/python -m eval.refind_profiles --data-root data-profiles
 	$(BIN)/python -m eval.refind_profiles --data-root data-profiles --sweep-band
 	$(BIN)/python -m eval.refind_shortcuts --data-dir data-profiles/shortcuts
+	$(BIN)/python -m eval.refind_siblings --data-dir data-profiles/siblings
 
 # Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
 # (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and

@@ -68,3 +68,28 @@ def test_every_query_has_a_second_phrasing_in_other_words():
     for query, other in REPHRASED.items():
         a, b = set(index_terms(query)), set(index_terms(other))
         assert b and len(a & b) / len(a | b) <= 0.3 < min(OVERLAPS), (query, other)
+
+
+def test_the_sibling_groups_add_sessions_and_want_the_most_recent_page_of_the_whole_family():
+    """eval/refind_siblings.py: the benchmark's history unchanged plus sessions over the sibling groups'
+    pages only; each sibling query wants the most recently seen page of its family (the pages read
+    together and every page of the site it names whose title carries its other words)."""
+    from collections import Counter
+
+    from eval import refind_siblings
+    from eval.refind_queries import SIBLINGS
+
+    base, both = refind.history(), refind_siblings.history()
+    extra = Counter(r["url"] for r in both) - Counter(r["url"] for r in base)
+    assert sum(extra.values()) == len(both) - len(base) > len(SIBLINGS)
+    assert set(extra) <= {u for _, g in SIBLINGS for u in g}
+    seen = refind.last_seen(both)
+    sib = [c for c in refind_siblings.cases(both) if c["kind"] == "siblings"]
+    assert [c["query"] for c in sib] == [q for q, _ in SIBLINGS]
+    assert Counter(c["half"] for c in sib) == {"dev": 12, "test": 12}
+    for c, (query, group) in zip(sib, SIBLINGS):
+        fam = refind_siblings.family(query, group)
+        assert {normalize_url(u) for u in group} <= set(fam) and c["target"] in fam
+        assert seen[c["target"]] == max(seen[u] for u in fam)
+    alter = refind_siblings.family("postgres alter", ())
+    assert len(alter) > 10 and all(u.startswith("postgresql.org/") for u in alter)
