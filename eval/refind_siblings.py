@@ -36,6 +36,9 @@ KINDS = ("siblings", "vague", "recent", "exact", "url", "site")
 SETTINGS = {"recency off": {"recency_half_life_days": 0.0}}
 SETTINGS |= {f"band {b}": {"recency_half_life_days": 30.0, "recency_band": b} for b in (0.05, 0.07, 0.1, 0.15, 0.2, 0.3)}
 SETTINGS["decay w 0.05"] = {"recency_half_life_days": 30.0, "recency_mode": "decay"}
+# the title band (engine/refind/ranking.py: title siblings) beside the shipped band
+SETTINGS |= {f"band 0.07, title band {t}": {"recency_half_life_days": 30.0, "recency_title_band": t}
+             for t in (0.15, 0.3, 0.5, 1.0)}
 
 
 def history(seed: int = 7, sibling_seed: int = 11) -> list[dict]:
@@ -116,8 +119,10 @@ def markdown(result: dict) -> str:
              f"history plus sessions over {len(SIBLINGS)} sibling groups whose titles all carry the query's words "
              "(eval/refind_queries.py: SIBLINGS, written before any definition was tried on them), "
              f"{result['visits']} visits. success@1 (successes / queries) per half; the most recently seen page of "
-             "a group is wanted. The benchmark's own kinds are measured again on this history (a sibling session "
-             "can make a page the most recent under a site).", ""]
+             "the query's family is wanted (the pages read together, and every page of the site it names whose "
+             "title carries its other words). The benchmark's own kinds are measured again on this history (a "
+             "sibling session can make a page the most recent under a site). `title band`: recency_title_band "
+             "(docs/search.md, Recency).", ""]
     for h in refind.HALVES:
         lines += [f"**{h}**", "", "| setting | " + " | ".join((*KINDS, "all")) + " |",
                   "|---|" + "---|" * (len(KINDS) + 1)]

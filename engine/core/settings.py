@@ -135,6 +135,10 @@ class SearchSettings(BaseModel):
                                 "a page may match and still count as about as relevant, on the arms' scale: the mean "
                                 "over the arms (by weight) of the page's best chunk's score over the arm's best score "
                                 "(0 to 1).", json_schema_extra=REQUEST)
+    recency_title_band: float = Field(0.0, ge=0, le=1, description='recency_mode band: title siblings. When the '
+                                      "best page left's title carries at least half the query's terms, the pages "
+                                      "whose titles carry all of those and whose level is within this of its level "
+                                      "join its band (0 is off).", json_schema_extra=REQUEST)
     recency_weight: float = Field(0.05, ge=0, le=1, description="recency_mode decay: the part of a page's score "
                                   "recency may take away: factor = 1 - w * (1 - 0.5 ** (age / half-life)); 1 is a "
                                   "full exponential decay.", json_schema_extra=REQUEST)

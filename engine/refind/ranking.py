@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from indexes.hot import HotView
+from indexes.sparse import index_terms
 
 from engine.refind.candidates import Candidates
 from engine.refind.fusion import arm_levels
@@ -73,17 +74,19 @@ class RankedPages:
 
 def rank_pages(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView,
                now: datetime, half_life_days: float, weight: float, top: int | None = None,
-               levels: np.ndarray | None = None, band: float = 0.0) -> RankedPages:
+               levels: np.ndarray | None = None, band: float = 0.0,
+               titles: tuple[list[int], int, float] | None = None) -> RankedPages:
     """Each rolled-up page times its recency factor (decay_factor on its last_seen; none at a
     half-life or weight of 0), best first, ties by page id. With `top`, only the first `top` pages
     are put in order (a search shows offset + k of them): the pages scoring at least the top-th
     score, ties with it included, are sorted, the rest only counted. With `levels` (each page's arm
-    level, fusion.arm_levels) and a half-life, recency orders bands instead (`_banded`)."""
+    level, fusion.arm_levels) and a half-life, recency orders bands instead (`_banded`; `titles`:
+    title_cover's masks, the query's term count and the title band, for title siblings)."""
     values = rolled.values
     n = len(values)
     cut = top is not None and top < n
     if half_life_days > 0 and levels is not None:
-        return _banded(rolled, chunk_ids, chunk_scores, view, levels, band, top if cut else None)
+        return _banded(rolled, chunk_ids, chunk_scores, view, levels, band, top if cut else None, titles)
     if half_life_days > 0 and weight > 0:
         return _decayed(rolled, chunk_ids, chunk_scores, view, now, half_life_days, weight, top if cut else None)
     if cut:
@@ -142,12 +145,16 @@ def _decayed(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vi
 
 
 def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView, levels: np.ndarray,
-            band: float, top: int | None) -> RankedPages:
+            band: float, top: int | None, titles: tuple[list[int], int, float] | None = None) -> RankedPages:
     """rank_pages with recency as the order among equals. In relevance order (value, then page id),
     the best page left and every page left whose level is at least its level - `band` form a band,
     ordered by last_seen (most recent first; then relevance); then the next band from the best page
     left. Each band depends only on the bands before it, so the first `top` pages are a prefix of the
-    whole order (paging stays a slice of one ranking). A page's score stays its rollup value."""
+    whole order (paging stays a slice of one ranking). A page's score stays its rollup value.
+    `titles` = (each page's title cover of the query's terms as a bit mask, the query's term count,
+    the title band): when the best page left's title carries at least half the query's terms, the pages
+    left whose titles carry all of those, with a level at least its level - the title band, join its band
+    (title siblings: "postgres alter" and every ALTER page)."""
     values = rolled.values
     n = len(values)
     names = view.page_ids_of(rolled.pages)
@@ -164,7 +171,14 @@ def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vie
         while not left[relevance[at]]:
             at += 1
         anchor = relevance[at]
-        members = np.flatnonzero(left & (levels >= levels[anchor] - band))
+        near = levels >= levels[anchor] - band
+        if titles is not None:
+            covers, n_terms, title_band = titles
+            mask = covers[anchor]
+            if mask and 2 * mask.bit_count() >= n_terms:
+                same = np.fromiter(((c & mask) == mask for c in covers), dtype=bool, count=n)
+                near |= same & (levels >= levels[anchor] - title_band)
+        members = np.flatnonzero(left & near)
         members = members[np.lexsort((place[members], -seen[members]))]
         left[members] = False
         b += 1
@@ -187,3 +201,20 @@ def page_levels(p: Params, cands: Candidates, rolled: Rolled) -> np.ndarray:
         arm_rows[arm] = (cands.view.chunk_rows(ids), np.fromiter((x for _, x in hits), dtype=np.float64,
                                                                  count=len(hits)))
     return arm_levels(rolled.pages, arm_rows, {"dense": p.dense_weight, "sparse": p.sparse_weight})
+
+
+def title_cover(query: str, view: HotView, pages: np.ndarray) -> tuple[list[int], int]:
+    """Each page's title as a bit mask of the query's terms it carries (the BM25 arm's terms: stemmed, no
+    stop words), and the query's term count: what the title band compares. A title's terms are stemmed
+    once per view."""
+    terms = list(dict.fromkeys(index_terms(query)))
+    bit = {t: 1 << i for i, t in enumerate(terms)}
+    memo = view._memo.setdefault("title_terms", {})
+    titles = view.cols["title"]
+    covers = []
+    for row in pages.tolist():
+        got = memo.get(row)
+        if got is None:
+            got = memo[row] = frozenset(index_terms(titles[row] or ""))
+        covers.append(sum(b for t, b in bit.items() if t in got))
+    return covers, len(terms)

@@ -34,7 +34,7 @@ from engine.core.querylog import LogEntry
 from engine.refind.candidates import ArmResults, Candidates, Restriction
 from engine.refind.fusion import fuse, rrf_arrays
 from engine.refind.pinning import pin_intent, pinned_pages
-from engine.refind.ranking import page_levels, rank_pages
+from engine.refind.ranking import page_levels, rank_pages, title_cover
 from engine.refind.recency import recency_on
 from engine.refind.rollup import rollup_rows
 from engine.refind.hydrate import hydrate
@@ -277,11 +277,13 @@ class SearchService:
             on = recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight)
             # only the pages up to the slice's end are put in order (pinned ones may come out of them)
             levels = page_levels(p, cands, rolled) if on and p.recency_mode == "band" else None
+            titles = ((*title_cover(req.query, cands.view, rolled.pages), p.recency_title_band)
+                      if levels is not None and p.recency_title_band > 0 else None)
             ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
                                 p.recency_weight if on else 0.0,
                                 # (a shortcut's page may lie anywhere in the ranking: every page is put in order)
                                 top=None if shortcut else p.offset + p.k + len(pinned),
-                                levels=levels, band=p.recency_band)
+                                levels=levels, band=p.recency_band, titles=titles)
         order, total = ranked.page_ids, ranked.total
         if pinned or shortcut:
             # a page whose URL the query is first, then the shortcut's page, then the other pins

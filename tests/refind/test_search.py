@@ -392,6 +392,33 @@ def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen_and_
         "https://r.example/hives")
 
 
+def test_the_title_band_puts_the_most_recent_title_sibling_first_and_no_other_page(make):
+    """recency_title_band: pages whose titles carry the query's words the best page's title carries
+    join its band however far their levels lie, so the most recently seen of them comes first; a page
+    whose title does not (however recent) does not join, and 0 leaves the band as it was."""
+    corpus = make()
+    now = datetime.utcnow()
+    ago = [now - timedelta(days=d) for d in (200, 100, 3, 1)]
+    ingest(corpus, [
+        page("https://pg.example/alterdomain", "ALTER DOMAIN changes the definition of a domain: alter its default, "
+             "alter its constraints, alter its owner.", seen_at=ago[0].isoformat(), title="ALTER DOMAIN"),
+        page("https://pg.example/alterextension", "Changes an installed extension: update it to a new version.",
+             seen_at=ago[1].isoformat(), title="ALTER EXTENSION"),
+        page("https://pg.example/altercollation", "Changes a collation's name, owner or schema; refresh its version.",
+             seen_at=ago[2].isoformat(), title="ALTER COLLATION"),
+        page("https://pg.example/createdomain", "CREATE DOMAIN defines a domain; to alter one later see ALTER DOMAIN.",
+             seen_at=ago[3].isoformat(), title="CREATE DOMAIN")])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        def urls(**kw):
+            return [p["url"].rsplit("/", 1)[1] for p in search(c, query="alter", recency_half_life_days=30, **kw)["pages"]]
+
+        shipped, zero, titled = urls(), urls(recency_title_band=0.0), urls(recency_title_band=1.0)
+    # the shipped band: the page that says "alter" most is first, however long ago it was seen
+    assert shipped[0] == "alterdomain" and zero == shipped
+    # the three ALTER pages are one band, most recently seen first; CREATE DOMAIN is not among them
+    assert titled[:3] == ["altercollation", "alterextension", "alterdomain"] and titled[3] == "createdomain"
+
+
 def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populated_one(corpus):
     """The dense arm skips its restriction only when the asked workspace is the one with pages;
     otherwise FAISS would answer from another workspace."""

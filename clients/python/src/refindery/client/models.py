@@ -55,6 +55,7 @@ class SearchRequest(Request):
     recency_half_life_days: float | None = None
     recency_mode: Literal["band", "decay"] | None = None
     recency_band: float | None = None
+    recency_title_band: float | None = None
     recency_weight: float | None = None
     rerank: bool | None = None
     rerank_n: int | None = None
