@@ -71,15 +71,15 @@ def family(query: str, group: tuple[str, ...]) -> list[str]:
     """Every page the query fits about equally: the pages read together (`group`) and every page whose
     title carries all of the query's words but a site's name, on the site the query names (if it names
     one) — "postgres alter" fits every ALTER page of PostgreSQL's, not only the three read together."""
-    from indexes.sparse import index_terms
+    from engine.refind.highlight import query_terms   # the BM25 arm's terms: stemmed, no stop words
 
     words = query.lower().split()
     hosts = [SITES[w] for w in words if w in SITES]
-    terms = set(index_terms(" ".join(w for w in words if w not in SITES)))
+    terms = query_terms(" ".join(w for w in words if w not in SITES))
     out = {normalize_url(u) for u in group}
     for url, page in refind.corpus().items():
         norm = normalize_url(url)
-        if (not hosts or any(norm.startswith(h + "/") for h in hosts)) and terms <= set(index_terms(page["title"] or "")):
+        if (not hosts or any(norm.startswith(h + "/") for h in hosts)) and terms <= query_terms(page["title"] or ""):
             out.add(norm)
     return sorted(out)
 

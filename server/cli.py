@@ -658,6 +658,13 @@ def _through(args, owner) -> int:
     if verb in remote.NEEDS_THE_DATA_DIR:
         print(remote.refusal(verb, owner), file=sys.stderr)
         return 2
+    asked = getattr(args, "profile", None)
+    if asked is not None and (served := remote.profile_of(owner)) != asked:
+        # the server answers with its own embedder: a --profile it does not run would be silently ignored
+        print(f"error: the server holding the data dir ({owner.describe()}) runs the {served} profile, not "
+              f"{asked}: run the command without --profile to have it answer, or restart the server with "
+              f"--profile {asked}", file=sys.stderr)
+        return 2
     if verb == "search":
         return remote.search(args, owner, search_request(args), _show_search)
     if verb == "evidence":

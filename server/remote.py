@@ -43,6 +43,11 @@ def _call(owner: Owner, method: str, path: str, body: Any = None, params: dict |
         return client.request(method, path, json=body, params=params)
 
 
+def profile_of(owner: Owner) -> str:
+    """The profile the server runs (its /healthz)."""
+    return _call(owner, "GET", "/healthz")["profile"]
+
+
 def search(args, owner: Owner, req, show: Callable) -> int:
     from engine.refind.search import SearchResponse
 

@@ -127,6 +127,13 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
         r = cli(data, "relations", "search", "crew", "--constraints", str(constraints), "--detail", "compact")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["matched"]["total"] == 0 and "groups" not in json.loads(r.stdout)
+        # a --profile the server does not run is refused, not silently answered with the server's embedder
+        r = cli(data, "--profile", "quality", "search", "zeppelin airships")
+        assert r.returncode == 2 and r.stdout == "" and "runs the default profile, not quality" in r.stderr
+        assert cli(data, "--profile", "default", "search", "zeppelin airships").returncode == 0
+        # the shortcuts' choices through the server
+        r = cli(data, "feedback", "list")
+        assert r.returncode == 0 and json.loads(r.stdout) == {"workspace": "default", "choices": []}, r.stderr
         # a verb that needs the data dir to itself says so in one line, and what to do
         r = cli(data, "reindex")
         assert r.returncode == 2 and r.stdout == ""
