@@ -26,7 +26,8 @@ def replay(engine: Engine, since: datetime, other: Settings, limit: int = 10_000
     import json
 
     for qid, params, _model in rows:
-        req = SearchRequest(**json.loads(params))
+        # judged by the log's feedback: the replayed ranking must not be lifted by that same feedback
+        req = SearchRequest(**json.loads(params) | {"shortcuts": False})
         new = [h.page_id for h in engine.search(req, model=model, log=False, search_settings=other.search).pages]
         old = logged.get(qid, [])
         k = max(len(old), len(new), 1)

@@ -57,7 +57,7 @@ def run_variant(engine: Engine, coll: Collection, workspace: str, model: str, va
                 k: int = 100) -> list[ir_measures.ScoredDoc]:
     out = []
     for qid, text in coll.queries.items():
-        req = SearchRequest(query=text[:2000], k=k, workspace=workspace, pin=False, **VARIANTS[variant])
+        req = SearchRequest(query=text[:2000], k=k, workspace=workspace, pin=False, shortcuts=False, **VARIANTS[variant])
         for hit in engine.search(req, model=model, log=False).pages:
             out.append(ir_measures.ScoredDoc(qid, hit.url.rsplit("/", 1)[1], float(hit.score)))
     return out

@@ -124,7 +124,8 @@ def from_collection(engine: Engine, coll_dir: Path, workspace: str | None = None
     for qid, text in coll.queries.items():
         if qid not in relevant:
             continue
-        res = engine.search(SearchRequest(query=text[:2000], k=k, workspace=ws, pin=False, **(search or {})), log=True)
+        res = engine.search(SearchRequest(query=text[:2000], k=k, workspace=ws, pin=False, shortcuts=False,
+                                          **(search or {})), log=True)
         judged[res.query_id] = relevant[qid]
     return attribute(engine, judged, f"collection {coll.name}")
 

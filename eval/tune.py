@@ -112,7 +112,7 @@ def score(engine: Engine, judged: Judged, configs: list[dict], k: int = 100) -> 
         run = []
         for qid in qids:
             text, fields = judged.queries[qid]
-            res = engine.search(SearchRequest(query=text, k=k, pin=False, **fields, **cfg), log=False)
+            res = engine.search(SearchRequest(query=text, k=k, pin=False, shortcuts=False, **fields, **cfg), log=False)
             for h in res.pages:
                 doc = h.url.rsplit("/", 1)[1] if judged.doc_id == "url_tail" else h.page_id
                 run.append(ir_measures.ScoredDoc(qid, doc, float(h.score)))

@@ -79,6 +79,7 @@ class PassageIndex:
 def _hard_negatives(service: SearchService, index: PassageIndex, workspace: str, query: str,
                     exclude: set[str], plan: NegativePlan) -> list[str]:
     req = SearchRequest(query=query[:2000], k=plan.search_depth, workspace=workspace, pin=False, rerank=False,
+                        shortcuts=False,
                         dense_weight=1.0, sparse_weight=1.0)
     out = []
     for hit in service.search(req, log=False).pages:

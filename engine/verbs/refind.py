@@ -22,7 +22,10 @@ class RefindVerbs(Verbs):
         (evaluation); `search_settings`: run under other [search] defaults (a replay); `now`: the
         clock recency measures age against (a simulated history's end; default the real one)."""
         req.workspace = self.workspace_for(caller, req.workspace)
-        pages = self.pages if search_settings is None else SearchService(self.corpus, search_settings)
+        pages = self.pages
+        if search_settings is not None:
+            pages = SearchService(self.corpus, search_settings)
+            pages.shortcuts = self.pages.shortcuts   # the choices and their vectors, read and encoded once
         return pages.search(req, scopes=caller.document_scopes, model=model, log=log, now=now)
 
     def compare(self, req: CompareRequest, caller: Grant = OPEN) -> CompareResponse:

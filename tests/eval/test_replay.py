@@ -20,17 +20,20 @@ def test_replay_same_config_agrees_and_other_config_is_measured(make_corpus):
     for i, q in enumerate(["birds in water", "night hunters", "baking bread"]):
         res = service.search(SearchRequest(workspace="default", query=q, k=4))
         corpus.querylog.add_feedback(res.query_id, rep.outcomes[[0, 1, 3][i]].page_id, "found")
+    # a page found below the first: the replay must not be lifted by that same judgment (a shortcut)
+    res = service.search(SearchRequest(workspace="default", query="icy tails of comets", k=4))
+    corpus.querylog.add_feedback(res.query_id, res.pages[2].page_id, "found")
     since = datetime.utcnow() - timedelta(hours=1)
 
     engine = Engine(corpus=corpus)
     same = replay(engine, since, corpus.settings)
-    assert same["queries"] == 3 and same["mean_jaccard"] == 1.0 and same["mean_rbo_ext"] == 1.0
+    assert same["queries"] == 4 and same["mean_jaccard"] == 1.0 and same["mean_rbo_ext"] == 1.0
     q = same["quality_on_feedback"]
-    assert q["judged_queries"] == 3 and q["logged"] == q["replayed"]
+    assert q["judged_queries"] == 4 and q["logged"] == q["replayed"]
 
     other = load_settings(data_dir=str(corpus.data_dir), search={"dense_weight": 0.0})
     diff = replay(engine, since, other)
-    assert diff["queries"] == 3
+    assert diff["queries"] == 4
     assert 0.0 <= diff["mean_rbo_ext"] <= 1.0 and diff["mean_jaccard"] <= 1.0
     assert set(diff["quality_on_feedback"]["replayed"]) == {"nDCG@10", "RR@10"}
     assert replay(engine, datetime.utcnow() + timedelta(days=1), corpus.settings)["queries"] == 0
