@@ -392,11 +392,12 @@ def test_recency_band_orders_pages_about_as_relevant_by_when_they_were_seen_and_
         "https://r.example/hives")
 
 
-def test_the_title_band_puts_the_most_recent_title_sibling_first_and_no_other_page(make):
+def test_the_title_band_puts_the_most_recent_title_sibling_first_and_no_other_page(make_corpus):
     """recency_title_band: pages whose titles carry the query's words the best page's title carries
     join its band however far their levels lie, so the most recently seen of them comes first; a page
-    whose title does not (however recent) does not join, and 0 leaves the band as it was."""
-    corpus = make()
+    whose title does not (however recent) does not join, and 0 leaves the band as it was. (Ranking after
+    the arms: the embedded backend only.)"""
+    corpus = make_corpus()
     now = datetime.utcnow()
     ago = [now - timedelta(days=d) for d in (200, 100, 3, 1)]
     ingest(corpus, [

@@ -23,13 +23,30 @@ def h(token):
     return {"Authorization": f"Bearer {token}"}
 
 
+@pytest.fixture(scope="module")
+def shared_birds(pool, tmp_path_factory):
+    from conftest import titled_client
+
+    cl = titled_client(pool, tmp_path_factory.mktemp("birds") / "data", BIRDS)
+    yield cl
+    cl.corpus.close()
+
+
 @pytest.fixture
-def birds(pool, tmp_path):
+def birds(shared_birds):
+    """The module's corpus with no feedback (each test starts from none; one deletes and writes back a page)."""
+    assert shared_birds.delete("/v1/feedback").status_code == 200
+    return shared_birds
+
+
+@pytest.fixture
+def own_birds(pool, tmp_path):
+    """A corpus of its own (the CLI's test closes it to open the data dir itself)."""
     from conftest import titled_client
 
     cl = titled_client(pool, tmp_path / "data", BIRDS)
     yield cl
-    with contextlib.suppress(Exception):   # (the CLI's test closes it first)
+    with contextlib.suppress(Exception):
         cl.corpus.close()
 
 
@@ -178,9 +195,10 @@ def test_shortcuts_stay_inside_the_callers_workspace_and_scopes(pool, tmp_path):
         cl.corpus.close()
 
 
-def test_the_cli_lists_and_clears_the_choices(birds, capsys, monkeypatch):
+def test_the_cli_lists_and_clears_the_choices(own_birds, capsys, monkeypatch):
     from server.cli import main
 
+    birds = own_birds
     before = search(birds, QUERY)
     target = [u for u in urls(before) if u.startswith("https://birds.example/")][-1]
     pid = choose(birds, before, target)
