@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.core.access import OPEN, Grant
+from engine.core.access import OPEN, Grant, within_scopes
 from engine.core.corpus import read_page
 from engine.core.errors import ModelUnavailable, PageNotFound, QueryNotFound
 from engine.core.settings import SearchSettings
@@ -74,9 +74,8 @@ class RefindVerbs(Verbs):
         """The pages chosen (found / click) for the workspace's logged searches that the caller could
         have run — within its scopes — newest first: what the shortcuts put first (engine/refind/shortcuts.py)."""
         ws = self.workspace_for(caller, workspace)
-        scopes = caller.document_scopes
         rows = [c for c in self.pages.shortcuts.choices(ws)
-                if scopes is None or (c.scopes is not None and set(c.scopes) <= set(scopes))]
+                if within_scopes(caller, list(c.scopes) if c.scopes is not None else None)]
         return {"workspace": ws, "choices": [
             {"query_id": c.query_id, "query": c.query, "page_id": c.page_id, "kind": c.kind,
              "chosen_at": c.chosen_at.isoformat() + "Z"} for c in reversed(rows)]}

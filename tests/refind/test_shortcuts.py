@@ -160,6 +160,7 @@ def test_shortcuts_stay_inside_the_callers_workspace_and_scopes(pool, tmp_path):
     a = create_key(keys, ["default"], scopes=["a", "shared"])["token"]
     b = create_key(keys, ["default"], scopes=["b", "shared"])["token"]
     other = create_key(keys, ["other"])["token"]
+    reader = create_key(keys, ["default"], scopes=["a", "shared"], read_only=True)["token"]
     try:
         pages = [{"url": u, "title": t, "body_text": body, "seen_at": "2026-05-01T00:00:00Z", "scope": "shared"}
                  for u, (t, body) in BIRDS.items()]
@@ -186,6 +187,11 @@ def test_shortcuts_stay_inside_the_callers_workspace_and_scopes(pool, tmp_path):
         assert (r.status_code, r.json()["detail"]["type"]) == (404, "query_not_found")
         r = cl.delete("/v1/feedback", params={"workspace": "other"}, headers=h(other))
         assert r.status_code == 200 and r.json()["deleted"] == 0
+        # a read-only key of a's scopes sees the choice and is lifted by it, but may not forget it
+        assert len(cl.get("/v1/feedback", headers=h(reader)).json()["choices"]) == 1
+        assert urls(search(cl, CLOSE, h(reader)))[0] == target
+        r = cl.delete("/v1/feedback", headers=h(reader))
+        assert (r.status_code, r.json()["detail"]["type"]) == (403, "forbidden"), r.text
         # b clearing its whole workspace clears only what b could have run: a's choice stays
         assert cl.delete("/v1/feedback", headers=h(b)).json()["deleted"] == 0
         assert urls(search(cl, CLOSE, h(a)))[0] == target
