@@ -1,6 +1,7 @@
 """Sentence embedders loaded from local folders, with the tokenizer exposed for chunking."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections import OrderedDict
@@ -155,10 +156,11 @@ class Embedder:
         return vec
 
 
-# One instance per (registry entry, weights, device, query runtime, query threads) in a process, and
+# One instance per (registry entry, weights, device, query runtime, query threads; for ONNX, the models
+# cache holding its export) in a process, and
 # one copy of the weights per (weights, device): a CLI command, the server and the tests never load the
 # same weights twice, even when two registry entries (say, with different prefixes) share them.
-_PROCESS_CACHE: dict[tuple[str, str, str, str, int], Embedder] = {}
+_PROCESS_CACHE: dict[tuple[str, str, str, str, int, str], Embedder] = {}
 _PROCESS_LOCK = Lock()
 _WEIGHTS: dict[tuple[str, str], object] = {}
 
@@ -285,7 +287,9 @@ class EmbedderPool:
                 spec = self.registry.spec(name)
                 path = self.registry.resolve(name)
                 device = resolve_device(self.device)
-                key = (spec.name, str(path.resolve()), device, self.query_runtime, self.query_threads)
+                # (a model on ONNX Runtime is the export in this registry's cache: one instance per cache)
+                key = (spec.name, str(path.resolve()), device, self.query_runtime, self.query_threads,
+                       str(self.registry.cache_dir) if backend_of(spec) == "onnx" else "")
                 with _PROCESS_LOCK:
                     emb = _PROCESS_CACHE.get(key)
                     if emb is None or emb.spec != spec:
@@ -302,5 +306,21 @@ class EmbedderPool:
                 self._loaded[name] = emb
             return self._loaded[name]
 
+    def background(self, name: str, threads: int = 1) -> Embedder:
+        """`name` for work in the background (a catch-up's documents): a model on ONNX Runtime gets a
+        session of its own with `threads` intra-op threads (1: it runs on the calling thread, so that
+        thread's priority is its priority, and the session that encodes queries is never busy with
+        it); a torch model is the one `get` gives (torch's threads are the process's)."""
+        emb = self.get(name)
+        if emb.backend != "onnx":
+            return emb
+        with self._lock:
+            key = f"{name}\0background:{threads}"
+            if key not in self._loaded:
+                spec = dataclasses.replace(emb.spec, extra={**emb.spec.extra, "threads": threads})
+                onnx_path = onnx_file_for(self.registry, spec, emb.path)
+                self._loaded[key] = Embedder(spec, emb.path, self.device, self.batch_size, 0, onnx_path)
+            return self._loaded[key]
+
     def loaded(self) -> dict[str, Embedder]:
-        return dict(self._loaded)
+        return {k: v for k, v in self._loaded.items() if "\0" not in k}

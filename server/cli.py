@@ -96,7 +96,7 @@ def cmd_serve(args) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     embed = list(args.embed)
-    if settings.profile != "default" and settings.models.active not in embed:
+    if settings.profile != "default" and settings.models.catch_up and settings.models.active not in embed:
         # a data dir first ingested under another profile: what the profile's embedder lacks is embedded
         # in the background while the server serves (BM25 answers for every page meanwhile)
         embed.insert(0, settings.models.active)

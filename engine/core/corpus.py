@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
 from indexes.backends import DenseArm, SparseArm, open_backend
 from indexes.hot import HotPages, HotView
@@ -32,6 +34,28 @@ from engine.core.settings import Settings
 log = logging.getLogger("refindery.corpus")
 
 STORE_FILE = "refindery.duckdb"
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A catch-up in progress: `model` has embedded the chunks `covered` (sorted); `left` chunks that
+    its fast stand-in `fast` holds wait for it; `fraction` = covered / (covered + left)."""
+    model: str
+    fast: str
+    covered: np.ndarray
+    left: int
+    fraction: float
+
+    def holds(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Whether each chunk has a vector of `model` (a boolean mask)."""
+        return _member(np.asarray(chunk_ids, dtype=np.int64), self.covered)
+
+
+def _member(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    if not len(sorted_ids) or not len(ids):
+        return np.zeros(len(ids), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return sorted_ids[at] == ids
 
 
 class Corpus(IndexRepairs):
@@ -58,6 +82,9 @@ class Corpus(IndexRepairs):
                                        settings.relations.columns_mb)
         self.keys = KeyStore(self.store)
         self.map_notes = MapNotes(self.store)
+        self._coverage_lock = threading.Lock()
+        self._coverage: tuple[tuple, Coverage | None] | None = None   # (key, what it was at that key)
+        self.vectors_added = 0   # bumped by every batch a background embedding stores (engine/core/repair.py)
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:
@@ -89,6 +116,27 @@ class Corpus(IndexRepairs):
             fresh = self.backend.maintain(model, self.dense(model))
             if fresh is not None:
                 self._dense[model] = fresh
+
+    def coverage(self, snapshot: HotView | None = None) -> "Coverage | None":
+        """While the quality profile's embedder catches up (settings.catch_up_model): which chunks it
+        has embedded (sorted ids) out of how many the fast stand-in holds — what a search ranks by which
+        model (engine/refind/search.py). None when nothing is catching up, or nothing is left to. Read
+        again after a write (the snapshot's generation) or a stored batch (vectors_added)."""
+        model, fast = self.settings.catch_up_model, self.settings.fast_model
+        if model is None:
+            return None
+        key = ((snapshot or self.hot()).generation, self.vectors_added)
+        with self._coverage_lock:
+            if self._coverage is not None and self._coverage[0] == key:
+                return self._coverage[1]
+            # (the two read one after the other, not under the write lock: a search never waits for a write)
+            covered = np.sort(np.asarray(self.dense(model).ids(), dtype=np.int64))
+            fast_ids = np.asarray(self.dense(fast).ids(), dtype=np.int64)
+            left = int(np.count_nonzero(~_member(fast_ids, covered)))
+            cov = None if left == 0 else Coverage(model, fast, covered, left,
+                                                  len(covered) / max(1, len(covered) + left))
+            self._coverage = (key, cov)
+            return cov
 
     # Hot-path lookups --------------------------------------------------------------------------
     def hot(self) -> HotView:
@@ -152,7 +200,8 @@ class Corpus(IndexRepairs):
         from models.registry import ModelNotFound
 
         s = self.settings
-        counts = self.store.counts()["embeddings"]
+        all_counts = self.store.counts()
+        counts, chunks = all_counts["embeddings"], all_counts["chunks"]
         device = device_report(self.pool.device)
         rows = []
         for name in self.registry.names(kind):
@@ -163,6 +212,10 @@ class Corpus(IndexRepairs):
                    "max_seq_length": spec.max_seq_length, "backend": backend,
                    "device": "cpu" if backend == "onnx" else device.get("resolved", device["configured"]),
                    "chunks_embedded": counts.get(name, 0)}
+            if spec.kind == "embedder":   # the share of the chunks it has a vector for (a catch-up's progress)
+                row["coverage"] = round(min(1.0, counts.get(name, 0) / chunks), 4) if chunks else 1.0
+                if name == s.catch_up_model:
+                    row["catches_up"] = {"stand_in": s.fast_model, "waiting": max(0, chunks - counts.get(name, 0))}
             if backend != "onnx" and not device["available"]:
                 row["device_unavailable"] = device["reason"]
             loaded = self.pool.loaded().get(name)

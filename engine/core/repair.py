@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from engine.core.clock import utcnow
+from engine.core.faults import maybe_crash
 
 if TYPE_CHECKING:
     from indexes.backends import DenseArm, SparseArm
     from indexes.store import CorpusStore
+    from models.embedder import Embedder
 
 log = logging.getLogger("refindery.corpus")
 
@@ -36,6 +38,7 @@ class IndexRepairs:
     _dense: dict[str, DenseArm]   # model -> its dense arm, as opened so far
     write_lock: threading.RLock
     repairs: list[RepairReport]
+    vectors_added: int
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:
@@ -161,7 +164,7 @@ class IndexRepairs:
             return reports
 
     def embed_missing(self, model: str, batch: int = 128, progress: Callable[[int, int], None] | None = None,
-                      stop: threading.Event | None = None) -> int:
+                      stop: threading.Event | None = None, encoder: "Embedder | None" = None) -> int:
         """Embed every chunk that has no vector of `model` yet (adding a model embeds only this).
         Batch by batch: the batch's texts are read and its vectors stored under the write lock, but
         encoded outside it (a server embeds while it serves: a write waits for a batch's insert, not
@@ -169,8 +172,8 @@ class IndexRepairs:
         is missing is the queue: it lives in the store, so an embedding killed part way resumes where
         it stopped; a chunk deleted or embedded by another writer meanwhile is skipped at the insert
         (never two vectors of one model). `progress(done, total)` after each; `stop` ends it between
-        batches."""
-        emb = self.embedder(model)
+        batches; `encoder`: the model as the background encodes with it (EmbedderPool.background)."""
+        emb = encoder or self.embedder(model)
         dense = self.dense(model)
         counts = self.store.counts()
         total = max(0, counts["chunks"] - counts["embeddings"].get(model, 0))
@@ -190,8 +193,10 @@ class IndexRepairs:
             vecs = emb.encode_documents([r[1] for r in rows])
             with self.write_lock:
                 landed = set(self.store.add_embeddings(model, ids, vecs))
+                maybe_crash(f"embedded:{model}:{done + len(ids)}")   # stored, not yet in the index (a test's kill)
                 fresh = [i for i, cid in enumerate(ids) if cid in landed and cid not in present]
                 dense.add(np.array([ids[i] for i in fresh], dtype=np.int64), vecs[fresh])
+                self.vectors_added += 1
             skipped.update(cid for cid in ids if cid not in landed)
             done += len(ids)
             if progress is not None:

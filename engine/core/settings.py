@@ -35,6 +35,19 @@ class ModelsSettings(BaseModel):
     cache_dir: str = ""
     # The embedder the quality profile (profile = "quality") makes active in place of `active`.
     quality: str = "all-mpnet-base-v2-int8"
+    quality_fast: str = Field("all-minilm-l6-v2", description=(
+        "the quality profile's write-time embedder: a page is encoded by it (and BM25) before its write is "
+        "acknowledged, and `quality` catches up in a server's background; search ranks by `quality` what it "
+        "covers and by this what it does not yet. Empty: `quality` encodes every page on the write path."))
+    catch_up: bool = Field(True, description=(
+        "a server embeds what the active embedder lacks in its background (the quality profile's catch-up, "
+        "or a data dir first written under another profile); false leaves it to `refindery models --embed`"))
+    catch_up_batch: int = Field(16, ge=1, le=4096, description=(
+        "chunks a background embedding (a catch-up) encodes between two looks at the queue: a search waits "
+        "for a core behind at most one such batch"))
+    catch_up_nice: int = Field(10, ge=0, le=19, description=(
+        "the niceness of a background embedding's thread (Linux): a model on ONNX Runtime encodes there on "
+        "one thread, so searches take the cores first"))
 
 
 class ChunkingSettings(BaseModel):
@@ -355,10 +368,28 @@ class Settings(BaseSettings):
         return Path(d).expanduser().resolve() if d else self.data_dir / "dictionaries"
 
     @property
+    def catch_up_model(self) -> str | None:
+        """The embedder that catches up in the background instead of encoding on the write path (the
+        quality profile's, with models.quality_fast set), else None."""
+        m = self.models
+        return m.active if self.profile == "quality" and m.quality_fast and m.quality_fast != m.active else None
+
+    @property
+    def fast_model(self) -> str | None:
+        """The embedder that stands in for catch_up_model where it has not embedded a chunk yet."""
+        return self.models.quality_fast if self.catch_up_model else None
+
+    @property
     def embedder_names(self) -> list[str]:
+        """Every embedder whose index is kept: the active one, the fast one of a catch-up, also_embed."""
         names = [self.models.active]
-        names += [n for n in self.models.also_embed if n not in names]
+        names += [n for n in [self.fast_model, *self.models.also_embed] if n and n not in names]
         return names
+
+    @property
+    def write_models(self) -> list[str]:
+        """The embedders that encode a page before its write is acknowledged (all but a catch-up model)."""
+        return [n for n in self.embedder_names if n != self.catch_up_model]
 
 
 class ConfigFileError(ValueError):

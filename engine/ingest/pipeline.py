@@ -182,7 +182,8 @@ class Ingester:
             visits.sort(key=lambda p: (p.page.seen_at or datetime.min, p.index))
         # Outside the write lock: chunk and embed what the batch writes, against the pages as stored now.
         chunks: dict[str, list[ChunkRow]] = {}
-        vectors: dict[str, dict[int, np.ndarray]] = {m: {} for m in corpus.embedder_names}
+        # (the embedders of the write path: a catch-up model is left to the background, engine/core/catch_up.py)
+        vectors: dict[str, dict[int, np.ndarray]] = {m: {} for m in corpus.settings.write_models}
         before = corpus.store.existing_pages(by_page)
         self._embed(self._new_chunks(by_page, before, chunks, now), vectors)
         with corpus.write_lock:

@@ -177,3 +177,21 @@ def arm_levels(pages: np.ndarray, arm_rows: dict[str, tuple[np.ndarray, np.ndarr
         np.maximum.at(best, at[held], scores[held])
         level += w * np.where(np.isfinite(best), best / top, 0.0)
     return level / total
+
+
+def merge_catching_up(covered: list[tuple[int, float]], stand_in: list[tuple[int, float]], fraction: float,
+                      top_n: int) -> list[tuple[int, float]]:
+    """One dense list while an embedder catches up (engine/core/corpus.py: Coverage): `covered`, its
+    hits among the chunks it has embedded, and `stand_in`, the fast embedder's hits among the chunks it
+    has not, merged by the rank each would have among all chunks — the r-th of the covered share
+    (`fraction` of the chunks) ranks about r / fraction, the r-th of the rest about r / (1 - fraction).
+    At fraction 1 it is the covered list, at 0 the stand-in's; ties go to the covered hit. Each hit keeps
+    its own model's score (rrf reads only the order; a linear fusion would mix two models' scales)."""
+    if fraction <= 0:
+        return stand_in[:top_n]
+    if fraction >= 1:
+        return covered[:top_n]
+    keyed = [((r + 1) / fraction, 0, r, hit) for r, hit in enumerate(covered)]
+    keyed += [((r + 1) / (1 - fraction), 1, r, hit) for r, hit in enumerate(stand_in)]
+    keyed.sort(key=lambda t: t[:3])
+    return [t[3] for t in keyed[:top_n]]

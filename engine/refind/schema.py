@@ -166,6 +166,15 @@ class Suggestions(BaseModel):
     pages: list[SimilarPage]
 
 
+class CatchUp(BaseModel):
+    """The searched embedder is still catching up (the quality profile: docs/operations.md, "Profiles"):
+    the dense arm ranked by it the chunks it covers and by `stand_in` the `waiting` ones it does not yet."""
+    model: str
+    coverage: float = Field(description="Share of the chunks the model has embedded (0..1).")
+    waiting: int = Field(description="Chunks that wait for the model: the stand-in ranked them.")
+    stand_in: str
+
+
 class SearchResponse(BaseModel):
     query_id: str
     query: str
@@ -178,6 +187,7 @@ class SearchResponse(BaseModel):
     pages: list[PageHit]
     timings_ms: dict[str, float]
     suggestions: Suggestions | None = None
+    catch_up: CatchUp | None = Field(None, description="Present while the searched embedder catches up.")
 
 
 REQUEST_PARAMS = tuple(request_fields(SearchSettings))

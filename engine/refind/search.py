@@ -27,12 +27,12 @@ from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
 
 from engine.core.clock import utcnow
-from engine.core.corpus import Corpus
+from engine.core.corpus import Corpus, Coverage
 from engine.core.identity import named_workspace
 from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable
 from engine.core.querylog import LogEntry
 from engine.refind.candidates import ArmResults, Candidates, Restriction
-from engine.refind.fusion import fuse, rrf_arrays
+from engine.refind.fusion import fuse, merge_catching_up, rrf_arrays
 from engine.refind.pinning import pin_intent, pinned_pages
 from engine.refind.ranking import page_levels, rank_pages, title_cover
 from engine.refind.recency import recency_on
@@ -41,8 +41,8 @@ from engine.refind.hydrate import hydrate
 from engine.refind.rerank import rerank_chunks
 from engine.refind.shortcuts import Shortcut, Shortcuts
 # the wire schemas live in engine/refind/schema.py; the faces import the request and reply from here too
-from engine.refind.schema import (_REQUEST_SET, Params, SearchFilters, SearchRequest, SearchResponse, SimilarPage,
-                                  Suggestions)
+from engine.refind.schema import (_REQUEST_SET, CatchUp, Params, SearchFilters, SearchRequest, SearchResponse,
+                                  SimilarPage, Suggestions)
 from engine.refind.timing import ArmClock, StageTimer
 
 
@@ -121,9 +121,22 @@ class SearchService:
         return hits, (time.perf_counter() - t) * 1000
 
     def run_dense(self, query: str, model: str, p: Params, r: Restriction, meanwhile=None,
-                  before_dense=None) -> tuple[list[tuple[int, float]], float, float]:
+                  before_dense=None, coverage: Coverage | None = None) -> tuple[list[tuple[int, float]], float, float]:
         """The query's encoding and the FAISS search; `meanwhile` is called once when the encoder is
-        about to run (Embedder.encode_query), `before_dense` between the encoding and the search."""
+        about to run (Embedder.encode_query), `before_dense` between the encoding and the search.
+        With `coverage` (`model` is catching up: Corpus.coverage), the fast stand-in's hits among the
+        chunks `model` has not embedded yet are merged in by estimated rank (fusion.merge_catching_up)."""
+        hits, embed_ms, dense_ms = self._dense_of(query, model, p, r, meanwhile, before_dense)
+        if coverage is None:
+            return hits, embed_ms, dense_ms
+        stand_in, e2, d2 = self._dense_of(query, coverage.fast, p, r)
+        ids = np.fromiter((c for c, _ in stand_in), dtype=np.int64, count=len(stand_in))
+        waiting = ~coverage.holds(ids)
+        stand_in = [h for h, w in zip(stand_in, waiting) if w]
+        return merge_catching_up(hits, stand_in, coverage.fraction, p.dense_top_n), embed_ms + e2, dense_ms + d2
+
+    def _dense_of(self, query: str, model: str, p: Params, r: Restriction, meanwhile=None,
+                  before_dense=None) -> tuple[list[tuple[int, float]], float, float]:
         t = time.perf_counter()
         try:
             vec = self.corpus.embedder(model).encode_query(query, meanwhile)
@@ -139,7 +152,7 @@ class SearchService:
         return hits, (t2 - t) * 1000, (time.perf_counter() - t2) * 1000
 
     def arms(self, query: str, model: str, p: Params, r: Restriction,
-             sparse: list[tuple[int, float]] | None = None) -> ArmResults:
+             sparse: list[tuple[int, float]] | None = None, coverage: Coverage | None = None) -> ArmResults:
         """Both arms concurrently: the sparse arm on the pool, the dense arm (the query's encoding and
         FAISS) on the calling thread — one hand-off fewer than both on the pool. When the sparse arm
         starts is chosen from the two arms' recent times (`ArmClock`): while it has taken no longer
@@ -165,7 +178,7 @@ class SearchService:
             try:
                 out.dense, out.timings["embed"], out.timings["dense"] = self._on_caller(
                     self.run_dense, query, model, p, r, start_sparse if run_sparse and not late else None,
-                    start_sparse if late else None)
+                    start_sparse if late else None, coverage)
             except BaseException:
                 for f in started:   # an arm started is waited for, not left running past the request
                     f.cancel() or f.exception()
@@ -252,7 +265,9 @@ class SearchService:
         with timer("filters"):
             snapshot = self.corpus.chunk_page_snapshot()  # one generation check for the whole request
             restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
-        cands = self._candidates(req.query, model, p, restriction, sparse, snapshot, timer)
+        coverage = (self.corpus.coverage(snapshot)
+                    if model == self.corpus.settings.catch_up_model and p.dense_weight > 0 else None)
+        cands = self._candidates(req.query, model, p, restriction, sparse, snapshot, timer, coverage)
         trace.update(workspace=p.workspace, candidates=cands, scopes=scopes)
         ids, scores, rolled, rerank_scores = cands.ids, cands.scores, cands.rolled, {}   # best first, ties by chunk id
         if p.rerank:
@@ -306,10 +321,14 @@ class SearchService:
                               total=total, pages=hits, suggestions=suggestions,
                               depth={"dense": cands.depth.dense_top_n if p.dense_weight > 0 else 0,
                                      "sparse": cands.depth.sparse_top_n if p.sparse_weight > 0 else 0},
-                              timings_ms=timer.as_dict())
+                              timings_ms=timer.as_dict(),
+                              catch_up=None if coverage is None else CatchUp(
+                                  model=model, coverage=round(coverage.fraction, 4), waiting=coverage.left,
+                                  stand_in=coverage.fast))
 
     def _candidates(self, query: str, model: str, p: Params, restriction: Restriction,
-                    sparse: list[tuple[int, float]] | None, snapshot, timer: "StageTimer") -> Candidates:
+                    sparse: list[tuple[int, float]] | None, snapshot, timer: "StageTimer",
+                    coverage: Coverage | None = None) -> Candidates:
         """Both arms, fused. When the chunks roll up to fewer than min_candidate_pages pages and an arm
         was cut off at its depth, the depth doubles (up to max_top_n). The rule never looks at k or
         offset, so every page of a query is a slice of one and the same ranking."""
@@ -317,7 +336,7 @@ class SearchService:
         depth = p
         timer.add("fusion", 0.0)
         while True:
-            arms = self.arms(query, model, depth, restriction, sparse)
+            arms = self.arms(query, model, depth, restriction, sparse, coverage)
             for key, ms in arms.timings.items():
                 timer.add(key, ms)
             with timer("fusion"):

@@ -3,6 +3,7 @@ log's replay and pruning, reindexing."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +19,17 @@ from engine.refind.reranker_training import train_reranker
 from engine.verbs.base import Verbs
 
 log = logging.getLogger("refindery.engine")
+
+
+def background_priority(nice: int) -> None:
+    """Lower the calling thread's CPU priority to `nice` (Linux: a thread's own niceness; threads it
+    starts inherit it). Elsewhere, or when refused, it runs as it is."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except OSError as exc:
+        log.info("background embedding at normal priority: %s", exc)
 
 
 class OperationsVerbs(Verbs):
@@ -80,12 +92,18 @@ class OperationsVerbs(Verbs):
         """Train a cross-encoder on `pairs` into `out_dir` (engine/refind/reranker_training.py)."""
         return train_reranker(self.corpus.registry, pairs, out_dir, **kw)
 
-    def embed_model(self, model: str, progress: Callable[[int, int], None] | None = None) -> int:
-        """Embed every chunk `model` lacks and bring its index up (`refindery models --embed`)."""
+    def embed_model(self, model: str, progress: Callable[[int, int], None] | None = None,
+                    background: bool = False) -> int:
+        """Embed every chunk `model` lacks and bring its index up (`refindery models --embed`);
+        `background`: as a background encoder (a server's thread: embed_model_in_background)."""
         self._embeddable(model)
         c = self.corpus
         c.sync([])
-        n = c.embed_missing(model, progress=progress, stop=self._stop_embedding)
+        batch = 128
+        encoder = None
+        if background:
+            batch, encoder = self.settings.models.catch_up_batch, c.pool.background(model)
+        n = c.embed_missing(model, batch=batch, progress=progress, stop=self._stop_embedding, encoder=encoder)
         c.sync([model])
         c.flush()
         return n
@@ -93,32 +111,61 @@ class OperationsVerbs(Verbs):
     def embed_model_in_background(self, model: str, caller: Grant = OPEN, report: bool = False) -> dict:
         """Start embedding what `model` lacks in a thread of this process (a server keeps serving;
         writes wait one batch at most); its progress is `embedding(model)`, and with `report` a line on
-        stderr every few seconds (the server's log). Idempotent while it runs."""
+        stderr every few seconds (the server's log). Idempotent while it runs.
+
+        The quality profile's catch-up model (settings.catch_up_model) is *followed*: the thread stays,
+        and embeds what each later write adds (state "ready" while nothing waits); its fast stand-in
+        first gets whatever it lacks (a data dir written under another profile). Either runs as a
+        background encoder: at `models.catch_up_nice`, `models.catch_up_batch` chunks at a time, on a
+        model session of its own (EmbedderPool.background)."""
         caller.require_everywhere("embedding a model (every workspace's chunks)")
         caller.require_write()
         self._embeddable(model)
         state = self._embeds.get(model)
-        if state is not None and state["state"] == "embedding":
+        if state is not None and state["state"] == "embedding" or (state or {}).get("follows_writes"):
             return self.embedding(model)
+        follow = model == self.settings.catch_up_model
         self._embeds[model] = state = {"model": model, "state": "embedding", "done": 0, "total": None,
                                        "started": utcnow().isoformat(timespec="seconds")}
+        if follow:
+            state["follows_writes"] = True
 
         bar: Progress | None = None
 
         def progress(done: int, total: int) -> None:
             nonlocal bar
             state["done"], state["total"] = done, total
-            if report:
+            if report and total:
                 if bar is None:
                     bar = Progress(f"embed {model} (in the background)", total, "chunks", lines=True)
                 bar.update(done - bar.done)
 
         def run() -> None:
+            nonlocal bar
             try:
-                self.embed_model(model, progress)
-                state["state"] = "stopped" if self._stop_embedding.is_set() else "ready"
-                if bar is not None:
-                    bar.close()
+                background_priority(self.settings.models.catch_up_nice)
+                if not follow:
+                    self.embed_model(model, progress, background=True)
+                    state["state"] = "stopped" if self._stop_embedding.is_set() else "ready"
+                    if bar is not None:
+                        bar.close()
+                    return
+                fast = self.settings.fast_model
+                if fast:
+                    self.embed_model(fast, background=True)
+                while not self._stop_embedding.is_set():
+                    generation = self.corpus.store.generation()
+                    state["state"], state["done"], state["total"] = "embedding", 0, None
+                    self.embed_model(model, progress, background=True)
+                    if bar is not None:
+                        bar.close()
+                        bar = None
+                    state["state"] = "ready"
+                    state["caught_up"] = utcnow().isoformat(timespec="seconds")
+                    # the next write (a store generation) is the next pass; nothing to do meanwhile
+                    while self.corpus.store.generation() == generation and not self._stop_embedding.wait(0.5):
+                        pass
+                state["state"] = "stopped"
             except Exception as exc:   # noqa: BLE001 — said in the state (and the log), not lost in a thread
                 log.exception("embedding %s failed", model)
                 state["state"], state["error"] = "failed", f"{type(exc).__name__}: {exc}"

@@ -32,7 +32,7 @@ class RefindVerbs(Verbs):
         req.workspace = self.workspace_for(caller, req.workspace)
         for m in req.models:
             state = self.embedding(m)
-            if state is not None and state["state"] == "embedding":
+            if state is not None and state["state"] == "embedding" and not state.get("follows_writes"):
                 raise ModelUnavailable(f"model {m!r} is being embedded ({state.get('percent', 0)} %); compare it "
                                        "once that is done", model=m, embedding=state)
         return compare(self.pages, req, scopes=caller.document_scopes)
