@@ -90,9 +90,13 @@ browser:
 	    fi; }
 
 # lint-imports first: an import against the layers or the wings (pyproject.toml) fails with a readable message.
+# The suite runs on one worker per core (pytest-xdist; at most 4), a test file's tests on one worker so that
+# its module fixtures are built once; each worker has its own session fixtures (models load once per worker).
+# TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= auto
 test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 	REFINDERY_SERVER_BIN=$(abspath $(BIN)) $(CVENV)/bin/python -m pytest -q clients/python/tests
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
