@@ -57,7 +57,7 @@ $(CSTAMP): clients/python/pyproject.toml
 # embedded in the server's background (the compare view shows how far). Another port: make demo PORT=8001.
 demo: install $(if $(filter quality,$(PROFILE)),models-mpnet)
 	@$(RF) serve --check   # a server already holds ./data: it says where, and the demo stops here
-	@echo "[demo $$(date +%T)] ingesting $(DEMO) ($(PROFILE) profile): a progress line every few seconds (about a minute on 2 cores, first run; PROFILE=quality about five)"
+	@echo "[demo $$(date +%T)] ingesting $(DEMO) ($(PROFILE) profile): a progress line every few seconds (about a minute on 2 cores, first run; PROFILE=quality: as long, then the quality embedder catches up in the server's background)"
 	$(RF) ingest $(DEMO)
 	@$(RF) clusters refit --if-missing > /dev/null && echo "[demo $$(date +%T)] clustered the demo pages: the cluster filter."
 	@$(RF) relations demo > /dev/null && echo "[demo $$(date +%T)] loaded the relation-search roster into workspace 'roster'."
@@ -101,7 +101,7 @@ test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).
-bench: install
+bench: install models-mpnet
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench,milvus,ray]'
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/embedders.py
@@ -114,6 +114,7 @@ bench: install
 	$(BIN)/python bench/evidence.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/load.py --throughput --collection med --seconds 15
+	$(BIN)/python bench/catch_up.py
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/hardening.py
 	$(BIN)/python bench/hardening.py --lock

@@ -42,7 +42,8 @@ class Embedder:
         # bench/results/embedders.md); otherwise the [models] batch_size of the settings.
         self.batch_size = int(spec.extra.get("batch_size") or batch_size)
         if self.backend == "onnx":
-            self.model = _load_onnx(self.path, Path(onnx_path), spec.max_seq_length, int(spec.extra.get("threads", 0)))
+            self.model = _load_onnx(self.path, Path(onnx_path), spec.max_seq_length, int(spec.extra.get("threads", 0)),
+                                    str(spec.extra.get("session", "")))
         else:
             self.model = _load_weights(self.path, self.device, spec.max_seq_length)
         if spec.max_seq_length and spec.max_seq_length != self.model.max_seq_length:
@@ -200,8 +201,10 @@ def _load_weights(path: Path, device: str, max_seq_length: int | None):
     return model
 
 
-def _load_onnx(path: Path, onnx_path: Path, max_seq_length: int | None, threads: int):
-    key = (str(Path(onnx_path).resolve()), f"onnx:{max_seq_length}:{threads}")
+def _load_onnx(path: Path, onnx_path: Path, max_seq_length: int | None, threads: int, session: str = ""):
+    """One ONNX Runtime session per (file, window, threads, `session`: "" shared, "background" a
+    background embedding's own)."""
+    key = (str(Path(onnx_path).resolve()), f"onnx:{max_seq_length}:{threads}:{session}")
     model = _WEIGHTS.get(key)
     if model is None:
         model = OnnxSentenceEncoder(path, onnx_path, max_seq_length, threads)
@@ -306,18 +309,20 @@ class EmbedderPool:
                 self._loaded[name] = emb
             return self._loaded[name]
 
-    def background(self, name: str, threads: int = 1) -> Embedder:
+    def background(self, name: str, threads: int = 0) -> Embedder:
         """`name` for work in the background (a catch-up's documents): a model on ONNX Runtime gets a
-        session of its own with `threads` intra-op threads (1: it runs on the calling thread, so that
-        thread's priority is its priority, and the session that encodes queries is never busy with
-        it); a torch model is the one `get` gives (torch's threads are the process's)."""
+        session of its own with `threads` intra-op threads (0: one per core), made on the calling
+        thread — whose priority its threads inherit (1: it runs on the calling thread itself) — so the
+        session that encodes queries is never busy with it; a torch model is the one `get` gives
+        (torch's threads are the process's)."""
         emb = self.get(name)
         if emb.backend != "onnx":
             return emb
         with self._lock:
             key = f"{name}\0background:{threads}"
             if key not in self._loaded:
-                spec = dataclasses.replace(emb.spec, extra={**emb.spec.extra, "threads": threads})
+                spec = dataclasses.replace(emb.spec, extra={**emb.spec.extra, "threads": threads,
+                                                            "session": "background"})
                 onnx_path = onnx_file_for(self.registry, spec, emb.path)
                 self._loaded[key] = Embedder(spec, emb.path, self.device, self.batch_size, 0, onnx_path)
             return self._loaded[key]

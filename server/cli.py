@@ -47,6 +47,13 @@ def cmd_ingest(args) -> int:
         summary = report.summary()
         summary["chunks_per_second"] = round(report.chunks_embedded / report.seconds, 1) if report.seconds else None
         _print(summary)
+        late = e.settings.catch_up_model
+        if late:   # the quality profile wrote its fast embedder only: say who embeds the rest, and when
+            counts = e.corpus.store.counts()
+            waiting = counts["chunks"] - counts["embeddings"].get(late, 0)
+            if waiting:
+                print(f"ingest: {waiting} chunks wait for {late}: `refindery serve` embeds them in its background "
+                      f"(searchable meanwhile), or `refindery models --embed {late}` now", file=sys.stderr)
         return 1 if report.errors and not report.outcomes else 0
 
 

@@ -46,8 +46,9 @@ class ModelsSettings(BaseModel):
         "chunks a background embedding (a catch-up) encodes between two looks at the queue: a search waits "
         "for a core behind at most one such batch"))
     catch_up_nice: int = Field(10, ge=0, le=19, description=(
-        "the niceness of a background embedding's thread (Linux): a model on ONNX Runtime encodes there on "
-        "one thread, so searches take the cores first"))
+        "the niceness of a background embedding's threads (Linux): searches take the cores first"))
+    catch_up_threads: int = Field(0, ge=0, le=1024, description=(
+        "threads of a background embedding's own ONNX Runtime session (0: one per core; 1: its one thread)"))
 
 
 class ChunkingSettings(BaseModel):

@@ -102,7 +102,8 @@ class OperationsVerbs(Verbs):
         batch = 128
         encoder = None
         if background:
-            batch, encoder = self.settings.models.catch_up_batch, c.pool.background(model)
+            batch = self.settings.models.catch_up_batch
+            encoder = c.pool.background(model, self.settings.models.catch_up_threads)
         n = c.embed_missing(model, batch=batch, progress=progress, stop=self._stop_embedding, encoder=encoder)
         c.sync([model])
         c.flush()
@@ -117,7 +118,7 @@ class OperationsVerbs(Verbs):
         and embeds what each later write adds (state "ready" while nothing waits); its fast stand-in
         first gets whatever it lacks (a data dir written under another profile). Either runs as a
         background encoder: at `models.catch_up_nice`, `models.catch_up_batch` chunks at a time, on a
-        model session of its own (EmbedderPool.background)."""
+        model session of its own with `models.catch_up_threads` (EmbedderPool.background)."""
         caller.require_everywhere("embedding a model (every workspace's chunks)")
         caller.require_write()
         self._embeddable(model)

@@ -114,6 +114,11 @@ def test_the_background_catch_up_follows_later_writes(int8_pool, tmp_path, recor
         ingest(e.corpus, records[:16])
         state = e.embed_model_in_background(QUALITY)
         assert state["follows_writes"] and state["state"] == "embedding"
+        thread = next(t for t in threading.enumerate() if t.name == f"embed-{QUALITY}")
+        if sys.platform == "linux":   # its priority: searches take the cores first
+            assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == s.models.catch_up_nice == 10
+        # its own model session: the one that encodes queries is never busy with a catch-up batch
+        assert e.corpus.pool.background(QUALITY).model.session is not e.corpus.embedder(QUALITY).model.session
         ingest(e.corpus, [{"url": "https://notes.example/zanzibar", "title": "Zanzibar quokka notes",
                            "body_text": "The zanzibar quokka ledger lists every spice crate.",
                            "seen_at": "2026-06-01T10:00:00Z"}])
