@@ -24,6 +24,7 @@ SECTIONS = [
     ("evidence", "Evidence search", "bench/evidence.py"),
     ("load", "Concurrent load", "bench/load.py"),
     ("throughput", "Throughput under concurrent clients, beside txtai", "bench/load.py --throughput"),
+    ("catch_up", "The quality profile's catch-up: searching while it embeds", "bench/catch_up.py"),
     ("backends", "Index backends (embedded vs Milvus) and Ray embedding", "bench/backends.py"),
 ]
 
