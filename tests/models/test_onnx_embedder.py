@@ -17,7 +17,7 @@ def test_int8_entry_exports_once_and_tracks_the_torch_model(int8_pool, pool):
     onnx_file = export_path(int8_pool.registry.cache_dir, emb.path, "int8")
     assert emb.backend == "onnx" and emb.device == "cpu" and onnx_file.is_file()
     assert emb.model.onnx_path == onnx_file
-    assert emb.batch_size == 8  # the registry entry's own batch size
+    assert emb.batch_size == 1  # the registry entry's own batch size
     assert emb.dim == torch_emb.dim == 384
     # Same tokenizer and window: the same text makes the same chunks under either backend.
     assert emb.max_content_tokens == torch_emb.max_content_tokens
@@ -29,6 +29,10 @@ def test_int8_entry_exports_once_and_tracks_the_torch_model(int8_pool, pool):
     assert cos.min() > 0.97, cos
     # Closest torch vector of each int8 vector is its own text's.
     assert list((a @ b.T).argmax(axis=1)) == [0, 1, 2]
+    # int8 quantizes a run's activations with one scale: a text's vector must not depend on its batchmates
+    # (at 8 a text a run, cosine 0.98-0.99 to itself encoded alone)
+    alone = np.vstack([emb.encode_documents([t]) for t in texts])
+    assert np.array_equal(a, alone)
     mtime = onnx_file.stat().st_mtime_ns
     from models.embedder import onnx_file_for
 
@@ -106,6 +110,10 @@ def test_queries_run_through_an_fp32_onnx_export_of_the_same_weights(pool, make_
     assert emb.prepare_queries() == "onnx" and emb.query_runtime_note == ""
     onnx_file = export_path(pool.registry.cache_dir, emb.path, "fp32")
     assert onnx_file.is_file() and emb._query_model.onnx_path == onnx_file
+    # int8 quantizes a run's activations with one scale: a text's vector must not depend on its batchmates
+    # (at 8 a text a run, cosine 0.98-0.99 to itself encoded alone)
+    alone = np.vstack([emb.encode_documents([t]) for t in texts])
+    assert np.array_equal(a, alone)
     mtime = onnx_file.stat().st_mtime_ns
     assert query_onnx_file(pool.registry, emb.path) == onnx_file and onnx_file.stat().st_mtime_ns == mtime
     torch_vecs = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
