@@ -272,6 +272,27 @@ class CorpusStore:
         row = self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
         return row[0] if row else None
 
+    def setting(self, key: str) -> str | None:
+        """A value the data dir keeps for itself (`set_setting`): which embedder it runs after a live
+        switch, the one it is switching to (engine/core/switch.py)."""
+        row = self.cursor().execute("SELECT value FROM meta WHERE key = ?", [f"setting:{key}"]).fetchone()
+        return row[0] if row else None
+
+    def set_settings(self, values: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) several of the data dir's own values in one transaction."""
+        with self.transaction() as con:
+            for key, value in values.items():
+                con.execute("DELETE FROM meta WHERE key = ?", [f"setting:{key}"])
+                if value is not None:
+                    con.execute("INSERT INTO meta VALUES (?, ?)", [f"setting:{key}", value])
+
+    def drop_embeddings(self, model: str) -> int:
+        """Delete every stored vector of `model` (`refindery models drop`); returns how many."""
+        with self.transaction() as con:
+            n = con.execute("SELECT count(*) FROM embeddings WHERE model = ?", [model]).fetchone()[0]
+            con.execute("DELETE FROM embeddings WHERE model = ?", [model])
+        return int(n)
+
     def generation(self) -> int:
         """The committed generation, read from the store once per commit: every commit that moves
         it (in this process, the only one that may open the file) bumps `_epoch` after it, and a

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -156,11 +157,26 @@ def _without_preprocessing_advice():
         root.removeFilter(advice)
 
 
+_EXPORT_LOCK = threading.Lock()
+
+
 def export(folder: Path, target: Path, variant: str = "int8", keep_fp32: tuple[str, ...] = ()) -> Path:
     """Export a sentence-transformers folder's transformer to an optimized ONNX file at `target`
     (written under a temporary name and renamed: a crash leaves no half file). Offline. For "int8",
     the MatMuls named by `keep_fp32` (substrings of node names, `kept_fp32`) stay fp32; only products
-    with constant weights are quantized (activation x activation products, attention's, never)."""
+    with constant weights are quantized (activation x activation products, attention's, never).
+
+    One export at a time in a process, and none of a file another made meanwhile: torch.onnx.export
+    keeps global state (two at once — a query runtime's fp32 export on a search thread beside a
+    background embedding's int8 one — fail), and two threads that both found the file missing would
+    each write one, so that sessions opened between them ran different files."""
+    with _EXPORT_LOCK:
+        if Path(target).is_file():
+            return Path(target)
+        return _export(folder, target, variant, keep_fp32)
+
+
+def _export(folder: Path, target: Path, variant: str, keep_fp32: tuple[str, ...]) -> Path:
     if variant not in VARIANTS:
         raise ValueError(f"unknown ONNX variant {variant!r} (one of {', '.join(VARIANTS)})")
     import warnings

@@ -48,7 +48,8 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
             log.warning("search will answer 503 until the model is installed: %s", exc)
         except DeviceUnavailable as exc:
             log.warning("whatever needs a model answers 503 device_unavailable: %s", exc)
-        for name in embed or ():
+        target = engine.settings.switch_target   # a live switch under way when the data dir was closed: resumed
+        for name in [*(embed or ()), *([target] if target and target not in (embed or ()) else [])]:
             try:
                 engine.embed_model_in_background(name, report=True)   # progress lines in the server's log
             except Exception as exc:   # noqa: BLE001 — a model that cannot be embedded does not stop the server

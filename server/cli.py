@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -334,8 +335,32 @@ def cmd_reindex(args) -> int:
 def cmd_models(args) -> int:
     from engine.core.progress import Progress
 
-    with Engine(_settings(args), repair=False) as e:
-        if args.embed:
+    if args.action in ("switch", "drop") and not args.name:
+        print(f"error: refindery models {args.action} NAME: name the embedder", file=sys.stderr)
+        return 2
+    with Engine(_settings(args), repair=args.action == "switch") as e:
+        if args.action == "status":
+            _print(e.switch_status())
+        elif args.action == "drop":
+            _print(e.drop_model(args.name))
+        elif args.action == "switch":
+            # no server: the switch runs here, in the foreground, and swaps when it is done
+            state = e.switch_model(args.name)
+            bar = Progress(f"switch to {args.name}", None, "chunks")
+            while e.settings.switch_target == args.name:
+                emb = e.embedding(args.name) or {}
+                if emb.get("state") not in ("embedding", "ready"):
+                    break
+                bar.total = emb.get("total") or bar.total
+                bar.update(max(0, emb.get("done", 0) - bar.done))
+                time.sleep(0.5)
+            bar.close()
+            state = e.switch_status()
+            if state["active"] != args.name:
+                print(f"error: the switch to {args.name} did not finish: {e.embedding(args.name)}", file=sys.stderr)
+                return 2
+            _print(state)
+        elif args.embed:
             bar = None
 
             def progress(done: int, total: int) -> None:
@@ -593,7 +618,13 @@ def _operations_commands(sub) -> None:
     s = sub.add_parser("reindex", help="rebuild every index from the store")
     s.set_defaults(func=cmd_reindex)
 
-    s = sub.add_parser("models", help="list models (path, device, dimension, chunks embedded)")
+    s = sub.add_parser("models", help="list models (path, device, dimension, chunks embedded); switch the data "
+                                      "dir's embedder live; drop a model's vectors")
+    s.add_argument("action", nargs="?", choices=["list", "switch", "drop", "status"], default="list",
+                   help="switch NAME: build NAME's index while the active embedder serves, then make it the "
+                        "active one (a progress bar until it is); drop NAME: delete NAME's vectors; status: "
+                        "the data dir's embedder and a switch under way")
+    s.add_argument("name", nargs="?", help="the embedder to switch to or drop")
     s.add_argument("--embed", metavar="NAME", help="embed every chunk that lacks a vector of NAME")
     s.set_defaults(func=cmd_models)
 

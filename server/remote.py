@@ -154,11 +154,48 @@ def maps(args, owner: Owner, show: Callable) -> int:
                             params={"workspace": args.workspace} if args.workspace else None))
 
 
-def models(args, owner: Owner) -> int:
+def models(args, owner: Owner, poll_s: float = 1.0) -> int:
+    if args.action in ("switch", "drop") and not args.name:
+        print(f"error: refindery models {args.action} NAME: name the embedder", file=sys.stderr)
+        return 2
+    if args.action == "status":
+        _print(_call(owner, "GET", "/v1/models/switch"))
+        return 0
+    if args.action == "drop":
+        _print(_call(owner, "DELETE", f"/v1/models/{args.name}"))
+        return 0
+    if args.action == "switch":
+        return switch(args, owner, poll_s)
     if not args.embed:
         _print(_call(owner, "GET", "/v1/models"))
         return 0
     return embed(args, owner)
+
+
+def switch(args, owner: Owner, poll_s: float = 1.0) -> int:
+    """`models switch NAME` beside a server: the server builds NAME's index in its background (it keeps
+    serving with the active embedder) and swaps; this follows its progress until it has."""
+    from engine.core.progress import Progress
+
+    state = _call(owner, "POST", f"/v1/models/{args.name}/switch")
+    if state.get("cancelled"):
+        _print(state)
+        return 0
+    bar = Progress(f"switch to {args.name} (in the server)", None, "chunks")
+    while state["switching_to"] == args.name:
+        time.sleep(poll_s)
+        state = _call(owner, "GET", "/v1/models/switch")
+        emb = state.get("embedding") or {}
+        if emb.get("state") in ("failed", "stopped"):
+            break
+        bar.total = emb.get("total") or bar.total
+        bar.update(max(0, emb.get("done", 0) - bar.done))
+    bar.close()
+    if state["active"] != args.name:
+        print(f"error: the switch to {args.name} did not finish: {state}", file=sys.stderr)
+        return 2
+    _print(state | {"through": owner.describe()})
+    return 0
 
 
 def embed(args, owner: Owner, poll_s: float = 1.0) -> int:

@@ -24,6 +24,7 @@ from models.device import set_cpu_threads
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
 
+from engine.core import switch
 from engine.core.devices import NoSuchDevice, device_refusal
 from engine.core.errors import PageNotFound
 from engine.core.private import make_private
@@ -69,6 +70,7 @@ class Corpus(IndexRepairs):
                                          settings.search.query_cache_size, settings.models.query_runtime,
                                          settings.models.cpu_threads)
         self.store = CorpusStore(self.data_dir / STORE_FILE)
+        switch.apply(settings, self.store)   # the embedder this data dir runs after a live switch, and one under way
         self.backend = open_backend(settings, self.data_dir, self.store)   # index.backend (indexes/backends.py)
         self.sparse: SparseArm = self.backend.sparse()
         self._dense: dict[str, DenseArm] = {}   # model -> its dense arm

@@ -167,6 +167,12 @@ class WorkspaceExists(EngineError):
     status, type = 409, "workspace_exists"
 
 
+class ModelInUse(EngineError):
+    """A model switch or drop that the data dir's embedders forbid now: the model is active, being
+    switched to, or kept up to date on writes; or another switch is under way."""
+    status, type = 409, "model_in_use"
+
+
 class CompileFailed(EngineError):
     """The configured compile endpoint failed (unreachable, refused, or did not call the tool)."""
     status, type = 502, "compile_failed"

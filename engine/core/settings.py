@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -320,6 +320,9 @@ class Settings(BaseSettings):
     relations: RelationsSettings = Field(default_factory=RelationsSettings)
     milvus: MilvusSettings = Field(default_factory=MilvusSettings)
 
+    # set by the corpus from its store (engine/core/switch.py), never from a file or the environment
+    _switch_target: str | None = PrivateAttr(None)
+
     @field_validator("data_dir")
     @classmethod
     def _absolute(cls, v: Path) -> Path:
@@ -381,16 +384,28 @@ class Settings(BaseSettings):
         return self.models.quality_fast if self.catch_up_model else None
 
     @property
+    def switch_target(self) -> str | None:
+        """The embedder a live switch is building in the background (engine/core/switch.py), else None."""
+        return self._switch_target
+
+    @property
+    def background_models(self) -> list[str]:
+        """The embedders a server embeds in its background rather than on the write path: the quality
+        profile's catch-up model and a live switch's target."""
+        return [m for m in dict.fromkeys([self.catch_up_model, self.switch_target]) if m]
+
+    @property
     def embedder_names(self) -> list[str]:
-        """Every embedder whose index is kept: the active one, the fast one of a catch-up, also_embed."""
+        """Every embedder whose index is kept: the active one, the fast one of a catch-up, also_embed,
+        the target of a live switch."""
         names = [self.models.active]
-        names += [n for n in [self.fast_model, *self.models.also_embed] if n and n not in names]
+        names += [n for n in [self.fast_model, *self.models.also_embed, self.switch_target] if n and n not in names]
         return names
 
     @property
     def write_models(self) -> list[str]:
-        """The embedders that encode a page before its write is acknowledged (all but a catch-up model)."""
-        return [n for n in self.embedder_names if n != self.catch_up_model]
+        """The embedders that encode a page before its write is acknowledged (all but the background ones)."""
+        return [n for n in self.embedder_names if n not in self.background_models]
 
 
 class ConfigFileError(ValueError):

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from engine.core.access import OPEN, Grant
 from engine.core.clock import utcnow
-from engine.core.errors import InvalidRequest, ModelUnknown
+from engine.core import switch
+from engine.core.errors import InvalidRequest, ModelInUse, ModelUnknown
 from engine.core.profile import describe as describe_profile
 from engine.core.progress import Progress
 from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgment_pairs, mined_pairs
@@ -114,9 +115,11 @@ class OperationsVerbs(Verbs):
         writes wait one batch at most); its progress is `embedding(model)`, and with `report` a line on
         stderr every few seconds (the server's log). Idempotent while it runs.
 
-        The quality profile's catch-up model (settings.catch_up_model) is *followed*: the thread stays,
-        and embeds what each later write adds (state "ready" while nothing waits); its fast stand-in
-        first gets whatever it lacks (a data dir written under another profile). Either runs as a
+        The quality profile's catch-up model (settings.catch_up_model) and a live switch's target are
+        *followed*: the thread stays, and embeds what each later write adds (state "ready" while nothing
+        waits); the catch-up model's fast stand-in first gets whatever it lacks (a data dir written
+        under another profile); a switch's target, once it lacks nothing, becomes the active embedder
+        (engine/core/switch.py: try_swap) and the thread ends there. Either runs as a
         background encoder: at `models.catch_up_nice`, `models.catch_up_batch` chunks at a time, on a
         model session of its own with `models.catch_up_threads` (EmbedderPool.background)."""
         caller.require_everywhere("embedding a model (every workspace's chunks)")
@@ -125,7 +128,7 @@ class OperationsVerbs(Verbs):
         state = self._embeds.get(model)
         if state is not None and state["state"] == "embedding" or (state or {}).get("follows_writes"):
             return self.embedding(model)
-        follow = model == self.settings.catch_up_model
+        follow = model in self.settings.background_models
         self._embeds[model] = state = {"model": model, "state": "embedding", "done": 0, "total": None,
                                        "started": utcnow().isoformat(timespec="seconds")}
         if follow:
@@ -152,21 +155,27 @@ class OperationsVerbs(Verbs):
                         bar.close()
                     return
                 fast = self.settings.fast_model
-                if fast:
+                if fast and model == self.settings.catch_up_model:
                     self.embed_model(fast, background=True)
-                while not self._stop_embedding.is_set():
+                while not self._stop_embedding.is_set() and model in self.settings.background_models:
                     generation = self.corpus.store.generation()
                     state["state"], state["done"], state["total"] = "embedding", 0, None
                     self.embed_model(model, progress, background=True)
                     if bar is not None:
                         bar.close()
                         bar = None
+                    if not self._stop_embedding.is_set() and switch.try_swap(self.corpus, model):
+                        state["switched"] = utcnow().isoformat(timespec="seconds")
+                        log.warning("switched the active embedder to %s", model)
                     state["state"] = "ready"
                     state["caught_up"] = utcnow().isoformat(timespec="seconds")
                     # the next write (a store generation) is the next pass; nothing to do meanwhile
-                    while self.corpus.store.generation() == generation and not self._stop_embedding.wait(0.5):
+                    while model in self.settings.background_models and self.corpus.store.generation() == generation \
+                            and not self._stop_embedding.wait(0.5):
                         pass
-                state["state"] = "stopped"
+                state["follows_writes"] = False
+                if self._stop_embedding.is_set():
+                    state["state"] = "stopped"
             except Exception as exc:   # noqa: BLE001 — said in the state (and the log), not lost in a thread
                 log.exception("embedding %s failed", model)
                 state["state"], state["error"] = "failed", f"{type(exc).__name__}: {exc}"
@@ -175,6 +184,55 @@ class OperationsVerbs(Verbs):
         self._embed_threads.append(t)
         t.start()
         return self.embedding(model)
+
+    # A live switch of the embedder (engine/core/switch.py) ----------------------------------------
+    def switch_status(self) -> dict:
+        """The data dir's embedder, the one it is switching to (with the background embedding's
+        progress) and the last switch: `GET /v1/models/switch`."""
+        out = switch.status(self.corpus)
+        if out["switching_to"]:
+            out["embedding"] = self.embedding(out["switching_to"])
+        return out
+
+    def switch_model(self, model: str, caller: Grant = OPEN, report: bool = False) -> dict:
+        """Switch the data dir's embedder to `model` without a pause: its vectors and index are built
+        in this process's background while the active one serves; once it lacks nothing, it becomes
+        the active embedder atomically. Switching to the active embedder cancels a switch under way.
+        A switch survives a restart (a server resumes it)."""
+        caller.require_everywhere("switching the embedder (every workspace's chunks)")
+        caller.require_write()
+        self._embeddable(model)
+        s = self.settings
+        if model == s.models.active:
+            if s.switch_target is None:
+                raise ModelInUse(f"{model!r} is the active embedder already", model=model)
+            return self.switch_status() | {"cancelled": switch.cancel(self.corpus)}
+        if s.switch_target not in (None, model):
+            raise ModelInUse(f"a switch to {s.switch_target!r} is under way; switch to the active {s.models.active!r} "
+                             "to cancel it first", model=model, switching_to=s.switch_target)
+        switch.begin(self.corpus, model)
+        self.embed_model_in_background(model, caller, report)
+        return self.switch_status()
+
+    def drop_model(self, model: str, caller: Grant = OPEN) -> dict:
+        """Delete every vector of `model` and empty its index (`refindery models drop`): the old embedder
+        a switch kept, or any other the data dir no longer uses. Refused for one in use."""
+        caller.require_everywhere("dropping a model's vectors (every workspace's chunks)")
+        caller.require_write()
+        self._embeddable(model)
+        state = self._embeds.get(model)
+        if model in self.settings.embedder_names or (state is not None and state["state"] == "embedding"):
+            raise ModelInUse(f"{model!r} is in use here (active, being switched to or embedded, or kept up to date "
+                             "on writes): it cannot be dropped", model=model)
+        c = self.corpus
+        with c.write_lock:
+            dense = c.dense(model)
+            dense.reset()
+            dense.save(c.store.generation())
+            n = c.store.drop_embeddings(model)
+            c._dense.pop(model, None)
+        self._embeds.pop(model, None)
+        return {"model": model, "dropped_vectors": n}
 
     def _embeddable(self, model: str) -> None:
         reg = self.corpus.registry

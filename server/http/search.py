@@ -50,7 +50,32 @@ def models(e: Engine = Depends(engine)) -> dict:
     ingest, chunks embedded, installed or not (with how to install) — what /v1/compare can take."""
     # No file paths over HTTP: they tell a caller about the server's disk, not about the models.
     return {"active": e.settings.models.active, "profile": e.profile()["profile"],
+            "switching_to": e.settings.switch_target,
             "models": [{k: v for k, v in m.items() if k != "path"} for m in e.models()]}
+
+
+@router.get("/v1/models/switch")
+def models_switch_status(e: Engine = Depends(engine)) -> dict:
+    """The data dir's embedder, the one a live switch is building (with its progress), and the last
+    switch (from, at)."""
+    return e.switch_status()
+
+
+@router.post("/v1/models/{name}/switch", status_code=202)
+def models_switch(name: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Switch the data dir's embedder to `name` without a pause: its vectors and index are built in
+    this server's background while the active embedder answers every search, then it becomes the
+    active one atomically (GET /v1/models/switch says how far). Switching to the active embedder
+    cancels a switch under way; 409 `model_in_use` while another is under way. A key for every
+    workspace that may write; `refindery models switch NAME` sends this when a server runs."""
+    return e.switch_model(name, g)
+
+
+@router.delete("/v1/models/{name}")
+def models_drop(name: str, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Delete every vector of `name` and empty its index (the embedder a switch left behind); 409
+    `model_in_use` for one the data dir uses. A key for every workspace that may write."""
+    return e.drop_model(name, g)
 
 
 @router.post("/v1/models/{name}/embed", status_code=202)

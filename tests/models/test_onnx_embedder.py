@@ -110,10 +110,6 @@ def test_queries_run_through_an_fp32_onnx_export_of_the_same_weights(pool, make_
     assert emb.prepare_queries() == "onnx" and emb.query_runtime_note == ""
     onnx_file = export_path(pool.registry.cache_dir, emb.path, "fp32")
     assert onnx_file.is_file() and emb._query_model.onnx_path == onnx_file
-    # int8 quantizes a run's activations with one scale: a text's vector must not depend on its batchmates
-    # (at 8 a text a run, cosine 0.98-0.99 to itself encoded alone)
-    alone = np.vstack([emb.encode_documents([t]) for t in texts])
-    assert np.array_equal(a, alone)
     mtime = onnx_file.stat().st_mtime_ns
     assert query_onnx_file(pool.registry, emb.path) == onnx_file and onnx_file.stat().st_mtime_ns == mtime
     torch_vecs = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)

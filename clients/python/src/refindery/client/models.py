@@ -192,6 +192,14 @@ class Suggestions(Reply):
     pages: list[SimilarPage]
 
 
+class CatchUp(Reply):
+    """The searched embedder is still catching up: it ranked the chunks it covers, `stand_in` the rest."""
+    model: str
+    coverage: float
+    waiting: int
+    stand_in: str
+
+
 class SearchResponse(Reply):
     query_id: str
     query: str
@@ -203,6 +211,7 @@ class SearchResponse(Reply):
     pages: list[PageHit]
     timings_ms: dict[str, float]
     suggestions: Suggestions | None = None
+    catch_up: CatchUp | None = None
 
 
 class Agreement(Reply):
