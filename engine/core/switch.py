@@ -11,12 +11,11 @@ resumes it (server/cli.py). Writes during the switch are encoded by the active e
 path and by the target in the background (Settings.background_models)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.core.clock import utcnow
 
-if TYPE_CHECKING:
-    from engine.core.corpus import Corpus
+if TYPE_CHECKING:   # (the Corpus is not imported, even for types: it imports this module)
     from engine.core.settings import Settings
     from indexes.store import CorpusStore
 
@@ -32,21 +31,21 @@ def apply(settings: "Settings", store: "CorpusStore") -> None:
     settings._switch_target = target if target and target != settings.models.active else None
 
 
-def status(corpus: "Corpus") -> dict:
+def status(corpus: Any) -> dict:
     """What the data dir runs, what it is switching to, and the last switch."""
     s, store = corpus.settings, corpus.store
     return {"active": s.models.active, "switching_to": s.switch_target,
             "switched_from": store.setting(FROM), "switched_at": store.setting(AT)}
 
 
-def begin(corpus: "Corpus", model: str) -> None:
+def begin(corpus: Any, model: str) -> None:
     """Record the switch to `model` (the background embedding is the caller's to start)."""
     with corpus.write_lock:
         corpus.store.set_settings({TARGET: model})
         corpus.settings._switch_target = model
 
 
-def cancel(corpus: "Corpus") -> str | None:
+def cancel(corpus: Any) -> str | None:
     """Forget a switch under way (its vectors stay, as any model's do until dropped); returns its target."""
     with corpus.write_lock:
         target = corpus.settings.switch_target
@@ -55,7 +54,7 @@ def cancel(corpus: "Corpus") -> str | None:
         return target
 
 
-def try_swap(corpus: "Corpus", model: str) -> bool:
+def try_swap(corpus: Any, model: str) -> bool:
     """Make `model` the active embedder if a switch to it is under way and every chunk has its vector:
     under the write lock (no write between the check and the swap), in one store transaction. A search
     that started before keeps the model it started with; the next one uses `model`."""
