@@ -343,6 +343,20 @@ def serve_uds(data, sock):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def killed_then_restarted(start, point: str):
+    """`start(crash)` starts a server process (crash: the REFINDERY_TEST_CRASH_AT point, or None):
+    started with `point`, it must die by SIGKILL there; then it is started again without, and that
+    process is returned (the caller stops it)."""
+    import signal
+
+    proc = start(point)
+    try:
+        assert proc.wait(timeout=180) == -signal.SIGKILL, f"the server did not die at {point}"
+    finally:
+        proc.kill()
+    return start(None)
+
+
 def serving_on(sock, timeout_s: float = 120.0, base_url: str = "http://refindery"):
     """An httpx client over a Unix socket, once `refindery serve --uds sock` answers /healthz."""
     import time

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, demo_records, index_ids, ingest, serving_on
+from conftest import ROOT, demo_records, index_ids, ingest, killed_then_restarted, serving_on
 
 QUALITY = "all-minilm-l6-v2-int8"
 FAST = "all-minilm-l6-v2"
@@ -165,14 +165,9 @@ def test_sigkill_during_the_catch_up_resumes_with_one_vector_per_chunk(int8_pool
         if crash:
             env[CRASH_ENV] = crash
         return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    proc = serve(f"embedded:{QUALITY}:24")        # the third batch of 8: stored, then killed
-    try:
-        assert proc.wait(timeout=180) == -signal.SIGKILL
-    finally:
-        proc.kill()
-    proc = serve(None)
+    proc = killed_then_restarted(serve, f"embedded:{QUALITY}:24")   # the third batch of 8: stored, then killed
     try:
         client = serving_on(sock)
         deadline = time.monotonic() + 180

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, demo_records, index_ids, ingest, serving_on
+from conftest import ROOT, demo_records, index_ids, ingest, killed_then_restarted, serving_on
 
 TARGET = "all-minilm-l6-v2-int8"
 OLD = "all-minilm-l6-v2"
@@ -148,12 +148,7 @@ def test_a_switch_killed_part_way_resumes_when_a_server_starts(int8_pool, tmp_pa
         return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    proc = serve(f"embedded:{TARGET}:16")
-    try:
-        assert proc.wait(timeout=180) == -signal.SIGKILL
-    finally:
-        proc.kill()
-    proc = serve(None)
+    proc = killed_then_restarted(serve, f"embedded:{TARGET}:16")   # the second batch of 8
     try:
         client = serving_on(sock)
         deadline = time.monotonic() + 180
