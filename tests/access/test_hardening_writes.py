@@ -647,3 +647,25 @@ def test_9_embedding_a_model_in_the_servers_background_needs_a_key_for_everythin
         time.sleep(0.05)
     assert engine.embedding(model)["state"] == "ready"
     assert tenants.post("/v1/models/no-such-model/embed", headers=h(tenants.admin)).status_code == 422
+
+
+def test_11_switching_or_dropping_an_embedder_needs_a_key_for_everything_that_may_write(tenants):
+    """A live switch (POST /v1/models/{name}/switch) and a drop (DELETE /v1/models/{name}) change every
+    workspace's vectors: a key of another workspace, a key with document scopes and a read-only key are
+    refused and change nothing (no switch recorded, no vector deleted); a key for everything gets past
+    the walls to the model rules (409 `model_in_use` for the active one)."""
+    from engine.core import switch
+
+    engine = tenants.app.state.engine
+    active = engine.settings.models.active
+    vectors = engine.corpus.store.counts()["embeddings"]
+    for token in (tenants.acme, tenants.s1, tenants.reader):
+        for r in (tenants.post("/v1/models/all-minilm-l6-v2-int8/switch", headers=h(token)),
+                  tenants.delete(f"/v1/models/{active}", headers=h(token))):
+            assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden", r.text
+    assert engine.settings.switch_target is None and engine.corpus.store.setting(switch.TARGET) is None
+    assert engine.corpus.store.counts()["embeddings"] == vectors
+    for r in (tenants.post(f"/v1/models/{active}/switch", headers=h(tenants.admin)),
+              tenants.delete(f"/v1/models/{active}", headers=h(tenants.admin))):
+        assert r.status_code == 409 and r.json()["detail"]["type"] == "model_in_use", r.text
+    assert tenants.get("/v1/models/switch", headers=h(tenants.reader)).json()["active"] == active
