@@ -25,6 +25,7 @@ SECTIONS = [
     ("load", "Concurrent load", "bench/load.py"),
     ("throughput", "Throughput under concurrent clients, beside txtai", "bench/load.py --throughput"),
     ("catch_up", "The quality profile's catch-up: searching while it embeds", "bench/catch_up.py"),
+    ("switch", "A live switch of the embedder at 10k chunks", "bench/switch.py"),
     ("backends", "Index backends (embedded vs Milvus) and Ray embedding", "bench/backends.py"),
 ]
 
