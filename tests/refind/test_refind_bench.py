@@ -93,3 +93,25 @@ def test_the_sibling_groups_add_sessions_and_want_the_most_recent_page_of_the_wh
         assert seen[c["target"]] == max(seen[u] for u in fam)
     alter = refind_siblings.family("postgres alter", ())
     assert len(alter) > 10 and all(u.startswith("postgresql.org/") for u in alter)
+
+
+def test_the_looser_shortcut_rule_study_lifts_only_a_chosen_page_within_the_top_k_and_counts_the_others():
+    """eval/refind_levers.py's rule, on four hand-made queries: a choice lifts its page to first only when
+    its phrasing is at least s alike *and* the page ranks within the top K; "others" skip the query's own
+    choice; "across" counts the other half's queries whose page nobody chose."""
+    import numpy as np
+
+    from eval.refind_levers import _rule_grid
+
+    cases = [{"half": "dev", "page": "a"}, {"half": "dev", "page": "b"}, {"half": "test", "page": "c"},
+             {"half": "test", "page": "a"}]
+    tops = [["b", "a"], ["b", "a"], ["c", "x", "a"], ["a", "b"]]
+    sim = np.array([[0.45, 0.1, 0, 0], [0.1, 0.9, 0, 0], [0.42, 0.1, 0, 0], [0.1, 0.1, 0, 0]])
+    g = _rule_grid(cases, tops, sim, "dev")
+    assert g["off"] == [1, 1, 1] and g["of"] == [2, 2, 1]
+    # query 0 (page a, 2nd) is lifted by its own phrasing (0.45) within the top 2, not without it ("others");
+    # query 2 (test, page c first, nobody chose c) loses to the dev choice of a (0.42 alike, a 3rd) when s <= 0.42
+    # and K >= 3
+    assert g["grid"]["sim 0.4, top 2"] == [2, 1, 1]
+    assert g["grid"]["sim 0.4, top 3"] == [2, 1, 0]
+    assert g["grid"]["sim 0.5, top 3"] == [1, 1, 1]
