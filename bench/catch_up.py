@@ -18,9 +18,7 @@ import gzip
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, write  # noqa: E402
+from bench.common import RESULTS, serve_uds, stop_server, uds_client, write  # noqa: E402
 from engine.app import Engine  # noqa: E402
 from engine.core.settings import load_settings  # noqa: E402
 
@@ -69,28 +67,11 @@ def ingest(profile: str, data_dir: Path, pages: list[dict]) -> dict:
             "chunks_per_s": round(chunks / seconds, 2)}
 
 
-def serve(data_dir: Path, sock: Path, catch_up: bool) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
+def serve(data_dir: Path, sock: Path, catch_up: bool):
     # no query-vector cache: a query asked again is encoded again, as a new one would be
-    env.update(REFINDERY_DATA_DIR=str(data_dir), REFINDERY_PROFILE="quality", REFINDERY_MODELS__DEVICE="cpu",
-               REFINDERY_MODELS__CATCH_UP="true" if catch_up else "false", REFINDERY_SEARCH__QUERY_CACHE_SIZE="0")
-    sock.unlink(missing_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def client_for(sock: Path):
-    import httpx
-
-    c = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://refindery", timeout=120)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if c.get("/healthz", timeout=2).status_code == 200:
-                return c
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError("the server did not start")
+    return serve_uds(data_dir, sock, {"REFINDERY_PROFILE": "quality", "REFINDERY_MODELS__DEVICE": "cpu",
+                                      "REFINDERY_MODELS__CATCH_UP": "true" if catch_up else "false",
+                                      "REFINDERY_SEARCH__QUERY_CACHE_SIZE": "0"})
 
 
 def quality_row(c, model: str) -> dict:
@@ -101,7 +82,7 @@ def phase(data_dir: Path, sock: Path, catch_up: bool, queries: list[str], model:
           seconds: float, rest_s: float) -> dict:
     proc = serve(data_dir, sock, catch_up)
     try:
-        c = client_for(sock)
+        c = uds_client(sock)
         for q in ("warm up the query encoder", "second warm up"):
             c.post("/v1/search", json={"query": q, "k": 10})
         if catch_up:   # measured once the catch-up is under way
@@ -157,11 +138,7 @@ def phase(data_dir: Path, sock: Path, catch_up: bool, queries: list[str], model:
                 "found_after_ack_ms_max": round(max(lags), 1), "found_after_ack_ms_p50": round(statistics.median(lags), 1),
                 "found_on_first_search": f"{first_try}/10"}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 def markdown(res: dict) -> str:

@@ -75,3 +75,45 @@ def ir_engine(data_dir: Path, name: str, models: list[str], search: dict | None 
         engine.close()
         raise
     return engine, coll
+
+
+def serve_uds(data_dir: Path, sock: Path, env: dict[str, str]):
+    """A real `refindery serve` on a Unix socket over `data_dir`, with the caller's REFINDERY_* settings
+    only (none inherited from this shell); its output discarded. Returns the Popen."""
+    import os
+    import subprocess
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
+    full.update(REFINDERY_DATA_DIR=str(data_dir), **env)
+    sock.unlink(missing_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=full,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def uds_client(sock: Path, wait_s: float = 300):
+    """An httpx client of the server on `sock`, once its /healthz answers (within `wait_s`)."""
+    import time
+
+    import httpx
+
+    c = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://refindery", timeout=120)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if c.get("/healthz", timeout=2).status_code == 200:
+                return c
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError("the server did not start")
+
+
+def stop_server(proc) -> None:
+    """SIGTERM, then a minute to finish its requests and close its store, then SIGKILL."""
+    import signal
+    import subprocess
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()

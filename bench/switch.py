@@ -23,9 +23,7 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, ir_engine, write  # noqa: E402
+from bench.common import RESULTS, ir_engine, serve_uds, stop_server, uds_client, write  # noqa: E402
 
 WORKSPACE = "npl"
 
@@ -52,27 +50,9 @@ def build(root: Path) -> dict:
             "build_s": round(time.perf_counter() - t, 1)}
 
 
-def serve(data_dir: Path, sock: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
-    env.update(REFINDERY_DATA_DIR=str(data_dir), REFINDERY_MODELS__DEVICE="cpu",
-               REFINDERY_SEARCH__QUERY_CACHE_SIZE="0", REFINDERY_LOG__ENABLED="false")
-    sock.unlink(missing_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def client_for(sock: Path):
-    import httpx
-
-    c = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://refindery", timeout=120)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if c.get("/healthz", timeout=2).status_code == 200:
-                return c
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError("the server did not start")
+def serve(data_dir: Path, sock: Path):
+    return serve_uds(data_dir, sock, {"REFINDERY_MODELS__DEVICE": "cpu", "REFINDERY_SEARCH__QUERY_CACHE_SIZE": "0",
+                                      "REFINDERY_LOG__ENABLED": "false"})
 
 
 class Searcher:
@@ -116,7 +96,7 @@ def one_round(pristine: Path, work: Path, sock: Path, target: str, queries: list
     shutil.copytree(pristine, work)
     proc = serve(work, sock)
     try:
-        c = client_for(sock)
+        c = uds_client(sock)
         s = Searcher(c, queries)
         for _ in range(40):   # warm up: the query encoder, the indexes' pages
             s.one()
@@ -156,11 +136,7 @@ def one_round(pristine: Path, work: Path, sock: Path, target: str, queries: list
                 "after": after, "seconds_to_swap": round(swapped - started, 1), "failed": s.failed,
                 "searches": s.n, "final": {k: total.get(k) for k in ("active", "switching_to", "switched_from")}}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 def markdown(res: dict) -> str:
