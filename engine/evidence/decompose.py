@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Callable
-
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 MAX_PARTS = 4
 _LEAD = re.compile(
@@ -65,13 +64,20 @@ class Decomposition:
         return len(self.sub_queries) > 1
 
 
-# scikit-learn's English stop words, and the verbs a question is asked with.
-STOP_WORDS = ENGLISH_STOP_WORDS | {"does", "did", "doing", "done", "tell", "explain", "describe", "compare",
-                                   "vs", "versus"}
+@cache
+def stop_words() -> frozenset[str]:
+    """scikit-learn's English stop words, and the verbs a question is asked with. Imported on first
+    use: scikit-learn takes about a second to import, and every process that imports the engine (the
+    server, each CLI command) would pay it for one word list."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return ENGLISH_STOP_WORDS | {"does", "did", "doing", "done", "tell", "explain", "describe", "compare",
+                                 "vs", "versus"}
 
 
 def content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[^\W_]+", text.lower()) if w not in STOP_WORDS and len(w) > 1]
+    stop = stop_words()
+    return [w for w in re.findall(r"[^\W_]+", text.lower()) if w not in stop and len(w) > 1]
 
 
 def _tidy(part: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.core.corpus import Corpus
-from engine.evidence.decompose import STOP_WORDS
+from engine.evidence.decompose import stop_words
 from indexes.sparse import stems, words
 
 MIN_CHARS = 3
@@ -64,8 +64,9 @@ def corpus_words(texts: list[str], size: int) -> list[str]:
     forms) held by two or more of them, each as its stem's most common surface; by count, then word."""
     df: Counter = Counter()        # stem -> texts
     surfaces: Counter = Counter()  # (stem, surface) -> texts
+    stop = stop_words()
     for t in texts:
-        seen = {w for w in words(t) if len(w) >= MIN_CHARS and w.isalpha() and w not in STOP_WORDS}
+        seen = {w for w in words(t) if len(w) >= MIN_CHARS and w.isalpha() and w not in stop}
         forms = {((stems(w) or [w])[0], w) for w in seen}
         df.update({st for st, _ in forms})
         surfaces.update(forms)

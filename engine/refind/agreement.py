@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from scipy.stats import kendalltau
-
 
 def jaccard_at_k(a: Sequence, b: Sequence, k: int) -> float:
     sa, sb = set(a[:k]), set(b[:k])
@@ -60,6 +58,8 @@ def kendall_tau_b(a: Sequence, b: Sequence) -> tuple[float | None, int]:
     shared = [x for x in a if x in set(b)]
     if len(shared) < 2:
         return None, len(shared)
+    from scipy.stats import kendalltau   # here: scipy.stats takes most of a second to import, and only compare uses it
+
     pos_b = {x: i for i, x in enumerate(b)}
     tau = kendalltau([a.index(x) for x in shared], [pos_b[x] for x in shared], variant="b").statistic
     return float(tau), len(shared)
