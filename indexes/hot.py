@@ -290,13 +290,13 @@ class HotPages:
             since = old.generation
             max_changed = int(min(max(1000, FULL_RELOAD_SHARE * old.pages),
                                   max(0, MAX_DEAD_SHARE * max(old.pages, 1000) - old.dead)))
-        spill = _Spill(self.store.path.parent) if self.text_budget > 0 else None
+        spill = _Spill(self.store.scratch_dir) if self.text_budget > 0 else None
         read = self.store.hot_read(since, max_changed, self.text_budget, spill)
         if read.changed is None:
             self.full_reads += 1
             return _build(read, spill if read.spilled else None)
         self.delta_reads += 1
-        return _apply_delta(old, read, self.text_budget, self.store.path.parent)
+        return _apply_delta(old, read, self.text_budget, self.store.scratch_dir)
 
 
 def _sections(col) -> np.ndarray:

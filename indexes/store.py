@@ -20,9 +20,7 @@ catching up) sees either all of a batch or none of it.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -30,6 +28,10 @@ from typing import Any, Callable, Iterable, Iterator
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from .store_rows import (MAX_ALIAS_CHARS, MAX_ALIASES, ChunkRow, EntityRow, ExistingPage, HotRead, IndexDoc,  # noqa: F401
+                         PageRow, PageWrite, StoreBusy, StoreError, Touch, arrow_to_matrix, entity_table,
+                         merge_vectors, pylist)
 
 SCHEMA_VERSION = "2"   # 2: entities have a scope, scoped pages and entities their own ids (engine/core/identity.py)
 
@@ -65,136 +67,6 @@ _DDL = [
 ]
 
 
-# An entity keeps at most this many aliases, each at most MAX_ALIAS_CHARS characters: a request that
-# would pass either is refused (engine/ingest/entities.py, records.py); aliases that pages add to an
-# entity already holding MAX_ALIASES keep the first MAX_ALIASES in sort order.
-MAX_ALIASES = 100
-MAX_ALIAS_CHARS = 300
-
-@dataclass
-class PageRow:
-    page_id: str
-    workspace_id: str
-    url: str
-    url_norm: str
-    domain: str
-    title: str | None
-    body_text: str
-    content_hash: str
-    first_seen: datetime
-    last_seen: datetime
-    published: datetime | None = None
-    visit_count: int = 1
-    cluster_id: int | None = None
-    scope: str | None = None
-
-
-@dataclass
-class ChunkRow:
-    chunk_id: int
-    page_id: str
-    ordinal: int
-    text: str
-    char_start: int
-    char_end: int
-    section_path: list[str]
-    n_tokens: int
-
-
-@dataclass
-class EntityRow:
-    entity_id: str
-    workspace_id: str
-    canonical: str
-    aliases: list[str] = field(default_factory=list)
-    scope: str | None = None
-
-
-@dataclass
-class PageWrite:
-    """Everything one changed or new page writes: the page row, its full chunk list (chunks it
-    keeps are updated in place, so their vectors stay), the vectors of its new chunks, its entities."""
-    page: PageRow
-    chunks: list[ChunkRow]
-    vectors: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)  # model -> chunk_id -> vec
-    entities: list[EntityRow] = field(default_factory=list)
-
-
-@dataclass
-class Touch:
-    """A re-visit of an unchanged page: only last_seen (and the visit count) move."""
-    page_id: str
-    last_seen: datetime
-    visits: int = 1
-
-
-@dataclass
-class ExistingPage:
-    page_id: str
-    content_hash: str
-    first_seen: datetime
-    last_seen: datetime
-    visit_count: int
-    chunk_ids: set[int]
-
-
-@dataclass
-class IndexDoc:
-    """What an index needs to know about one chunk: its text and the page's filter fields."""
-    chunk_id: int
-    page_id: str
-    workspace_id: str
-    text: str
-    title: str
-    section: str
-    domain: str
-    first_seen: datetime
-    last_seen: datetime
-    published: datetime | None
-    cluster_id: int | None
-    scope: str | None
-    entities: list[str]
-
-
-@dataclass
-class HotRead:
-    """One read for the search's in-memory view (CorpusStore.hot_read)."""
-    generation: int
-    changed: list[str] | None          # None: a full read
-    pages: dict[str, list]             # column -> values, by page id
-    links: dict[str, list[str]]        # page id -> entity ids
-    chunks: dict[str, np.ndarray]      # chunk_id, page_id, char_start, char_end (+ text, section_path)
-    names: dict[str, str]              # entity id -> canonical
-    texts: bool = False                # chunks has text and section_path
-    last_seen_us: np.ndarray | None = None   # pages' last_seen as int64 microseconds since 1970 (naive UTC)
-    spilled: bool = False              # a full read whose texts went to hot_read's `spill`
-
-
-def _pylist(col) -> list:
-    """A fetched column as Python values (None for NULL; timestamps as datetime, as fetchall gives)."""
-    if isinstance(col, np.ma.MaskedArray):
-        return [None if m else v for v, m in zip(_pylist(col.data), np.ma.getmaskarray(col).tolist())]
-    if col.dtype.kind == "M":
-        return col.astype("datetime64[us]").astype(object).tolist()
-    return col.tolist()
-
-
-class StoreError(RuntimeError):
-    pass
-
-
-class StoreBusy(StoreError):
-    """Another process holds the store's file (DuckDB lets one process open it for writing)."""
-
-    def __init__(self, path: Path, message: str):
-        found = re.search(r"held in (.*?) \(PID (\d+)\)", message)
-        self.pid = int(found.group(2)) if found else None
-        who = f"process {self.pid} ({found.group(1)})" if found else "another process"
-        super().__init__(f"the data dir {path.parent} is in use by {who}: one process may open it at a time. "
-                         "If that is `refindery serve`, refindery commands go through it once it is up; "
-                         "otherwise wait for that process to finish, or stop it.")
-
-
 class CorpusStore:
     """DuckDB-backed corpus store. One writer at a time (a lock); readers use their own cursors."""
 
@@ -219,6 +91,11 @@ class CorpusStore:
             if self._meta("schema_version") is None:
                 self._con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('generation', '0')",
                                   [SCHEMA_VERSION])
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Where files that only this process reads go (the in-memory view's spilled texts)."""
+        return self.path.parent
 
     # Plumbing ----------------------------------------------------------------------------------
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -571,7 +448,7 @@ class CorpusStore:
         return out
 
     def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0,
-                 spill: Callable[[Any], None] | None = None) -> "HotRead":
+                 spill: Callable[[Any], None] | None = None) -> HotRead:
         """What the search's in-memory view (indexes/hot.py) needs, read in one transaction: the
         pages changed after generation `since` — their rows, entity links and chunks — or, when
         `since` is None, older than the pruned change rows, or more than `max_changed` pages
@@ -622,7 +499,7 @@ class CorpusStore:
             cur.rollback()
             raise
         seen_us = np.ma.getdata(pages["last_seen"]).astype("datetime64[us]").astype(np.int64)
-        return HotRead(gen, changed, {k: _pylist(v) for k, v in pages.items()}, dict(links), chunks, names, texts,
+        return HotRead(gen, changed, {k: pylist(v) for k, v in pages.items()}, dict(links), chunks, names, texts,
                        seen_us, spilled)
 
     def workspace_chunk_pages(self, workspace: str) -> list[tuple[int, str]]:
@@ -831,7 +708,7 @@ class CorpusStore:
                 con.execute("DELETE FROM page_entities")
                 con.execute("DELETE FROM entities")
                 if entities:
-                    con.register("_ents", _entity_table(entities))
+                    con.register("_ents", entity_table(entities))
                     con.execute("INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope) "
                                 "SELECT entity_id, workspace_id, canonical, aliases, scope FROM _ents")
                     con.unregister("_ents")
@@ -871,7 +748,7 @@ class CorpusStore:
                     params=[model, [int(c) for c in chunk_ids]]).to_arrow_table()
         finally:
             cur.close()
-        return _arrow_to_matrix(tbl)
+        return arrow_to_matrix(tbl)
 
     def chunks_missing_embeddings(self, model: str, limit: int | None = None) -> list[tuple[int, str]]:
         sql = """SELECT c.chunk_id, c.text FROM chunks c
@@ -1014,7 +891,13 @@ class CorpusStore:
             con.register("_fresh_chunks", tbl)
             con.execute("INSERT INTO chunks SELECT * FROM _fresh_chunks")
             con.unregister("_fresh_chunks")
-        self._insert_vectors(con, _merge_vectors(writes))
+        vectors = merge_vectors(writes)
+        if kept and vectors:   # a kept chunk's vector of a model stays the one stored: never a second one
+            have = set(con.execute(
+                f"SELECT model, chunk_id FROM embeddings WHERE chunk_id IN ({self._int_list(kept)})").fetchall())
+            vectors = {m: ([i for i in ids if (m, i) not in have], [v for i, v in zip(ids, vecs) if (m, i) not in have])
+                       for m, (ids, vecs) in vectors.items()}
+        self._insert_vectors(con, vectors)
         con.execute("DELETE FROM page_entities WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
         # Entities and links set-based, one statement each: the first row of an entity in the batch
         # names it (as one insert after another did), every row adds its aliases.
@@ -1027,7 +910,7 @@ class CorpusStore:
                 links.add((w.page.page_id, e.entity_id))
         if entities:
             rows = list(entities.values())
-            con.register("_fresh_entities", _entity_table(rows))
+            con.register("_fresh_entities", entity_table(rows))
             con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
                             SELECT entity_id, workspace_id, canonical, aliases, scope FROM _fresh_entities
                             ON CONFLICT (entity_id) DO UPDATE
@@ -1108,30 +991,3 @@ class CorpusStore:
                WHERE e.model = ? ORDER BY 1""", [model]).fetchnumpy()
         ids = rows["chunk_id"].astype(np.int64) if len(rows["chunk_id"]) else np.zeros(0, dtype=np.int64)
         return ids, len(ids)
-
-def _entity_table(rows: list[EntityRow]) -> pa.Table:
-    return pa.table({"entity_id": pa.array([e.entity_id for e in rows], pa.string()),
-                     "workspace_id": pa.array([e.workspace_id for e in rows], pa.string()),
-                     "canonical": pa.array([e.canonical for e in rows], pa.string()),
-                     "aliases": pa.array([e.aliases for e in rows], pa.list_(pa.string())),
-                     "scope": pa.array([e.scope for e in rows], pa.string())})
-
-
-def _merge_vectors(writes: list[PageWrite]) -> dict[str, tuple[list[int], list[np.ndarray]]]:
-    out: dict[str, tuple[list[int], list[np.ndarray]]] = {}
-    for w in writes:
-        for model, by_id in w.vectors.items():
-            ids, vecs = out.setdefault(model, ([], []))
-            for cid, v in by_id.items():
-                ids.append(cid)
-                vecs.append(v)
-    return out
-
-
-def _arrow_to_matrix(tbl: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    ids = tbl.column("chunk_id").to_numpy().astype(np.int64)
-    if len(ids) == 0:
-        return ids, np.zeros((0, 0), dtype=np.float32)
-    col = tbl.column("vector").combine_chunks()
-    flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return ids, np.ascontiguousarray(flat.reshape(len(ids), -1))

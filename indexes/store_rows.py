@@ -1,0 +1,183 @@
+"""What a corpus store reads and writes, whichever database holds it (indexes/store.py: DuckDB,
+indexes/pg_store.py: PostgreSQL): the rows of a write, what an index reads back, one read of the
+search's in-memory view, and the store's errors."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+# An entity keeps at most this many aliases, each at most MAX_ALIAS_CHARS characters: a request that
+# would pass either is refused (engine/ingest/entities.py, records.py); aliases that pages add to an
+# entity already holding MAX_ALIASES keep the first MAX_ALIASES in sort order.
+MAX_ALIASES = 100
+MAX_ALIAS_CHARS = 300
+
+@dataclass
+class PageRow:
+    page_id: str
+    workspace_id: str
+    url: str
+    url_norm: str
+    domain: str
+    title: str | None
+    body_text: str
+    content_hash: str
+    first_seen: datetime
+    last_seen: datetime
+    published: datetime | None = None
+    visit_count: int = 1
+    cluster_id: int | None = None
+    scope: str | None = None
+
+
+@dataclass
+class ChunkRow:
+    chunk_id: int
+    page_id: str
+    ordinal: int
+    text: str
+    char_start: int
+    char_end: int
+    section_path: list[str]
+    n_tokens: int
+
+
+@dataclass
+class EntityRow:
+    entity_id: str
+    workspace_id: str
+    canonical: str
+    aliases: list[str] = field(default_factory=list)
+    scope: str | None = None
+
+
+@dataclass
+class PageWrite:
+    """Everything one changed or new page writes: the page row, its full chunk list (chunks it
+    keeps are updated in place, so their vectors stay), the vectors of its new chunks, its entities."""
+    page: PageRow
+    chunks: list[ChunkRow]
+    vectors: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)  # model -> chunk_id -> vec
+    entities: list[EntityRow] = field(default_factory=list)
+
+
+@dataclass
+class Touch:
+    """A re-visit of an unchanged page: only last_seen (and the visit count) move."""
+    page_id: str
+    last_seen: datetime
+    visits: int = 1
+
+
+@dataclass
+class ExistingPage:
+    page_id: str
+    content_hash: str
+    first_seen: datetime
+    last_seen: datetime
+    visit_count: int
+    chunk_ids: set[int]
+
+
+@dataclass
+class IndexDoc:
+    """What an index needs to know about one chunk: its text and the page's filter fields."""
+    chunk_id: int
+    page_id: str
+    workspace_id: str
+    text: str
+    title: str
+    section: str
+    domain: str
+    first_seen: datetime
+    last_seen: datetime
+    published: datetime | None
+    cluster_id: int | None
+    scope: str | None
+    entities: list[str]
+
+
+@dataclass
+class HotRead:
+    """One read for the search's in-memory view (CorpusStore.hot_read)."""
+    generation: int
+    changed: list[str] | None          # None: a full read
+    pages: dict[str, list]             # column -> values, by page id
+    links: dict[str, list[str]]        # page id -> entity ids
+    chunks: dict[str, np.ndarray]      # chunk_id, page_id, char_start, char_end (+ text, section_path)
+    names: dict[str, str]              # entity id -> canonical
+    texts: bool = False                # chunks has text and section_path
+    last_seen_us: np.ndarray | None = None   # pages' last_seen as int64 microseconds since 1970 (naive UTC)
+    spilled: bool = False              # a full read whose texts went to hot_read's `spill`
+
+
+def pylist(col) -> list:
+    """A fetched column as Python values (None for NULL; timestamps as datetime, as fetchall gives)."""
+    if isinstance(col, np.ma.MaskedArray):
+        return [None if m else v for v, m in zip(pylist(col.data), np.ma.getmaskarray(col).tolist())]
+    if col.dtype.kind == "M":
+        return col.astype("datetime64[us]").astype(object).tolist()
+    return col.tolist()
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class StoreBusy(StoreError):
+    """Another process holds the store's file (DuckDB lets one process open it for writing)."""
+
+    def __init__(self, path: Path, message: str):
+        found = re.search(r"held in (.*?) \(PID (\d+)\)", message)
+        self.pid = int(found.group(2)) if found else None
+        who = f"process {self.pid} ({found.group(1)})" if found else "another process"
+        super().__init__(f"the data dir {path.parent} is in use by {who}: one process may open it at a time. "
+                         "If that is `refindery serve`, refindery commands go through it once it is up; "
+                         "otherwise wait for that process to finish, or stop it.")
+
+
+def entity_table(rows: list[EntityRow]) -> pa.Table:
+    return pa.table({"entity_id": pa.array([e.entity_id for e in rows], pa.string()),
+                     "workspace_id": pa.array([e.workspace_id for e in rows], pa.string()),
+                     "canonical": pa.array([e.canonical for e in rows], pa.string()),
+                     "aliases": pa.array([e.aliases for e in rows], pa.list_(pa.string())),
+                     "scope": pa.array([e.scope for e in rows], pa.string())})
+
+
+def merge_vectors(writes: list[PageWrite]) -> dict[str, tuple[list[int], list[np.ndarray]]]:
+    out: dict[str, tuple[list[int], list[np.ndarray]]] = {}
+    for w in writes:
+        for model, by_id in w.vectors.items():
+            ids, vecs = out.setdefault(model, ([], []))
+            for cid, v in by_id.items():
+                ids.append(cid)
+                vecs.append(v)
+    return out
+
+
+def arrow_to_matrix(tbl: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    ids = tbl.column("chunk_id").to_numpy().astype(np.int64)
+    if len(ids) == 0:
+        return ids, np.zeros((0, 0), dtype=np.float32)
+    col = tbl.column("vector").combine_chunks()
+    flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return ids, np.ascontiguousarray(flat.reshape(len(ids), -1))
+
+
+def duckdb_hash64(ids: np.ndarray) -> np.ndarray:
+    """DuckDB's hash() of BIGINT values, as uint64: the order that sample_chunk_texts samples by, so
+    that a store in PostgreSQL samples the same chunks as one in DuckDB."""
+    x = np.asarray(ids, dtype=np.int64).view(np.uint64).copy()
+    m = np.uint64(0xd6e8feb86659fd93)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(32)
+        x *= m
+        x ^= x >> np.uint64(32)
+        x *= m
+        x ^= x >> np.uint64(32)
+    return x
