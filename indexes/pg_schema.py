@@ -49,6 +49,43 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             cluster_id bigint PRIMARY KEY, workspace_id {T} NOT NULL, model {T}, size integer,
             created_at timestamp NOT NULL, tombstoned_at timestamp)""",
     ]),
+    (2, "API keys (indexes/keys.py)", [
+        f"""CREATE TABLE api_keys (
+            key_id {T} PRIMARY KEY, name {T}, salt {T} NOT NULL, digest {T} NOT NULL,
+            workspaces text[] COLLATE "C" NOT NULL, scopes text[] COLLATE "C" NOT NULL, read_only boolean NOT NULL,
+            created_at timestamp NOT NULL, revoked_at timestamp)""",
+    ]),
+    # params, timings and pinned are JSON kept as the text it was written as (cast to jsonb to query in it)
+    (3, "the query log (indexes/querylog.py)", [
+        f"""CREATE TABLE log_queries (
+            query_id {T} PRIMARY KEY, ts timestamp NOT NULL, endpoint {T} NOT NULL, workspace {T},
+            query {T}, params {T}, models text[] COLLATE "C", timings {T}, total integer, returned integer,
+            pinned {T}, error_type {T}, error_title {T}, scopes text[] COLLATE "C")""",
+        "CREATE INDEX log_queries_ts ON log_queries (ts)",
+        f"""CREATE TABLE log_candidates (
+            query_id {T} NOT NULL, model {T} NOT NULL, arm {T} NOT NULL, rank integer NOT NULL,
+            chunk_id bigint NOT NULL, page_id {T}, score double precision)""",
+        "CREATE INDEX log_candidates_query ON log_candidates (query_id)",
+        f"""CREATE TABLE log_fused (
+            query_id {T} NOT NULL, model {T} NOT NULL, stage {T} NOT NULL, rank integer NOT NULL,
+            chunk_id bigint NOT NULL, page_id {T}, score double precision)""",
+        "CREATE INDEX log_fused_query ON log_fused (query_id)",
+        f"""CREATE TABLE log_results (
+            query_id {T} NOT NULL, model {T} NOT NULL, rank integer NOT NULL, page_id {T} NOT NULL,
+            score double precision, pinned {T})""",
+        "CREATE INDEX log_results_query ON log_results (query_id)",
+        f"""CREATE TABLE log_agreement (
+            query_id {T} NOT NULL, model_a {T} NOT NULL, model_b {T} NOT NULL, k integer,
+            jaccard double precision, rbo_ext double precision, rbo_p double precision,
+            kendall_tau_b double precision, shared integer)""",
+        f"""CREATE TABLE log_access (
+            request_id {T} NOT NULL, ts timestamp NOT NULL, key_id {T}, method {T}, route {T},
+            workspace {T}, status integer, duration_ms double precision)""",
+        "CREATE INDEX log_access_ts ON log_access (ts)",
+        f"""CREATE TABLE feedback (
+            query_id {T} NOT NULL, page_id {T} NOT NULL, kind {T} NOT NULL, ts timestamp NOT NULL)""",
+        "CREATE INDEX feedback_query ON feedback (query_id)",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

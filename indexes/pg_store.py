@@ -23,6 +23,7 @@ import psycopg
 import pyarrow as pa
 
 from . import pg_schema
+from .sql import PgSql, Sql
 from .store_rows import (MAX_ALIASES, EntityRow, ExistingPage, HotRead, IndexDoc, PageWrite, StoreError, Touch,
                          duckdb_hash64, merge_vectors)
 
@@ -43,6 +44,12 @@ def _alias_hit(col: str) -> str:
 
 class StoreUnavailable(StoreError):
     """PostgreSQL did not answer (down, restarting, unreachable)."""
+
+
+def _unavailable(exc: Exception) -> None:
+    """A connection lost under a statement: the store's typed error (a route answers it with a 503)."""
+    if isinstance(exc, psycopg.OperationalError):
+        raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
 
 
 class PgCorpusStore:
@@ -90,6 +97,19 @@ class PgCorpusStore:
 
     def _one(self, sql: str, params: Iterable[Any] = ()) -> tuple | None:
         return self._read().execute(sql, list(params)).fetchone()
+
+    def sql(self, own: bool = False) -> Sql:
+        """SQL for the tables kept beside the corpus (indexes/sql.py): on the calling thread's
+        connection, or with `own` on a connection of its own (reopened after the server went away)."""
+        if not own:
+            return PgSql(self._read, _unavailable)
+        held: list[psycopg.Connection] = []
+
+        def connection() -> psycopg.Connection:
+            if not held or held[0].closed or held[0].broken:
+                held[:] = [self._connect()]
+            return held[0]
+        return PgSql(connection, _unavailable)
 
     def close(self) -> None:
         with self._lock:

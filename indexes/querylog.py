@@ -1,4 +1,4 @@
-"""The query log's tables in the DuckDB store, and every query over them (the engine's QueryLog only
+"""The query log's tables in the store (DuckDB or PostgreSQL, through indexes/sql.py), and every query over them (the engine's QueryLog only
 queues entries and hands batches here; eval replays and the reranker's feedback pairs read here).
 
   log_queries(query_id, ts, endpoint, workspace, query, params, models, timings, total, returned,
@@ -15,9 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
-
-from .store import CorpusStore
+from .store_protocol import Store
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS log_queries (
@@ -51,67 +49,51 @@ ROW_TABLES = {
     "results": ("log_results", ["query_id", "model", "rank", "page_id", "score", "pinned"]),
     "agreement": ("log_agreement", ["query_id", "model_a", "model_b", "k", "jaccard", "rbo_ext", "rbo_p",
                                     "kendall_tau_b", "shared"]),
-    "access": ("log_access", ["query_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]),
+    "access": ("log_access", ["request_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]),
 }
 QUERY_COLUMNS = ["query_id", "ts", "endpoint", "workspace", "query", "params", "models", "timings", "total",
                  "returned", "pinned", "error_type", "error_title", "scopes"]
 
 
 class LogTables:
-    def __init__(self, store: CorpusStore):
-        self.store = store
-        self._cur = store.new_cursor()   # the writer thread's own cursor
-        for stmt in DDL:
-            self._cur.execute(stmt)
+    def __init__(self, store: Store):
+        self.sql = store.sql()                 # reads, and the rare writes of a request (feedback)
+        self._writer = store.sql(own=True)     # the log writer thread's own connection
+        if self.sql.dialect == "duckdb":       # PostgreSQL: a migration made them (indexes/pg_schema.py)
+            for stmt in DDL:
+                self._writer.run(stmt)
 
     def write(self, queries: dict[str, list], rows: dict[str, list[tuple]]) -> None:
         """One batch in one transaction: `queries` column -> values (QUERY_COLUMNS), `rows` kind -> tuples
         in the column order of ROW_TABLES[kind]."""
-        cur = self._cur
-        cur.begin()
-        try:
+        with self._writer.transaction() as tx:
             if queries.get("query_id"):
-                cur.register("_q", pa.table(queries))
-                cur.execute(f"INSERT INTO log_queries SELECT {', '.join(QUERY_COLUMNS)} FROM _q ON CONFLICT DO NOTHING")
-                cur.unregister("_q")
+                tx.insert("log_queries", QUERY_COLUMNS, list(zip(*(queries[c] for c in QUERY_COLUMNS))),
+                          skip_existing=True)
             for kind, (table, cols) in ROW_TABLES.items():
                 if rows.get(kind):
-                    cur.register("_r", pa.table({c: [r[i] for r in rows[kind]] for i, c in enumerate(cols)}))
-                    cur.execute(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM _r")
-                    cur.unregister("_r")
-            cur.commit()
-        except BaseException:
-            cur.rollback()
-            raise
+                    tx.insert(table, cols, rows[kind])
 
     def exists(self, query_id: str) -> bool:
-        return self.store.cursor().execute(
-            "SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]).fetchone() is not None
+        return self.sql.row("SELECT 1 FROM log_queries WHERE query_id = ?", [query_id]) is not None
 
     def origin_of(self, query_id: str) -> tuple[bool, str | None, list[str] | None]:
         """(whether the query is logged, its workspace, the document scopes it ran within or None)."""
-        row = self.store.cursor().execute("SELECT workspace, scopes FROM log_queries WHERE query_id = ?",
-                                          [query_id]).fetchone()
+        row = self.sql.row("SELECT workspace, scopes FROM log_queries WHERE query_id = ?", [query_id])
         return (row is not None, row[0] if row else None, list(row[1]) if row and row[1] is not None else None)
 
     def add_feedback(self, query_id: str, page_id: str, kind: str, ts: datetime) -> None:
-        self.store.cursor().execute("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, ts])
+        self.sql.run("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, ts])
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete log rows of executions older than `before` (feedback on them too)."""
-        cur = self.store.cursor()
-        cur.begin()
-        try:
-            ids = "SELECT query_id FROM log_queries WHERE ts < ?"
-            out = {}
+        ids = "SELECT query_id FROM log_queries WHERE ts < ?"
+        out = {}
+        with self.sql.transaction() as tx:
             for table in ("log_candidates", "log_fused", "log_results", "log_agreement", "feedback"):
-                out[table] = cur.execute(f"DELETE FROM {table} WHERE query_id IN ({ids})", [before]).fetchone()[0]
-            out["log_access"] = cur.execute("DELETE FROM log_access WHERE ts < ?", [before]).fetchone()[0]
-            out["log_queries"] = cur.execute("DELETE FROM log_queries WHERE ts < ?", [before]).fetchone()[0]
-            cur.commit()
-        except BaseException:
-            cur.rollback()
-            raise
+                out[table] = tx.run(f"DELETE FROM {table} WHERE query_id IN ({ids})", [before])
+            out["log_access"] = tx.run("DELETE FROM log_access WHERE ts < ?", [before])
+            out["log_queries"] = tx.run("DELETE FROM log_queries WHERE ts < ?", [before])
         return out
 
     def access(self, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
@@ -123,25 +105,25 @@ class LogTables:
                 where.append(cond)
                 params.append(value)
         cols = ["request_id", "ts", "key_id", "method", "route", "workspace", "status", "duration_ms"]
-        rows = self.store.cursor().execute(
+        rows = self.sql.rows(
             f"SELECT {', '.join(cols)} FROM log_access WHERE {' AND '.join(where)} ORDER BY ts DESC, request_id "
-            "LIMIT ?", params + [limit]).fetchall()
+            "LIMIT ?", params + [limit])
         return [dict(zip(cols, r)) | {"ts": r[1].isoformat()} for r in rows]
 
     def searches_since(self, since: datetime, limit: int) -> list[tuple[str, str, str]]:
         """(query_id, params JSON, model) of the answered searches logged since `since`, oldest first."""
-        return self.store.cursor().execute(
+        return self.sql.rows(
             """SELECT query_id, params, models[1] FROM log_queries
                WHERE endpoint = 'search' AND error_type IS NULL AND ts >= ? ORDER BY ts LIMIT ?""",
-            [since, limit]).fetchall()
+            [since, limit])
 
     def results_since(self, since: datetime) -> dict[str, list[str]]:
         """query_id -> the pages that search returned, in rank order."""
         out: dict[str, list[str]] = {}
-        for qid, _rank, pid in self.store.cursor().execute(
+        for qid, _rank, pid in self.sql.rows(
                 """SELECT query_id, rank, page_id FROM log_results WHERE query_id IN
                    (SELECT query_id FROM log_queries WHERE endpoint = 'search' AND ts >= ?)
-                   ORDER BY query_id, rank""", [since]).fetchall():
+                   ORDER BY query_id, rank""", [since]):
             out.setdefault(qid, []).append(pid)
         return out
 
@@ -153,14 +135,13 @@ class LogTables:
         if not query_ids:
             return out
         ids = list(dict.fromkeys(query_ids))
-        cur = self.store.cursor()
         within = "query_id IN (SELECT unnest(?::VARCHAR[]))"
-        for qid, params in cur.execute(f"SELECT query_id, params FROM log_queries WHERE {within}", [ids]).fetchall():
+        for qid, params in self.sql.rows(f"SELECT query_id, params FROM log_queries WHERE {within}", [ids]):
             out[qid] = {"params": params, "dense": [], "sparse": [], "fused": [], "reranked": [], "results": []}
         for sql in (f"SELECT query_id, arm, page_id FROM log_candidates WHERE {within} ORDER BY query_id, arm, rank",
                     f"SELECT query_id, stage, page_id FROM log_fused WHERE {within} ORDER BY query_id, stage, rank",
                     f"SELECT query_id, 'results', page_id FROM log_results WHERE {within} ORDER BY query_id, rank"):
-            for qid, stage, page in cur.execute(sql, [ids]).fetchall():
+            for qid, stage, page in self.sql.rows(sql, [ids]):
                 if qid in out and stage in out[qid]:
                     out[qid][stage].append(page)
         return out
@@ -169,11 +150,11 @@ class LogTables:
         """query_id -> (query text, the pages its feedback marks relevant: found / click) of the
         answered searches logged since `since`."""
         out: dict[str, tuple[str, list[str]]] = {}
-        for qid, text, page in self.store.cursor().execute(
+        for qid, text, page in self.sql.rows(
                 """SELECT q.query_id, q.query, f.page_id FROM log_queries q JOIN feedback f USING (query_id)
                    WHERE q.endpoint = 'search' AND q.error_type IS NULL AND q.ts >= ?
                      AND f.kind IN ('found', 'click')
-                   ORDER BY q.ts, q.query_id, f.page_id""", [since]).fetchall():
+                   ORDER BY q.ts, q.query_id, f.page_id""", [since]):
             pages = out.setdefault(qid, (text, []))[1]
             if page not in pages:
                 pages.append(page)
@@ -181,26 +162,27 @@ class LogTables:
 
     def agreement_since(self, since: datetime) -> list[tuple]:
         """(model_a, model_b, k, jaccard, rbo_ext, kendall_tau_b) of every compare logged since `since`."""
-        return self.store.cursor().execute(
+        return self.sql.rows(
             """SELECT a.model_a, a.model_b, a.k, a.jaccard, a.rbo_ext, a.kendall_tau_b
                FROM log_agreement a JOIN log_queries q USING (query_id) WHERE q.ts >= ?
-               ORDER BY a.model_a, a.model_b, q.ts""", [since]).fetchall()
+               ORDER BY a.model_a, a.model_b, q.ts""", [since])
 
     def feedback(self) -> list[tuple[str, str, str]]:
-        return self.store.cursor().execute("SELECT query_id, page_id, kind FROM feedback").fetchall()
+        return self.sql.rows("SELECT query_id, page_id, kind FROM feedback")
 
     def choices(self, workspace: str) -> list[tuple]:
         """The pages chosen for a workspace's logged searches — (query_id, query text, the scopes it ran
         within or None, page_id, kind, ts) of each (query, page) whose latest judgment is `found` or
         `click` — what the shortcuts learn from (engine/refind/shortcuts.py)."""
-        return self.store.cursor().execute(
-            """SELECT query_id, q.query, q.scopes, f.page_id, f.kind, f.ts
-               FROM (SELECT query_id, page_id, arg_max(kind, ts) AS kind, max(ts) AS ts
+        latest = "arg_max(kind, ts)" if self.sql.dialect == "duckdb" else "(array_agg(kind ORDER BY ts DESC))[1]"
+        return self.sql.rows(
+            f"""SELECT query_id, q.query, q.scopes, f.page_id, f.kind, f.ts
+               FROM (SELECT query_id, page_id, {latest} AS kind, max(ts) AS ts
                      FROM feedback GROUP BY query_id, page_id) f
                JOIN log_queries q USING (query_id)
                WHERE q.workspace = ? AND q.query IS NOT NULL AND q.endpoint = 'search' AND q.error_type IS NULL
                  AND f.kind IN ('found', 'click')
-               ORDER BY f.ts, query_id, f.page_id""", [workspace]).fetchall()
+               ORDER BY f.ts, query_id, f.page_id""", [workspace])
 
     def delete_feedback(self, workspace: str, query_id: str | None = None, page_id: str | None = None,
                         scopes: list[str] | None = None) -> int:
@@ -212,24 +194,23 @@ class LogTables:
             where.append("q.query_id = ?")
             params.append(query_id)
         if scopes is not None:
-            where.append("q.scopes IS NOT NULL AND list_has_all(?::VARCHAR[], q.scopes)")
+            where.append("q.scopes IS NOT NULL AND " + ("list_has_all(?::VARCHAR[], q.scopes)" if self.sql.dialect == "duckdb"
+                                                        else "q.scopes <@ ?::text[]"))
             params.append(list(scopes))
         sql = f"SELECT q.query_id FROM log_queries q WHERE {' AND '.join(where)}"
         if page_id is not None:
-            return self.store.cursor().execute(
-                f"DELETE FROM feedback WHERE page_id = ? AND query_id IN ({sql})", [page_id, *params]).fetchone()[0]
-        return self.store.cursor().execute(f"DELETE FROM feedback WHERE query_id IN ({sql})", params).fetchone()[0]
+            return self.sql.run(f"DELETE FROM feedback WHERE page_id = ? AND query_id IN ({sql})", [page_id, *params])
+        return self.sql.run(f"DELETE FROM feedback WHERE query_id IN ({sql})", params)
 
     def forget_pages(self, page_ids: list[str]) -> int:
         """Delete every judgment on these pages (they were deleted)."""
         if not page_ids:
             return 0
-        return self.store.cursor().execute("DELETE FROM feedback WHERE page_id IN (SELECT unnest(?::VARCHAR[]))",
-                                           [list(page_ids)]).fetchone()[0]
+        return self.sql.run("DELETE FROM feedback WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [list(page_ids)])
 
     def feedback_with_queries(self, workspace: str) -> list[tuple[str, str, str, str]]:
         """(query_id, query text, page_id, kind) of the feedback on a workspace's logged queries."""
-        return self.store.cursor().execute(
+        return self.sql.rows(
             """SELECT f.query_id, q.query, f.page_id, f.kind FROM feedback f JOIN log_queries q USING (query_id)
                WHERE q.workspace = ? AND q.query IS NOT NULL ORDER BY f.query_id, f.page_id""",
-            [workspace]).fetchall()
+            [workspace])

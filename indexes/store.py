@@ -29,6 +29,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from .sql import DuckSql, Sql
 from .store_rows import (MAX_ALIAS_CHARS, MAX_ALIASES, ChunkRow, EntityRow, ExistingPage, HotRead, IndexDoc,  # noqa: F401
                          PageRow, PageWrite, StoreBusy, StoreError, Touch, arrow_to_matrix, entity_table,
                          merge_vectors, pylist)
@@ -112,6 +113,12 @@ class CorpusStore:
         with self._write_lock:
             self._cursors.append(cur)
         return cur
+
+    def sql(self, own: bool = False) -> Sql:
+        """SQL for the tables kept beside the corpus (indexes/sql.py): on the calling thread's cursor,
+        its transactions the store's own (under the write lock); with `own`, on a cursor of its own
+        with transactions of its own (a thread that writes outside the store's lock, like the query log)."""
+        return DuckSql(self.new_cursor()) if own else DuckSql(self.cursor, begin=self.transaction)
 
     def close(self) -> None:
         """Close every cursor and the connection: DuckDB keeps the file (and its lock) while any

@@ -1,0 +1,141 @@
+"""One way to run SQL on the store's database, whichever it is: the tables kept beside the corpus
+(API keys, the query log) write their SQL once, with `?` placeholders, and run on DuckDB or
+PostgreSQL alike; where the two dialects differ, a table asks `sql.dialect`.
+
+  rows / row    a query's rows, or its first row (None when none)
+  run           a statement that changes rows: how many it changed
+  insert        many rows into a table at once (DuckDB: through Arrow; PostgreSQL: COPY)
+  transaction   the same, inside one transaction: all or nothing
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from typing import Any, Iterable, Iterator, Protocol, Sequence
+
+import pyarrow as pa
+
+
+class Sql(Protocol):
+    dialect: str          # "duckdb" or "postgres"
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+
+    def row(self, sql: str, params: Sequence[Any] = ()) -> tuple | None: ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+
+    def insert(self, table: str, columns: list[str], rows: list[tuple], skip_existing: bool = False) -> None: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager["Sql"]: ...
+
+
+class DuckSql:
+    """SQL on a DuckDB cursor. `begin` (a callable that yields a cursor inside a transaction) is the
+    store's own write transaction, or this cursor's when it is a cursor of its own."""
+    dialect = "duckdb"
+
+    def __init__(self, cursor, begin=None):
+        self._cur = cursor
+        self._begin = begin
+
+    def _c(self):
+        return self._cur() if callable(self._cur) else self._cur
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._c().execute(sql, list(params)).fetchall()
+
+    def row(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
+        return self._c().execute(sql, list(params)).fetchone()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        row = self._c().execute(sql, list(params)).fetchone()
+        return int(row[0]) if row else 0
+
+    def insert(self, table: str, columns: list[str], rows: list[tuple], skip_existing: bool = False) -> None:
+        """Rows (tuples in `columns` order) into `table`; with `skip_existing`, a row whose key is
+        there already is left out (ON CONFLICT DO NOTHING)."""
+        if not rows:
+            return
+        cur = self._c()
+        cur.register("_rows", pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)}))
+        try:
+            cur.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM _rows"
+                        + (" ON CONFLICT DO NOTHING" if skip_existing else ""))
+        finally:
+            cur.unregister("_rows")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["DuckSql"]:
+        if self._begin is not None:
+            with self._begin() as con:
+                yield DuckSql(con)
+            return
+        cur = self._c()
+        cur.begin()
+        try:
+            yield DuckSql(cur)
+            cur.commit()
+        except BaseException:
+            cur.rollback()
+            raise
+
+
+@functools.lru_cache(maxsize=512)
+def to_pyformat(sql: str) -> str:
+    """`?` placeholders as psycopg's `%s` (and a literal `%` doubled), outside quoted strings."""
+    parts = re.split(r"('(?:[^']|'')*')", sql)
+    return "".join(p if i % 2 else p.replace("%", "%%").replace("?", "%s") for i, p in enumerate(parts))
+
+
+class PgSql:
+    """SQL on a psycopg connection (autocommit outside `transaction`). `connection` is a callable
+    that gives the connection to use (a thread's own, opened again after the server went away)."""
+    dialect = "postgres"
+
+    def __init__(self, connection, on_error=None):
+        self._con = connection
+        self._on_error = on_error          # turns a lost connection into the store's typed error
+
+    def _exec(self, sql: str, params: Iterable[Any]):
+        con = self._con() if callable(self._con) else self._con
+        try:
+            return con.execute(to_pyformat(sql), list(params))
+        except Exception as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+            raise
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._exec(sql, params).fetchall()
+
+    def row(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
+        return self._exec(sql, params).fetchone()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._exec(sql, params).rowcount
+
+    def insert(self, table: str, columns: list[str], rows: list[tuple], skip_existing: bool = False) -> None:
+        if not rows:
+            return
+        con = self._con() if callable(self._con) else self._con
+        try:
+            with con.cursor() as cur:
+                if skip_existing:   # COPY cannot skip a row: one INSERT per row, pipelined by psycopg
+                    cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                                    f"({', '.join(['%s'] * len(columns))}) ON CONFLICT DO NOTHING", rows)
+                    return
+                with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+        except Exception as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+            raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["PgSql"]:
+        con = self._con() if callable(self._con) else self._con
+        with con.transaction():
+            yield PgSql(con, self._on_error)
