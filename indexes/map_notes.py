@@ -13,7 +13,7 @@ from datetime import datetime
 
 import numpy as np
 
-from .store import CorpusStore
+from .store_protocol import Store
 
 DDL = """CREATE TABLE IF NOT EXISTS evidence_map_notes (
     workspace_id VARCHAR NOT NULL, version BIGINT NOT NULL, group_key VARCHAR NOT NULL,
@@ -37,40 +37,46 @@ class MapNote:
     written_at: datetime
 
 
+COLUMNS = ["workspace_id", "version", "group_key", "page_id", "url", "title", "sub_query", "query_vector",
+           "confidence", "session_id", "query_id", "written_at"]
+
+
 class MapNotes:
-    def __init__(self, store: CorpusStore):
-        self.store = store
+    def __init__(self, store: Store):
+        self.sql = store.sql()
         self._lock = threading.Lock()
-        with store.transaction() as con:
-            con.execute(DDL)
+        if self.sql.dialect == "duckdb":     # PostgreSQL: a migration made it (indexes/pg_schema.py)
+            with self.sql.transaction() as tx:
+                tx.run(DDL)
 
     def write(self, workspace: str, rows: list[dict], when: datetime) -> int:
         """Write one version of notes (each row: group_key, page_id, url, title, sub_query, vector,
         confidence, session_id, query_id); returns the version (0: nothing written)."""
         if not rows:
             return 0
-        with self._lock, self.store.transaction() as con:
-            version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM evidence_map_notes "
-                                  "WHERE workspace_id = ?", [workspace]).fetchone()[0]
-            con.executemany(
-                "INSERT INTO evidence_map_notes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [[workspace, version, r["group_key"], r["page_id"], r.get("url"), r.get("title"), r["sub_query"],
-                  [float(x) for x in r["vector"]], r.get("confidence"), r.get("session_id"), r.get("query_id"),
-                  when] for r in rows])
+        with self._lock, self.sql.transaction() as tx:
+            if tx.dialect == "postgres":     # writers of other processes number the same workspace's versions
+                tx.row("SELECT pg_advisory_xact_lock(hashtext('evidence_map_notes:' || ?))", [workspace])
+            version = tx.row("SELECT coalesce(max(version), 0) + 1 FROM evidence_map_notes "
+                             "WHERE workspace_id = ?", [workspace])[0]
+            tx.insert("evidence_map_notes", COLUMNS, [
+                (workspace, version, r["group_key"], r["page_id"], r.get("url"), r.get("title"), r["sub_query"],
+                 [float(x) for x in r["vector"]], r.get("confidence"), r.get("session_id"), r.get("query_id"), when)
+                for r in rows])
         return int(version)
 
     def version(self, workspace: str) -> int:
         """The workspace's latest version of notes (0: none)."""
-        return int(self.store.cursor().execute(
-            "SELECT coalesce(max(version), 0) FROM evidence_map_notes WHERE workspace_id = ?",
-            [workspace]).fetchone()[0])
+        return int(self.sql.row("SELECT coalesce(max(version), 0) FROM evidence_map_notes WHERE workspace_id = ?",
+                                [workspace])[0])
 
     def read(self, workspace: str) -> list[MapNote]:
         """The workspace's notes on pages it still holds, by version, group, page."""
-        rows = self.store.cursor().execute(
+        rows = self.sql.rows(
             """SELECT n.version, n.group_key, n.page_id, n.url, n.title, n.sub_query, n.query_vector, n.confidence,
                       n.session_id, n.query_id, n.written_at
-               FROM evidence_map_notes n SEMI JOIN pages p ON p.page_id = n.page_id AND p.workspace_id = n.workspace_id
-               WHERE n.workspace_id = ? ORDER BY n.version, n.group_key, n.page_id, n.sub_query""",
-            [workspace]).fetchall()
+               FROM evidence_map_notes n
+               WHERE n.workspace_id = ? AND EXISTS (SELECT 1 FROM pages p WHERE p.page_id = n.page_id
+                                                    AND p.workspace_id = n.workspace_id)
+               ORDER BY n.version, n.group_key, n.page_id, n.sub_query""", [workspace])
         return [MapNote(r[0], r[1], r[2], r[3], r[4], r[5], np.asarray(r[6], dtype=np.float32), *r[7:]) for r in rows]

@@ -86,6 +86,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             query_id {T} NOT NULL, page_id {T} NOT NULL, kind {T} NOT NULL, ts timestamp NOT NULL)""",
         "CREATE INDEX feedback_query ON feedback (query_id)",
     ]),
+    (4, "evidence map notes (indexes/map_notes.py)", [
+        f"""CREATE TABLE evidence_map_notes (
+            workspace_id {T} NOT NULL, version bigint NOT NULL, group_key {T} NOT NULL, page_id {T} NOT NULL,
+            url {T}, title {T}, sub_query {T} NOT NULL, query_vector real[] NOT NULL, confidence {T},
+            session_id {T}, query_id {T}, written_at timestamp NOT NULL)""",
+        "CREATE INDEX evidence_map_notes_workspace ON evidence_map_notes (workspace_id, version)",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

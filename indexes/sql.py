@@ -46,12 +46,14 @@ class DuckSql:
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._c().execute(sql, list(params)).fetchall()
 
+    # fetched to the end: DuckDB refuses other work on a cursor with a result left unread
     def row(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
-        return self._c().execute(sql, list(params)).fetchone()
+        rows = self._c().execute(sql, list(params)).fetchall()
+        return rows[0] if rows else None
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        row = self._c().execute(sql, list(params)).fetchone()
-        return int(row[0]) if row else 0
+        rows = self._c().execute(sql, list(params)).fetchall()
+        return int(rows[0][0]) if rows and rows[0] and isinstance(rows[0][0], int) else 0
 
     def insert(self, table: str, columns: list[str], rows: list[tuple], skip_existing: bool = False) -> None:
         """Rows (tuples in `columns` order) into `table`; with `skip_existing`, a row whose key is

@@ -9,11 +9,14 @@ from datetime import datetime, timedelta
 
 import pytest
 
+import numpy as np
+
 from indexes.keys import SHARED_TTL_S, KeyStore
+from indexes.map_notes import MapNotes
 from indexes.pg_store import PgCorpusStore
 from indexes.querylog import QUERY_COLUMNS, LogTables
 from indexes.sql import to_pyformat
-from indexes.store import CorpusStore
+from indexes.store import ChunkRow, CorpusStore, PageRow, PageWrite
 
 T0 = datetime(2026, 5, 1, 9, 0, 0, 250000)
 
@@ -134,3 +137,36 @@ def test_a_key_revoked_through_one_process_is_refused_by_every_other_at_once(pos
 ])
 def test_placeholders_become_psycopg_s_outside_quoted_strings(sql, want):
     assert to_pyformat(sql) == want
+
+
+def _notes_history(store) -> tuple:
+    store.ensure_workspace("default")
+    store.apply([PageWrite(PageRow(f"p{n}", "default", f"https://ex.org/{n}", f"ex.org/{n}", "ex.org", f"T{n}",
+                                   "body", f"h{n}", T0, T0), [ChunkRow(n, f"p{n}", 0, "text", 0, 4, None, 1)])
+                 for n in range(3)], [])
+    notes = MapNotes(store)
+    row = {"group_key": "g1", "page_id": "p0", "url": "https://ex.org/0", "title": "T0", "sub_query": "what is α",
+           "vector": np.array([0.25, -1.5, 3.0], dtype=np.float32), "confidence": "high", "session_id": "s",
+           "query_id": "q1"}
+    v1 = notes.write("default", [row, {**row, "page_id": "p1", "group_key": "g2"}], T0)
+    v2 = notes.write("default", [{**row, "page_id": "p2", "sub_query": "then β"}], T0 + timedelta(minutes=1))
+    before = notes.read("default")
+    store.apply([], [], deletes=["p1"])              # a deleted page's note drops out of what is read
+    return v1, v2, notes.version("default"), notes.write("default", [], T0), before, notes.read("default")
+
+
+def test_evidence_map_notes_read_back_the_same_from_duckdb_and_postgresql(tmp_path, postgres_url):
+    duck, pg = CorpusStore(tmp_path / "store.duckdb"), PgCorpusStore(postgres_url, scratch_dir=tmp_path)
+    try:
+        a, b = _notes_history(duck), _notes_history(pg)
+        assert a[:4] == b[:4] == (1, 2, 2, 0)
+        for before_or_after in (4, 5):
+            assert [(n.version, n.group_key, n.page_id, n.sub_query, n.vector.tolist(), n.written_at)
+                    for n in a[before_or_after]] == \
+                   [(n.version, n.group_key, n.page_id, n.sub_query, n.vector.tolist(), n.written_at)
+                    for n in b[before_or_after]]
+        assert [n.page_id for n in a[4]] == ["p0", "p1", "p2"] and [n.page_id for n in a[5]] == ["p0", "p2"]
+        assert a[5][0].vector.tolist() == [0.25, -1.5, 3.0]
+    finally:
+        duck.close()
+        pg.close()
