@@ -118,6 +118,7 @@ bench: install models-mpnet
 	$(BIN)/python bench/catch_up.py
 	$(BIN)/python bench/switch.py
 	$(BIN)/python bench/backends.py
+	$(BIN)/python bench/store.py
 	$(BIN)/python bench/hardening.py
 	$(BIN)/python bench/hardening.py --lock
 	$(BIN)/python bench/hardening.py --chunks

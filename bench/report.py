@@ -27,6 +27,7 @@ SECTIONS = [
     ("catch_up", "The quality profile's catch-up: searching while it embeds", "bench/catch_up.py"),
     ("switch", "A live switch of the embedder at 10k chunks", "bench/switch.py"),
     ("backends", "Index backends (embedded vs Milvus) and Ray embedding", "bench/backends.py"),
+    ("store", "The corpus store on DuckDB and on PostgreSQL, and writers of one PostgreSQL store", "bench/store.py"),
 ]
 
 

@@ -272,15 +272,29 @@ def tiny_pairs():
 
 
 @pytest.fixture(scope="session")
-def tiny_training(tmp_path_factory, pool):
-    """The bundled MiniLM encoder trained as a cross-encoder by models.reranker_train for a few steps."""
+def tiny_training(tmp_path_factory, pool, worker_id):
+    """The bundled MiniLM encoder trained as a cross-encoder by models.reranker_train for a few steps —
+    once per run: under pytest-xdist the first worker that needs it trains it into the run's shared
+    temp folder (under a file lock) and the others load what it wrote (a minute of CPU each saved)."""
+    import fcntl
+    import pickle
+
     from models.reranker_train import TrainConfig, train_cross_encoder
 
-    out = tmp_path_factory.mktemp("reranker") / "tiny-ce"
     cfg = TrainConfig(steps=40, batch_size=12, lr=5e-5, max_length=64, seed=0, device="cpu", val_share=0.25,
                       eval_every=20, progress=False)
-    result = train_cross_encoder(pool.get("all-minilm-l6-v2").path, tiny_pairs(), out, cfg)
-    return out, cfg, result
+    if worker_id == "master":
+        out = tmp_path_factory.mktemp("reranker") / "tiny-ce"
+        return out, cfg, train_cross_encoder(pool.get("all-minilm-l6-v2").path, tiny_pairs(), out, cfg)
+    shared = tmp_path_factory.getbasetemp().parent / "tiny-reranker"
+    shared.mkdir(exist_ok=True)
+    out, done = shared / "tiny-ce", shared / "result.pickle"
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            result = train_cross_encoder(pool.get("all-minilm-l6-v2").path, tiny_pairs(), out, cfg)
+            done.write_bytes(pickle.dumps(result))
+    return out, cfg, pickle.loads(done.read_bytes())
 
 
 @pytest.fixture(scope="session")
