@@ -25,7 +25,8 @@ import pyarrow as pa
 from . import pg_schema
 from .sql import PgSql, Sql
 from .store_rows import (MAX_ALIASES, EntityRow, ExistingPage, HotRead, IndexDoc, PageWrite, StoreError, Touch,
-                         duckdb_hash64, merge_vectors)
+                         batch_entities, cut_bodies, duckdb_hash64, entity_answer, facets_answer, merge_vectors,
+                         page_filter, quarantined_answer, relinked_pages)
 
 SCHEMA_VERSION = "2"    # the corpus's identifiers (indexes/store.py's SCHEMA_VERSION)
 
@@ -293,29 +294,8 @@ class PgCorpusStore:
 
     def filtered_pages(self, workspace: str, domains=(), after=None, before=None, cluster_ids=(),
                        entity_ids=(), scopes=None, page_ids=None) -> list[str]:
-        where, params = ["p.workspace_id = %s"], [workspace]
-        if page_ids is not None:
-            where.append("p.page_id = ANY(%s::text[])")
-            params.append(list(page_ids))
-        if domains:
-            where.append("p.domain = ANY(%s::text[])")
-            params.append(list(domains))
-        if after is not None:
-            where.append("p.last_seen >= %s")
-            params.append(after)
-        if before is not None:
-            where.append("p.last_seen < %s")
-            params.append(before)
-        if cluster_ids:
-            where.append("p.cluster_id = ANY(%s::bigint[])")
-            params.append([int(c) for c in cluster_ids])
-        if entity_ids:
-            where.append("p.page_id IN (SELECT page_id FROM page_entities WHERE entity_id = ANY(%s::text[]))")
-            params.append(list(entity_ids))
-        if scopes is not None:
-            where.append("p.scope = ANY(%s::text[])")
-            params.append(list(scopes))
-        return [r[0] for r in self._q(f"SELECT p.page_id FROM pages p WHERE {' AND '.join(where)} ORDER BY 1", params)]
+        where, params = page_filter(workspace, domains, after, before, cluster_ids, entity_ids, scopes, page_ids, "%s")
+        return [r[0] for r in self._q(f"SELECT p.page_id FROM pages p WHERE {where} ORDER BY 1", params)]
 
     def facets(self, workspace: str, scopes=None, limit: int = 50) -> dict:
         where, params = "p.workspace_id = %s", [workspace]
@@ -336,11 +316,7 @@ class PgCorpusStore:
                 FROM pages p JOIN page_entities pe ON pe.page_id = p.page_id
                 JOIN entities e ON e.entity_id = pe.entity_id
                 WHERE {where} GROUP BY 1, 2 ORDER BY n DESC, 2, 1 LIMIT %s""", [*params, limit])
-        return {"pages": int(n), "last_seen": {"min": lo, "max": hi},
-                "domains": [{"domain": d, "pages": int(c)} for d, c in domains],
-                "clusters": [{"cluster_id": int(cid), "pages": int(c), "titles": list(t or [])}
-                             for cid, c, t in clusters],
-                "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
+        return facets_answer(n, lo, hi, domains, clusters, entities)
 
     def entity_document_keys(self, workspace: str, refs: list[str], scopes: list[str] | None) -> dict[str, str]:
         if not refs:
@@ -367,13 +343,7 @@ class PgCorpusStore:
                 WHERE e.workspace_id = %s AND (e.entity_id = %s OR {_lower('e.canonical')} = lower(%s)
                       OR {_alias_hit('e.aliases')})
                 ORDER BY p.page_id""", [workspace, scopes, scopes, workspace, ref, ref, ref])
-        out, left = [], max_chars
-        for page_id, url, title, body in rows:
-            if left <= 0:
-                break
-            out.append((page_id, url, title, (body or "")[:left]))
-            left -= len(body or "")
-        return out
+        return cut_bodies(rows, max_chars)
 
     def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0,
                  spill: Callable[[Any], None] | None = None) -> HotRead:
@@ -546,10 +516,7 @@ class PgCorpusStore:
                        WHERE pe.entity_id = e.entity_id AND p.workspace_id = e.workspace_id
                          AND p.scope IS NOT DISTINCT FROM e.scope)
                FROM entities e WHERE entity_id = %s""", [entity_id])
-        if row is None:
-            return None
-        return {"entity_id": row[0], "workspace": row[1], "scope": row[4], "canonical": row[2],
-                "aliases": list(row[3] or []), "pages": row[5]}
+        return entity_answer(row)
 
     def identity_rows(self) -> dict[str, list[tuple]]:
         return {"pages": self._q("SELECT page_id, workspace_id, url_norm, scope FROM pages"),
@@ -582,12 +549,7 @@ class PgCorpusStore:
             if links:
                 con.execute("""INSERT INTO page_entities SELECT DISTINCT * FROM unnest(%s::text[], %s::text[])
                                ON CONFLICT DO NOTHING""", [[p for p, _ in links], [e for _, e in links]])
-            after: dict[str, list[str]] = {}
-            for p, e in links:
-                after.setdefault(p, []).append(e)
-            renamed = set(pages.values())
-            relinked = sorted(p for p in set(before) | set(after)
-                              if p not in renamed and p not in pages and sorted(set(after.get(p, []))) != before.get(p))
+            relinked = relinked_pages(before, links, pages)
             if relinked:
                 con.execute("INSERT INTO changes SELECT %s, unnest(%s::text[]), 'entity'", [gen, relinked])
             con.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", [version])
@@ -657,7 +619,7 @@ class PgCorpusStore:
         cols = ["page_id", "workspace_id", "url", "reason", "quarantined_at"]
         rows = self._q(f"SELECT {', '.join(cols)} FROM quarantine ORDER BY quarantined_at DESC, page_id LIMIT %s",
                        [limit])
-        return {"pages": n, "recent": [dict(zip(cols, r)) | {"quarantined_at": r[4].isoformat()} for r in rows]}
+        return quarantined_answer(n, cols, rows)
 
     @staticmethod
     def _delete_page(con: psycopg.Connection, page_id: str) -> None:
@@ -705,13 +667,7 @@ class PgCorpusStore:
                                     c.section_path, c.n_tokens))
         self._insert_vectors(con, merge_vectors(writes))
         con.execute("DELETE FROM page_entities WHERE page_id = ANY(%s::text[])", [ids])
-        entities: dict[str, EntityRow] = {}
-        links: set[tuple[str, str]] = set()
-        for w in writes:
-            for e in w.entities:
-                row = entities.setdefault(e.entity_id, EntityRow(e.entity_id, e.workspace_id, e.canonical, [], e.scope))
-                row.aliases = sorted(set(row.aliases) | set(e.aliases))
-                links.add((w.page.page_id, e.entity_id))
+        entities, pairs = batch_entities(writes)
         if entities:
             with con.cursor() as cur:
                 cur.executemany(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
@@ -719,8 +675,7 @@ class PgCorpusStore:
                                     SET aliases = {self._MERGED_ALIASES} {self._SAME_NAMESPACE}""",
                                 [(e.entity_id, e.workspace_id, e.canonical, e.aliases, e.scope)
                                  for e in entities.values()])
-        if links:
-            pairs = sorted(links)
+        if pairs:
             con.execute("INSERT INTO page_entities SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
                         [[p for p, _ in pairs], [e for _, e in pairs]])
 

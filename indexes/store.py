@@ -32,7 +32,8 @@ import pyarrow as pa
 from .sql import DuckSql, Sql
 from .store_rows import (MAX_ALIAS_CHARS, MAX_ALIASES, ChunkRow, EntityRow, ExistingPage, HotRead, IndexDoc,  # noqa: F401
                          PageRow, PageWrite, StoreBusy, StoreError, Touch, arrow_to_matrix, entity_table,
-                         merge_vectors, pylist)
+                         batch_entities, cut_bodies, entity_answer, facets_answer, merge_vectors, page_filter, pylist,
+                         quarantined_answer, relinked_pages)
 
 SCHEMA_VERSION = "2"   # 2: entities have a scope, scoped pages and entities their own ids (engine/core/identity.py)
 
@@ -359,30 +360,8 @@ class CorpusStore:
     def filtered_pages(self, workspace: str, domains=(), after=None, before=None, cluster_ids=(),
                        entity_ids=(), scopes=None, page_ids=None) -> list[str]:
         """Page ids of a workspace that pass every given restriction (`page_ids`: among these; [] none)."""
-        where, params = ["p.workspace_id = ?"], [workspace]
-        if page_ids is not None:
-            where.append("p.page_id IN (SELECT unnest(?::VARCHAR[]))")
-            params.append(list(page_ids))
-        if domains:
-            where.append("p.domain IN (SELECT unnest(?::VARCHAR[]))")
-            params.append(list(domains))
-        if after is not None:
-            where.append("p.last_seen >= ?")
-            params.append(after)
-        if before is not None:
-            where.append("p.last_seen < ?")
-            params.append(before)
-        if cluster_ids:
-            where.append("p.cluster_id IN (SELECT unnest(?::BIGINT[]))")
-            params.append([int(c) for c in cluster_ids])
-        if entity_ids:
-            where.append("p.page_id IN (SELECT page_id FROM page_entities WHERE entity_id IN (SELECT unnest(?::VARCHAR[])))")
-            params.append(list(entity_ids))
-        if scopes is not None:
-            where.append("p.scope IN (SELECT unnest(?::VARCHAR[]))")
-            params.append(list(scopes))
-        rows = self.cursor().execute(f"SELECT p.page_id FROM pages p WHERE {' AND '.join(where)} ORDER BY 1",
-                                     params).fetchall()
+        where, params = page_filter(workspace, domains, after, before, cluster_ids, entity_ids, scopes, page_ids)
+        rows = self.cursor().execute(f"SELECT p.page_id FROM pages p WHERE {where} ORDER BY 1", params).fetchall()
         return [r[0] for r in rows]
 
     def facets(self, workspace: str, scopes=None, limit: int = 50) -> dict:
@@ -409,11 +388,7 @@ class CorpusStore:
                 FROM pages p JOIN page_entities pe ON pe.page_id = p.page_id
                 JOIN entities e ON e.entity_id = pe.entity_id
                 WHERE {where} GROUP BY 1, 2 ORDER BY n DESC, 2, 1 LIMIT ?""", [*params, limit]).fetchall()
-        return {"pages": int(n), "last_seen": {"min": lo, "max": hi},
-                "domains": [{"domain": d, "pages": int(c)} for d, c in domains],
-                "clusters": [{"cluster_id": int(cid), "pages": int(c), "titles": list(t or [])}
-                             for cid, c, t in clusters],
-                "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
+        return facets_answer(n, lo, hi, domains, clusters, entities)
 
     def entity_document_keys(self, workspace: str, refs: list[str], scopes: list[str] | None) -> dict[str, str]:
         """Per entity reference (id, canonical form or alias) with pages, an md5 over its pages' ids and
@@ -446,13 +421,7 @@ class CorpusStore:
                WHERE e.workspace_id = ? AND (e.entity_id = ? OR lower(e.canonical) = lower(?)
                      OR list_contains(list_transform(coalesce(e.aliases, []), lambda a: lower(a)), lower(?)))
                ORDER BY p.page_id""", [workspace, scopes, scopes, workspace, ref, ref, ref]).fetchall()
-        out, left = [], max_chars
-        for page_id, url, title, body in rows:
-            if left <= 0:
-                break
-            out.append((page_id, url, title, (body or "")[:left]))
-            left -= len(body or "")
-        return out
+        return cut_bodies(rows, max_chars)
 
     def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0,
                  spill: Callable[[Any], None] | None = None) -> HotRead:
@@ -672,10 +641,7 @@ class CorpusStore:
                        WHERE pe.entity_id = e.entity_id AND p.workspace_id = e.workspace_id
                          AND p.scope IS NOT DISTINCT FROM e.scope)
                FROM entities e WHERE entity_id = ?""", [entity_id]).fetchone()
-        if row is None:
-            return None
-        return {"entity_id": row[0], "workspace": row[1], "scope": row[4], "canonical": row[2],
-                "aliases": list(row[3] or []), "pages": row[5]}
+        return entity_answer(row)
 
     # Identities (schema 2) ------------------------------------------------------------------------
     def identity_rows(self) -> dict[str, list[tuple]]:
@@ -724,12 +690,7 @@ class CorpusStore:
                                                      "entity_id": pa.array([e for _, e in links], pa.string())}))
                     con.execute("INSERT INTO page_entities SELECT DISTINCT page_id, entity_id FROM _links")
                     con.unregister("_links")
-                after: dict[str, list[str]] = {}
-                for p, e in links:
-                    after.setdefault(p, []).append(e)
-                renamed = {new for new in pages.values()}
-                relinked = sorted(p for p in set(before) | set(after)
-                                  if p not in renamed and p not in pages and sorted(set(after.get(p, []))) != before.get(p))
+                relinked = relinked_pages(before, links, pages)
                 if relinked:
                     con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, relinked])
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
@@ -839,7 +800,7 @@ class CorpusStore:
         cols = ["page_id", "workspace_id", "url", "reason", "quarantined_at"]
         rows = cur.execute(f"SELECT {', '.join(cols)} FROM quarantine ORDER BY quarantined_at DESC, page_id "
                            "LIMIT ?", [limit]).fetchall()
-        return {"pages": n, "recent": [dict(zip(cols, r)) | {"quarantined_at": r[4].isoformat()} for r in rows]}
+        return quarantined_answer(n, cols, rows)
 
     def _delete_page(self, con, page_id: str) -> None:
         con.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE page_id = ?)",
@@ -908,13 +869,7 @@ class CorpusStore:
         con.execute("DELETE FROM page_entities WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
         # Entities and links set-based, one statement each: the first row of an entity in the batch
         # names it (as one insert after another did), every row adds its aliases.
-        entities: dict[str, EntityRow] = {}
-        links: set[tuple[str, str]] = set()
-        for w in writes:
-            for e in w.entities:
-                row = entities.setdefault(e.entity_id, EntityRow(e.entity_id, e.workspace_id, e.canonical, [], e.scope))
-                row.aliases = sorted(set(row.aliases) | set(e.aliases))
-                links.add((w.page.page_id, e.entity_id))
+        entities, pairs = batch_entities(writes)
         if entities:
             rows = list(entities.values())
             con.register("_fresh_entities", entity_table(rows))
@@ -925,8 +880,7 @@ class CorpusStore:
                                                                                         excluded.aliases))), 1, {MAX_ALIASES})
                             {self._SAME_NAMESPACE}""")
             con.unregister("_fresh_entities")
-        if links:
-            pairs = sorted(links)
+        if pairs:
             con.register("_fresh_links", pa.table({"page_id": pa.array([p for p, _ in pairs], pa.string()),
                                                    "entity_id": pa.array([e for _, e in pairs], pa.string())}))
             con.execute("INSERT INTO page_entities SELECT page_id, entity_id FROM _fresh_links")

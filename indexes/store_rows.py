@@ -181,3 +181,81 @@ def duckdb_hash64(ids: np.ndarray) -> np.ndarray:
         x *= m
         x ^= x >> np.uint64(32)
     return x
+
+
+# What both stores compute alike in Python around their SQL ------------------------------------------
+def page_filter(workspace: str, domains=(), after=None, before=None, cluster_ids=(), entity_ids=(), scopes=None,
+                page_ids=None, ph: str = "?") -> tuple[str, list]:
+    """The WHERE clause (over `pages p`) and parameters of filtered_pages; `ph` is the placeholder
+    ("?" for DuckDB, "%s" for psycopg). `x IN (SELECT unnest(…))` is valid in both dialects."""
+    where, params = [f"p.workspace_id = {ph}"], [workspace]
+    for column, values, kind in (("p.page_id", page_ids, "VARCHAR"), ("p.domain", domains or None, "VARCHAR"),
+                                 ("p.cluster_id", [int(c) for c in cluster_ids] if cluster_ids else None, "BIGINT"),
+                                 ("p.scope", scopes, "VARCHAR")):
+        if values is not None:
+            where.append(f"{column} IN (SELECT unnest({ph}::{kind}[]))")
+            params.append(list(values))
+    if after is not None:
+        where.append(f"p.last_seen >= {ph}")
+        params.append(after)
+    if before is not None:
+        where.append(f"p.last_seen < {ph}")
+        params.append(before)
+    if entity_ids:
+        where.append(f"p.page_id IN (SELECT page_id FROM page_entities WHERE entity_id IN (SELECT unnest({ph}::VARCHAR[])))")
+        params.append(list(entity_ids))
+    return " AND ".join(where), params
+
+
+def facets_answer(n, lo, hi, domains, clusters, entities) -> dict:
+    """facets' reply from its four queries' rows."""
+    return {"pages": int(n), "last_seen": {"min": lo, "max": hi},
+            "domains": [{"domain": d, "pages": int(c)} for d, c in domains],
+            "clusters": [{"cluster_id": int(cid), "pages": int(c), "titles": list(t or [])} for cid, c, t in clusters],
+            "entities": [{"entity_id": e, "canonical": name, "pages": int(c)} for e, name, c in entities]}
+
+
+def cut_bodies(rows: list[tuple], max_chars: int) -> list[tuple]:
+    """entity_pages' (page_id, url, title, body) rows, the bodies cut to `max_chars` characters in all."""
+    out, left = [], max_chars
+    for page_id, url, title, body in rows:
+        if left <= 0:
+            break
+        out.append((page_id, url, title, (body or "")[:left]))
+        left -= len(body or "")
+    return out
+
+
+def entity_answer(row: tuple | None) -> dict | None:
+    """entity()'s reply from (entity_id, workspace, canonical, aliases, scope, pages)."""
+    if row is None:
+        return None
+    return {"entity_id": row[0], "workspace": row[1], "scope": row[4], "canonical": row[2],
+            "aliases": list(row[3] or []), "pages": row[5]}
+
+
+def relinked_pages(before: dict[str, list[str]], links: list[tuple[str, str]], pages: dict[str, str]) -> list[str]:
+    """rekey's pages, neither renamed old nor new, whose entity links differ before and after."""
+    after: dict[str, list[str]] = {}
+    for p, e in links:
+        after.setdefault(p, []).append(e)
+    renamed = set(pages.values())
+    return sorted(p for p in set(before) | set(after)
+                  if p not in renamed and p not in pages and sorted(set(after.get(p, []))) != before.get(p))
+
+
+def batch_entities(writes: list[PageWrite]) -> tuple[dict[str, EntityRow], list[tuple[str, str]]]:
+    """A write batch's entities (the first row of an entity names it, every row adds its aliases) and
+    its (page_id, entity_id) links, sorted."""
+    entities: dict[str, EntityRow] = {}
+    links: set[tuple[str, str]] = set()
+    for w in writes:
+        for e in w.entities:
+            row = entities.setdefault(e.entity_id, EntityRow(e.entity_id, e.workspace_id, e.canonical, [], e.scope))
+            row.aliases = sorted(set(row.aliases) | set(e.aliases))
+            links.add((w.page.page_id, e.entity_id))
+    return entities, sorted(links)
+
+
+def quarantined_answer(n: int, cols: list[str], rows: list[tuple]) -> dict:
+    return {"pages": n, "recent": [dict(zip(cols, r)) | {"quarantined_at": r[4].isoformat()} for r in rows]}

@@ -166,6 +166,17 @@ def test_one_history_of_writes_reads_back_the_same_from_duckdb_and_postgresql(tm
         pg.prune_changes(5)
         a, b = _reads(duck), _reads(pg)
         assert a == b and a["pruned"] == 5 and a["hot_delta"][0] is None   # older than the pruned rows: whole
+        # re-keying (a schema upgrade): a page renamed everywhere, the entities and links replaced
+        ents = [EntityRow("e:sqlite", "default", "SQLite", ["sqlite3"]), EntityRow("e:new", "default", "New", [])]
+        links = [("default:p1x", "e:sqlite"), ("default:p3", "e:new"), ("default:p3", "e:new")]
+        assert duck.rekey({"default:p1": "default:p1x"}, ents, links, "3") == \
+            pg.rekey({"default:p1": "default:p1x"}, ents, links, "3") == 8
+        a, b = _reads(duck), _reads(pg)
+        assert a == b and a["schema"] == "3" and a["counts"]["entities"] == 2
+        # changed: the renamed page's two ids, and the pages whose links differ (p2, p6, p9 lost theirs)
+        assert duck.changed_pages_since(7) == ["default:p1", "default:p1x", "default:p2", "default:p3",
+                                               "default:p6", "default:p9"] == pg.changed_pages_since(7)
+        assert duck.page_chunks("default:p1x") == pg.page_chunks("default:p1x") != []
     finally:
         duck.close()
         pg.close()
