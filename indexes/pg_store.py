@@ -12,8 +12,10 @@ REPEATABLE READ snapshot. The schema is versioned (indexes/pg_schema.py).
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -28,7 +30,10 @@ from .store_rows import (MAX_ALIASES, EntityRow, ExistingPage, HotRead, IndexDoc
                          batch_entities, cut_bodies, duckdb_hash64, entity_answer, facets_answer, merge_vectors,
                          page_filter, quarantined_answer, relinked_pages)
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = "2"    # the corpus's identifiers (indexes/store.py's SCHEMA_VERSION)
+CHANNEL = "refindery_generation"   # NOTIFY channel: each committed generation, in commit order
 
 
 def _lower(expr: str) -> str:
@@ -69,6 +74,10 @@ class PgCorpusStore:
         self._writer = self._connect()
         self._write_lock = threading.RLock()
         self.migrated_from = pg_schema.migrate(self._writer, SCHEMA_VERSION)
+        self._seen = threading.Condition()
+        self._seen_generation = 0
+        self._callbacks: list[Callable[[int], None]] = []
+        self._follower: threading.Thread | None = None
 
     @property
     def scratch_dir(self) -> Path:
@@ -93,11 +102,20 @@ class PgCorpusStore:
             con = self._local.con = self._connect()
         return con
 
+    def _exec(self, sql: str, params: Iterable[Any] = ()) -> psycopg.Cursor:
+        """A statement on this thread's reading connection; a lost server is StoreUnavailable (the
+        next statement connects again)."""
+        try:
+            return self._read().execute(sql, list(params))
+        except psycopg.OperationalError as exc:
+            _unavailable(exc)
+            raise
+
     def _q(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        return self._read().execute(sql, list(params)).fetchall()
+        return self._exec(sql, params).fetchall()
 
     def _one(self, sql: str, params: Iterable[Any] = ()) -> tuple | None:
-        return self._read().execute(sql, list(params)).fetchone()
+        return self._exec(sql, params).fetchone()
 
     def sql(self, own: bool = False) -> Sql:
         """SQL for the tables kept beside the corpus (indexes/sql.py): on the calling thread's
@@ -116,10 +134,10 @@ class PgCorpusStore:
         with self._lock:
             if self.closed:
                 return
+            self.closed = True      # the follower sees it within a second and stops
             for con in self._conns:
                 with contextlib.suppress(psycopg.Error):
                     con.close()
-            self.closed = True
 
     @contextlib.contextmanager
     def _write(self, bump: bool = True) -> Iterator[tuple[psycopg.Connection, int]]:
@@ -134,6 +152,8 @@ class PgCorpusStore:
                     if bump:
                         gen = con.execute("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation' "
                                           "RETURNING value::bigint").fetchone()[0]
+                        # delivered to every listener when (and only if) this transaction commits
+                        con.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(gen)])
                     else:
                         gen = con.execute("SELECT value::bigint FROM meta WHERE key = 'generation' FOR UPDATE"
                                           ).fetchone()[0]
@@ -164,9 +184,66 @@ class PgCorpusStore:
         """The committed generation (read each time: other processes write too)."""
         return int(self._one("SELECT value FROM meta WHERE key = 'generation'")[0])
 
+    # The change feed ---------------------------------------------------------------------------------
+    def on_generation(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(generation)` (from the follower thread) whenever the store's committed
+        generation moves, whichever process wrote it; with a missed notice (the server restarted)
+        the next one, or the follower's own re-read on reconnecting, carries the latest."""
+        with self._seen:
+            self._callbacks.append(callback)
+        self._follow()
+
+    def wait_for(self, generation: int, timeout_s: float) -> bool:
+        """Whether the store has committed `generation` (a write's reply token) within `timeout_s`."""
+        self._follow()
+        deadline = time.monotonic() + timeout_s
+        with self._seen:
+            while self._seen_generation < generation:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._seen.wait(min(left, 1.0))
+        return self._seen_generation >= generation or self.generation() >= generation
+
+    def _follow(self) -> None:
+        with self._lock:
+            if self._follower is None and not self.closed:
+                self._follower = threading.Thread(target=self._listen, name="store-follower", daemon=True)
+                self._follower.start()
+
+    def _saw(self, generation: int) -> None:
+        with self._seen:
+            if generation <= self._seen_generation:
+                return
+            self._seen_generation = generation
+            self._seen.notify_all()
+            callbacks = list(self._callbacks)
+        for cb in callbacks:
+            try:
+                cb(generation)
+            except Exception:   # a follower's failure is its own
+                log.exception("store: a follower of generation %d failed", generation)
+
+    def _listen(self) -> None:
+        """LISTEN on the channel, reconnecting after the server went away (then re-reading the
+        generation, for the notices sent while it was gone), until the store is closed."""
+        backoff = 0.1
+        while not self.closed:
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._timeout))) as con:
+                    con.execute(f"LISTEN {CHANNEL}")
+                    self._saw(int(con.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]))
+                    backoff = 0.1
+                    while not self.closed:
+                        for note in con.notifies(timeout=1.0):
+                            self._saw(int(note.payload))
+            except psycopg.Error:
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
     # Workspaces --------------------------------------------------------------------------------
     def ensure_workspace(self, workspace_id: str, name: str | None = None) -> None:
-        self._read().execute("INSERT INTO workspaces VALUES (%s, %s, now()) ON CONFLICT DO NOTHING",
+        self._exec("INSERT INTO workspaces VALUES (%s, %s, now()) ON CONFLICT DO NOTHING",
                              [workspace_id, name or workspace_id])
 
     def workspaces(self) -> list[str]:
@@ -184,7 +261,7 @@ class PgCorpusStore:
         return {r[0]: ExistingPage(r[0], r[1], r[2], r[3], r[4], set(r[5] or [])) for r in rows}
 
     def page(self, page_id: str) -> dict | None:
-        cur = self._read().execute("SELECT * FROM pages WHERE page_id = %s", [page_id])
+        cur = self._exec("SELECT * FROM pages WHERE page_id = %s", [page_id])
         row = cur.fetchone()
         if row is None:
             return None
@@ -199,7 +276,7 @@ class PgCorpusStore:
     def pages_by_id(self, page_ids: list[str]) -> dict[str, dict]:
         if not page_ids:
             return {}
-        cur = self._read().execute(
+        cur = self._exec(
             """SELECT p.page_id, p.workspace_id, p.url, p.domain, p.title, p.first_seen, p.last_seen,
                       p.published, p.visit_count, p.cluster_id, p.scope,
                       coalesce((SELECT array_agg(e.canonical ORDER BY e.canonical) FROM page_entities pe
@@ -225,7 +302,7 @@ class PgCorpusStore:
     def chunks_by_id(self, chunk_ids: list[int]) -> dict[int, dict]:
         if not chunk_ids:
             return {}
-        cur = self._read().execute(
+        cur = self._exec(
             """SELECT chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens
                FROM chunks WHERE chunk_id = ANY(%s::bigint[])""", [[int(c) for c in chunk_ids]])
         cols = [d.name for d in cur.description]
@@ -245,7 +322,7 @@ class PgCorpusStore:
                             [list(page_ids)]))
 
     def page_chunks(self, page_id: str) -> list[dict]:
-        cur = self._read().execute(
+        cur = self._exec(
             """SELECT chunk_id, ordinal, text, char_start, char_end, section_path, n_tokens
                FROM chunks WHERE page_id = %s ORDER BY ordinal""", [page_id])
         cols = [d.name for d in cur.description]
@@ -348,6 +425,13 @@ class PgCorpusStore:
     def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0,
                  spill: Callable[[Any], None] | None = None) -> HotRead:
         """As the DuckDB store's hot_read, in one REPEATABLE READ snapshot."""
+        try:
+            return self._hot_read(since, max_changed, text_budget, spill)
+        except psycopg.OperationalError as exc:
+            _unavailable(exc)
+            raise
+
+    def _hot_read(self, since, max_changed, text_budget, spill) -> HotRead:
         con = self._read()
         with con.transaction():
             con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -478,11 +562,11 @@ class PgCorpusStore:
     def clusters(self, workspace: str, include_tombstoned: bool = False, scopes: list[str] | None = None) -> list[dict]:
         tomb = "" if include_tombstoned else "AND c.tombstoned_at IS NULL"
         if scopes is None:
-            cur = self._read().execute(
+            cur = self._exec(
                 f"""SELECT cluster_id, model, size, created_at, tombstoned_at FROM clusters c WHERE workspace_id = %s
                     {tomb} ORDER BY cluster_id""", [workspace])
         else:
-            cur = self._read().execute(
+            cur = self._exec(
                 f"""SELECT c.cluster_id, c.model, CAST(count(*) AS INTEGER) AS size, c.created_at, c.tombstoned_at
                     FROM clusters c JOIN pages p ON p.cluster_id = c.cluster_id AND p.workspace_id = c.workspace_id
                     WHERE c.workspace_id = %s AND p.scope = ANY(%s::text[]) {tomb}

@@ -20,6 +20,7 @@ catching up) sees either all of a batch or none of it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,8 @@ from .store_rows import (MAX_ALIAS_CHARS, MAX_ALIASES, ChunkRow, EntityRow, Exis
                          PageRow, PageWrite, StoreBusy, StoreError, Touch, arrow_to_matrix, entity_table,
                          batch_entities, cut_bodies, entity_answer, facets_answer, merge_vectors, page_filter, pylist,
                          quarantined_answer, relinked_pages)
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "2"   # 2: entities have a scope, scoped pages and entities their own ids (engine/core/identity.py)
 
@@ -86,6 +89,7 @@ class CorpusStore:
         self._generation: tuple[int, int] | None = None  # (generation, the epoch it was read at)
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []  # closed with the store, so the file is let go
+        self._callbacks: list[Callable[[int], None]] = []
         self.closed = False
         with self._write_lock:
             for stmt in _DDL:
@@ -190,6 +194,23 @@ class CorpusStore:
         if epoch == self._epoch:
             self._generation = (gen, epoch)
         return gen
+
+    # The change feed: in one process every write is committed before its reply, so a generation a
+    # write returned is always there, and followers are called right after each commit.
+    def on_generation(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(generation)` after each commit that moves the generation."""
+        self._callbacks.append(callback)
+
+    def wait_for(self, generation: int, timeout_s: float) -> bool:
+        """Whether the store has committed `generation` (here, at once: one process writes it)."""
+        return self.generation() >= generation
+
+    def _committed(self, generation: int) -> None:
+        for cb in list(self._callbacks):
+            try:
+                cb(generation)
+            except Exception:   # a follower's failure is its own: the write is committed
+                log.exception("store: a follower of generation %d failed", generation)
 
     def _bump(self, con: duckdb.DuckDBPyConnection) -> int:
         gen = int(con.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]) + 1
@@ -581,6 +602,7 @@ class CorpusStore:
                             [gen, workspace])
                 con.commit()
                 self._epoch += 1   # a committed generation: generation() reads it again
+                self._committed(gen)
             except BaseException:
                 con.rollback()
                 raise
@@ -628,6 +650,7 @@ class CorpusStore:
                     con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, link_pages])
                 con.commit()
                 self._epoch += 1   # a committed generation: generation() reads it again
+                self._committed(gen)
             except BaseException:
                 con.rollback()
                 raise
@@ -696,6 +719,7 @@ class CorpusStore:
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
                 con.commit()
                 self._epoch += 1
+                self._committed(gen)
             except BaseException:
                 con.rollback()
                 raise
@@ -768,6 +792,7 @@ class CorpusStore:
                     con.executemany("INSERT INTO changes VALUES (?, ?, ?)", changes)
                 con.commit()
                 self._epoch += 1   # a committed generation: generation() reads it again
+                self._committed(gen)
             except BaseException:
                 con.rollback()
                 raise
@@ -788,6 +813,7 @@ class CorpusStore:
                 con.executemany("INSERT INTO changes VALUES (?, ?, 'delete')", [(gen, pid) for pid in sorted(reasons)])
                 con.commit()
                 self._epoch += 1   # a committed generation: generation() reads it again
+                self._committed(gen)
             except BaseException:
                 con.rollback()
                 raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -279,3 +280,57 @@ def test_a_postgresql_store_migrated_by_a_newer_refindery_is_refused(postgres_ur
 def test_a_postgresql_that_does_not_answer_is_a_typed_error(tmp_path):
     with pytest.raises(StoreUnavailable, match="cannot reach the store's PostgreSQL"):
         PgCorpusStore(f"postgresql://postgres@/postgres?host={tmp_path}", connect_timeout_s=2)
+
+
+def test_followers_see_every_committed_generation_whichever_writer_wrote_it(new_store):
+    """The change feed: a second store over the same data (PostgreSQL: another process's, as a replica
+    has) is told each generation another one commits, in order; wait_for answers a write's token."""
+    a = new_store()
+    b = new_store() if new_store.backend == "postgres" else a
+    a.ensure_workspace("default")
+    seen: list[int] = []
+    done = threading.Event()
+
+    def follow(gen):
+        seen.append(gen)
+        if gen >= 3:
+            done.set()
+    b.on_generation(follow)
+    assert not b.wait_for(1, 0.2)                         # nothing written: not there, after the timeout
+    tokens = [a.apply([_page(n, first_chunk=10 * n)], []) for n in (1, 2, 3)]
+    assert tokens == [1, 2, 3] and b.wait_for(3, 30)
+    assert done.wait(30)
+    assert [g for g in seen if g > 0] == sorted(set(g for g in seen if g > 0)) and seen[-1] == 3
+    if new_store.backend == "duckdb":
+        assert seen == [1, 2, 3]                           # one process: called after each commit
+
+
+def test_a_postgresql_restart_is_a_typed_error_while_it_lasts_and_then_nothing_is_lost(tmp_path):
+    """PostgreSQL stopped under a store: reads and writes fail with StoreUnavailable (nothing half
+    written), and once it is back the same store reads, writes and follows again by itself."""
+    from conftest import postgres_server
+    server, uri = postgres_server(tmp_path / "pg")
+    store = PgCorpusStore(uri, scratch_dir=tmp_path)
+    try:
+        store.ensure_workspace("default")
+        seen: list[int] = []
+        store.on_generation(seen.append)
+        acked = [store.apply([_page(1, first_chunk=10)], [])]
+        assert store.wait_for(acked[-1], 30)
+        server.cleanup()                                   # stopped
+        with pytest.raises(StoreUnavailable):
+            store.apply([_page(2, first_chunk=20)], [])
+        with pytest.raises(StoreUnavailable):
+            store.counts()
+        server, _ = postgres_server(tmp_path / "pg")       # back, same data
+        acked.append(store.apply([_page(3, first_chunk=30)], []))
+        assert acked == [1, 2]                             # the failed write took no generation
+        assert store.counts()["pages"] == 2 and store.page("default:p2") is None
+        assert store.wait_for(2, 30)
+        deadline = time.monotonic() + 30
+        while (not seen or seen[-1] < 2) and time.monotonic() < deadline:   # the follower reconnected
+            time.sleep(0.05)
+        assert seen[-1] == 2
+    finally:
+        store.close()
+        server.cleanup()
