@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import psycopg
 import pyarrow as pa
+from psycopg_pool import ConnectionPool
 
 from . import pg_schema
 from .sql import PgSql, Sql
@@ -48,6 +49,10 @@ def _alias_hit(col: str) -> str:
     return _ALIAS_HIT.format(col=col)
 
 
+def _configure(con: psycopg.Connection) -> None:
+    con.execute("SET TIME ZONE 'UTC'")   # naive timestamps are UTC, as in the DuckDB store
+
+
 class StoreUnavailable(StoreError):
     """PostgreSQL did not answer (down, restarting, unreachable)."""
 
@@ -63,17 +68,25 @@ class PgCorpusStore:
 
     PAGE_ID_TABLES = ("chunks", "page_entities", "rel_documents", "criterion_judgments")
 
-    def __init__(self, url: str, scratch_dir: Path | str | None = None, connect_timeout_s: float = 10.0):
+    def __init__(self, url: str, scratch_dir: Path | str | None = None, connect_timeout_s: float = 10.0,
+                 pool_size: int = 8):
         self.url = url
         self._scratch = Path(scratch_dir) if scratch_dir is not None else Path(tempfile.gettempdir())
         self._timeout = connect_timeout_s
-        self._local = threading.local()
-        self._conns: list[psycopg.Connection] = []
+        self._conns: list[psycopg.Connection] = []     # the connections of our own (writer, log, listener)
         self._lock = threading.Lock()
         self.closed = False
         self._writer = self._connect()
         self._write_lock = threading.RLock()
         self.migrated_from = pg_schema.migrate(self._writer, SCHEMA_VERSION)
+        # reads share a bounded pool: a replica's request threads never hold more than pool_size
+        # connections of the server's max_connections, however many threads ask
+        self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, timeout=connect_timeout_s, open=False,
+                                    kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout_s))},
+                                    configure=_configure, check=ConnectionPool.check_connection,
+                                    name="refindery-store")   # check: a connection the server dropped
+                                                              # (a restart) is replaced, not handed out
+        self._pool.open(wait=False)
         self._seen = threading.Condition()
         self._seen_generation = 0
         self._callbacks: list[Callable[[int], None]] = []
@@ -86,48 +99,52 @@ class PgCorpusStore:
 
     # Plumbing ----------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection:
+        """A connection of its own (autocommit), not from the pool."""
         try:
             con = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._timeout)))
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot reach the store's PostgreSQL: {exc}".strip()) from exc
-        con.execute("SET TIME ZONE 'UTC'")   # naive timestamps are UTC, as in the DuckDB store
+        _configure(con)
         with self._lock:
-            self._conns.append(con)
+            self._conns = [c for c in self._conns if not c.closed] + [con]
         return con
 
-    def _read(self) -> psycopg.Connection:
-        """This thread's reading connection (autocommit), opened again after the server went away."""
-        con = getattr(self._local, "con", None)
-        if con is None or con.closed or con.broken:
-            con = self._local.con = self._connect()
-        return con
-
-    def _exec(self, sql: str, params: Iterable[Any] = ()) -> psycopg.Cursor:
-        """A statement on this thread's reading connection; a lost server is StoreUnavailable (the
-        next statement connects again)."""
+    @contextlib.contextmanager
+    def _borrow(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection for one read (or one short transaction); a server that went away, or
+        no connection to be had within the connect timeout, is StoreUnavailable."""
         try:
-            return self._read().execute(sql, list(params))
-        except psycopg.OperationalError as exc:
-            _unavailable(exc)
-            raise
+            with self._pool.connection() as con:
+                yield con
+        except psycopg.OperationalError as exc:     # PoolTimeout is one too
+            raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
 
     def _q(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        return self._exec(sql, params).fetchall()
+        with self._borrow() as con:
+            return con.execute(sql, list(params)).fetchall()
 
     def _one(self, sql: str, params: Iterable[Any] = ()) -> tuple | None:
-        return self._exec(sql, params).fetchone()
+        with self._borrow() as con:
+            return con.execute(sql, list(params)).fetchone()
+
+    def _named(self, sql: str, params: Iterable[Any] = ()) -> tuple[list[str], list[tuple]]:
+        """A query's column names and rows."""
+        with self._borrow() as con:
+            cur = con.execute(sql, list(params))
+            return [d.name for d in cur.description], cur.fetchall()
 
     def sql(self, own: bool = False) -> Sql:
-        """SQL for the tables kept beside the corpus (indexes/sql.py): on the calling thread's
-        connection, or with `own` on a connection of its own (reopened after the server went away)."""
+        """SQL for the tables kept beside the corpus (indexes/sql.py): on pooled connections, or with
+        `own` on a connection of its own (reopened after the server went away)."""
         if not own:
-            return PgSql(self._read, _unavailable)
+            return PgSql(self._borrow, _unavailable)
         held: list[psycopg.Connection] = []
 
-        def connection() -> psycopg.Connection:
+        @contextlib.contextmanager
+        def connection() -> Iterator[psycopg.Connection]:
             if not held or held[0].closed or held[0].broken:
                 held[:] = [self._connect()]
-            return held[0]
+            yield held[0]
         return PgSql(connection, _unavailable)
 
     def close(self) -> None:
@@ -138,6 +155,7 @@ class PgCorpusStore:
             for con in self._conns:
                 with contextlib.suppress(psycopg.Error):
                     con.close()
+        self._pool.close()
 
     @contextlib.contextmanager
     def _write(self, bump: bool = True) -> Iterator[tuple[psycopg.Connection, int]]:
@@ -243,8 +261,9 @@ class PgCorpusStore:
 
     # Workspaces --------------------------------------------------------------------------------
     def ensure_workspace(self, workspace_id: str, name: str | None = None) -> None:
-        self._exec("INSERT INTO workspaces VALUES (%s, %s, now()) ON CONFLICT DO NOTHING",
-                             [workspace_id, name or workspace_id])
+        with self._borrow() as con:
+            con.execute("INSERT INTO workspaces VALUES (%s, %s, now()) ON CONFLICT DO NOTHING",
+                        [workspace_id, name or workspace_id])
 
     def workspaces(self) -> list[str]:
         return [r[0] for r in self._q("SELECT workspace_id FROM workspaces ORDER BY 1")]
@@ -261,11 +280,10 @@ class PgCorpusStore:
         return {r[0]: ExistingPage(r[0], r[1], r[2], r[3], r[4], set(r[5] or [])) for r in rows}
 
     def page(self, page_id: str) -> dict | None:
-        cur = self._exec("SELECT * FROM pages WHERE page_id = %s", [page_id])
-        row = cur.fetchone()
-        if row is None:
+        cols, rows = self._named("SELECT * FROM pages WHERE page_id = %s", [page_id])
+        if not rows:
             return None
-        out = dict(zip([d.name for d in cur.description], row))
+        out = dict(zip(cols, rows[0]))
         out["entities"] = [
             {"entity_id": r[0], "canonical": r[1], "aliases": list(r[2] or [])}
             for r in self._q("""SELECT e.entity_id, e.canonical, e.aliases FROM page_entities pe
@@ -276,14 +294,13 @@ class PgCorpusStore:
     def pages_by_id(self, page_ids: list[str]) -> dict[str, dict]:
         if not page_ids:
             return {}
-        cur = self._exec(
+        cols, rows = self._named(
             """SELECT p.page_id, p.workspace_id, p.url, p.domain, p.title, p.first_seen, p.last_seen,
                       p.published, p.visit_count, p.cluster_id, p.scope,
                       coalesce((SELECT array_agg(e.canonical ORDER BY e.canonical) FROM page_entities pe
                                 JOIN entities e USING (entity_id) WHERE pe.page_id = p.page_id), '{}') AS entities
                FROM pages p WHERE p.page_id = ANY(%s::text[])""", [list(page_ids)])
-        cols = [d.name for d in cur.description]
-        pages = {r[0]: dict(zip(cols, r)) for r in cur.fetchall()}
+        pages = {r[0]: dict(zip(cols, r)) for r in rows}
         for p in pages.values():
             p["entities"] = list(p["entities"] or [])
         return pages
@@ -302,11 +319,10 @@ class PgCorpusStore:
     def chunks_by_id(self, chunk_ids: list[int]) -> dict[int, dict]:
         if not chunk_ids:
             return {}
-        cur = self._exec(
+        cols, rows = self._named(
             """SELECT chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens
                FROM chunks WHERE chunk_id = ANY(%s::bigint[])""", [[int(c) for c in chunk_ids]])
-        cols = [d.name for d in cur.description]
-        return {r[0]: dict(zip(cols, r)) for r in cur.fetchall()}
+        return {r[0]: dict(zip(cols, r)) for r in rows}
 
     def snippet_chunks(self, chunk_ids: list[int]) -> dict[int, tuple[str, list[str] | None]]:
         if not chunk_ids:
@@ -322,11 +338,10 @@ class PgCorpusStore:
                             [list(page_ids)]))
 
     def page_chunks(self, page_id: str) -> list[dict]:
-        cur = self._exec(
+        cols, rows = self._named(
             """SELECT chunk_id, ordinal, text, char_start, char_end, section_path, n_tokens
                FROM chunks WHERE page_id = %s ORDER BY ordinal""", [page_id])
-        cols = [d.name for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        return [dict(zip(cols, r)) for r in rows]
 
     def index_docs(self, page_ids: list[str] | None = None, batch: int = 5000,
                    chunk_ids: list[int] | None = None) -> Iterator[list[IndexDoc]]:
@@ -425,14 +440,10 @@ class PgCorpusStore:
     def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0,
                  spill: Callable[[Any], None] | None = None) -> HotRead:
         """As the DuckDB store's hot_read, in one REPEATABLE READ snapshot."""
-        try:
-            return self._hot_read(since, max_changed, text_budget, spill)
-        except psycopg.OperationalError as exc:
-            _unavailable(exc)
-            raise
+        with self._borrow() as con:
+            return self._hot_read(con, since, max_changed, text_budget, spill)
 
-    def _hot_read(self, since, max_changed, text_budget, spill) -> HotRead:
-        con = self._read()
+    def _hot_read(self, con, since, max_changed, text_budget, spill) -> HotRead:
         with con.transaction():
             con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             gen = int(con.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
@@ -562,17 +573,16 @@ class PgCorpusStore:
     def clusters(self, workspace: str, include_tombstoned: bool = False, scopes: list[str] | None = None) -> list[dict]:
         tomb = "" if include_tombstoned else "AND c.tombstoned_at IS NULL"
         if scopes is None:
-            cur = self._exec(
+            cols, rows = self._named(
                 f"""SELECT cluster_id, model, size, created_at, tombstoned_at FROM clusters c WHERE workspace_id = %s
                     {tomb} ORDER BY cluster_id""", [workspace])
         else:
-            cur = self._exec(
+            cols, rows = self._named(
                 f"""SELECT c.cluster_id, c.model, CAST(count(*) AS INTEGER) AS size, c.created_at, c.tombstoned_at
                     FROM clusters c JOIN pages p ON p.cluster_id = c.cluster_id AND p.workspace_id = c.workspace_id
                     WHERE c.workspace_id = %s AND p.scope = ANY(%s::text[]) {tomb}
                     GROUP BY 1, 2, 4, 5 ORDER BY c.cluster_id""", [workspace, list(scopes)])
-        cols = [d.name for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        return [dict(zip(cols, r)) for r in rows]
 
     _SAME_NAMESPACE = ("WHERE entities.workspace_id = excluded.workspace_id "
                        "AND entities.scope IS NOT DISTINCT FROM excluded.scope")

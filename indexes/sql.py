@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -92,37 +92,38 @@ def to_pyformat(sql: str) -> str:
 
 
 class PgSql:
-    """SQL on a psycopg connection (autocommit outside `transaction`). `connection` is a callable
-    that gives the connection to use (a thread's own, opened again after the server went away)."""
+    """SQL on psycopg connections (autocommit outside `transaction`). `borrow` is a callable that
+    gives a context manager yielding the connection for one statement (a pooled one, or a connection
+    of its own); `on_error` turns a lost connection into the store's typed error."""
     dialect = "postgres"
 
-    def __init__(self, connection, on_error=None):
-        self._con = connection
-        self._on_error = on_error          # turns a lost connection into the store's typed error
+    def __init__(self, borrow, on_error=None):
+        self._borrow = borrow
+        self._on_error = on_error
 
-    def _exec(self, sql: str, params: Iterable[Any]):
-        con = self._con() if callable(self._con) else self._con
+    def _with(self, fn):
         try:
-            return con.execute(to_pyformat(sql), list(params))
+            with self._borrow() as con:
+                return fn(con)
         except Exception as exc:
             if self._on_error is not None:
                 self._on_error(exc)
             raise
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        return self._exec(sql, params).fetchall()
+        return self._with(lambda con: con.execute(to_pyformat(sql), list(params)).fetchall())
 
     def row(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
-        return self._exec(sql, params).fetchone()
+        return self._with(lambda con: con.execute(to_pyformat(sql), list(params)).fetchone())
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._exec(sql, params).rowcount
+        return self._with(lambda con: con.execute(to_pyformat(sql), list(params)).rowcount)
 
     def insert(self, table: str, columns: list[str], rows: list[tuple], skip_existing: bool = False) -> None:
         if not rows:
             return
-        con = self._con() if callable(self._con) else self._con
-        try:
+
+        def write(con):
             with con.cursor() as cur:
                 if skip_existing:   # COPY cannot skip a row: one INSERT per row, pipelined by psycopg
                     cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
@@ -131,13 +132,14 @@ class PgSql:
                 with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                     for r in rows:
                         copy.write_row(r)
+        self._with(write)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["PgSql"]:
+        try:
+            with self._borrow() as con, con.transaction():
+                yield PgSql(lambda: contextlib.nullcontext(con), self._on_error)
         except Exception as exc:
             if self._on_error is not None:
                 self._on_error(exc)
             raise
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator["PgSql"]:
-        con = self._con() if callable(self._con) else self._con
-        with con.transaction():
-            yield PgSql(con, self._on_error)

@@ -334,3 +334,42 @@ def test_a_postgresql_restart_is_a_typed_error_while_it_lasts_and_then_nothing_i
     finally:
         store.close()
         server.cleanup()
+
+
+def test_a_postgresql_store_holds_at_most_its_pool_of_connections_however_many_threads_read(postgres_url, tmp_path):
+    """A replica's request threads share pool_size connections: the server's max_connections is
+    shared by every replica, so a store must not open one per thread."""
+    import psycopg
+    store = PgCorpusStore(postgres_url, scratch_dir=tmp_path, pool_size=3)
+    store.ensure_workspace("default")
+    store.apply([_page(n, first_chunk=10 * n) for n in range(1, 6)], [])
+    most, errors, stop = [0], [], threading.Event()
+
+    def read():
+        try:
+            for _ in range(30):
+                assert store.counts()["pages"] == 5 and store.pages_by_id(["default:p1"])
+        except BaseException as exc:   # noqa: BLE001
+            errors.append(exc)
+
+    def sample():
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            while not stop.is_set():
+                n = con.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()[0]
+                most[0] = max(most[0], n)
+                time.sleep(0.005)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    readers = [threading.Thread(target=read) for _ in range(16)]
+    try:
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+    finally:
+        stop.set()
+        sampler.join()
+        store.close()
+    assert not errors
+    assert 2 <= most[0] <= 3 + 1          # the pool's 3, and the store's writer connection
