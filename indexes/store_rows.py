@@ -259,3 +259,28 @@ def batch_entities(writes: list[PageWrite]) -> tuple[dict[str, EntityRow], list[
 
 def quarantined_answer(n: int, cols: list[str], rows: list[tuple]) -> dict:
     return {"pages": n, "recent": [dict(zip(cols, r)) | {"quarantined_at": r[4].isoformat()} for r in rows]}
+
+
+def chunk_columns(cols: list[str], rows: list[tuple]) -> dict[str, np.ndarray]:
+    """Fetched chunk rows as the columns the in-memory view reads (DuckDB's fetchnumpy shapes)."""
+    kinds = {"chunk_id": np.int64, "char_start": np.int32, "char_end": np.int32}
+    out: dict[str, np.ndarray] = {}
+    for j, c in enumerate(cols):
+        values = [r[j] for r in rows]
+        if c in kinds:
+            out[c] = np.array(values, dtype=kinds[c])
+        else:
+            arr = np.empty(len(values), dtype=object)
+            for i, v in enumerate(values):
+                arr[i] = v
+            out[c] = arr
+    return out
+
+
+def vector_matrix(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk_id, float32 bytes) rows as (ids, a float32 matrix): how a PostgreSQL store keeps vectors."""
+    ids = np.array([r[0] for r in rows], dtype=np.int64)
+    if not len(ids):
+        return ids, np.zeros((0, 0), dtype=np.float32)
+    flat = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4")
+    return ids, np.ascontiguousarray(flat.reshape(len(ids), -1).astype(np.float32, copy=False))
