@@ -27,7 +27,7 @@ from . import pg_schema
 from .pg_reads import PgReads
 from .pg_writes import PgWrites
 from .sql import PgSql, Sql
-from .store_rows import StoreError
+from .store_rows import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ CHANNEL = "refindery_generation"   # NOTIFY channel: each committed generation, 
 
 def _configure(con: psycopg.Connection) -> None:
     con.execute("SET TIME ZONE 'UTC'")   # naive timestamps are UTC, as in the DuckDB store
-
-
-class StoreUnavailable(StoreError):
-    """PostgreSQL did not answer (down, restarting, unreachable)."""
 
 
 def _unavailable(exc: Exception) -> None:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from .sql import DuckSql, Sql
 from .store_rows import (MAX_ALIAS_CHARS, MAX_ALIASES, ChunkRow, EntityRow, ExistingPage, HotRead, IndexDoc,  # noqa: F401
-                         PageRow, PageWrite, StoreBusy, StoreError, Touch, arrow_to_matrix, entity_table,
+                         PageRow, PageWrite, StoreBusy, StoreError, StoreUnavailable, Touch, arrow_to_matrix, entity_table,
                          batch_entities, cut_bodies, entity_answer, facets_answer, merge_vectors, page_filter, pylist,
                          quarantined_answer, relinked_pages)
 

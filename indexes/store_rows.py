@@ -129,6 +129,11 @@ class StoreError(RuntimeError):
     pass
 
 
+class StoreUnavailable(StoreError):
+    """The store's database did not answer (PostgreSQL down, restarting, unreachable): what failed
+    wrote nothing, and the same call may succeed once it is back."""
+
+
 class StoreBusy(StoreError):
     """Another process holds the store's file (DuckDB lets one process open it for writing)."""
 

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from indexes.querylog import QUERY_COLUMNS, ROW_TABLES, LogTables
+from indexes.store_rows import StoreUnavailable
 from indexes.store import CorpusStore
 
 from engine.core.clock import utcnow
@@ -69,6 +70,10 @@ class LogEntry:
     agreement: list[tuple] = field(default_factory=list)  # (model_a, model_b, k, jaccard, rbo, p, tau, shared)
     access: list[tuple] = field(default_factory=list)  # (ts, key_id, method, route, workspace, status, ms)
     call_only: bool = False  # an HTTP call's access row alone (query_id is its request id): no log_queries row
+
+
+RETRY_MAX_S = 2.0      # the longest wait between two tries of a batch the store did not take
+CLOSE_RETRY_S = 10.0   # how long a closing log still tries
 
 
 class QueryLog:
@@ -142,13 +147,33 @@ class QueryLog:
                         break
             if batch:
                 try:
-                    self._write(batch)
+                    self._write_through(batch)
                 except Exception:  # the log must never take the engine down
                     log.exception("query log: a batch of %d entries could not be written", len(batch))
                 finally:
                     with self._idle:
                         self._pending -= len(batch)
                         self._idle.notify_all()
+
+    def _write_through(self, batch: list[LogEntry]) -> None:
+        """Write a batch; while the store does not answer (a PostgreSQL restarting), keep it and try
+        again, backing off to RETRY_MAX_S — entries recorded meanwhile wait in the queue (up to its
+        size; past it they are dropped and counted) — until the store is back, or for at most
+        CLOSE_RETRY_S once the log is closing. A batch is one transaction: a failed try wrote none of it."""
+        wait, closing_since = 0.1, None
+        while True:
+            try:
+                self._write(batch)
+                return
+            except StoreUnavailable:
+                if self._stop.is_set():
+                    closing_since = closing_since or time.monotonic()
+                    if time.monotonic() - closing_since > CLOSE_RETRY_S:
+                        raise
+                log.warning("query log: the store did not answer; %d entries kept, trying again in %.1f s",
+                            len(batch), wait)
+                time.sleep(wait)
+                wait = min(wait * 2, RETRY_MAX_S)
 
     def _write(self, batch: list[LogEntry]) -> None:
         queries = {c: [] for c in QUERY_COLUMNS}
