@@ -157,6 +157,17 @@ class CorpusStore(DuckReads, DuckLookups, DuckWrites):
                 con.rollback()
                 raise
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[tuple[duckdb.DuckDBPyConnection, int]]:
+        """One write transaction that moves the generation: (the writer connection, the new
+        generation); after the commit, generation() reads it again and the followers are told."""
+        with self._write_lock:
+            with self.transaction() as con:
+                gen = self._bump(con)
+                yield con, gen
+            self._epoch += 1
+            self._committed(gen)
+
     def schema_version(self) -> str:
         """The store's schema version; one below SCHEMA_VERSION is brought up by the corpus at open
         (engine/core/corpus.py), which knows the identifiers' formulas."""

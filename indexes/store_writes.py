@@ -13,8 +13,8 @@ from .store_rows import (MAX_ALIASES, EntityRow, PageWrite, Touch, batch_entitie
 
 
 class DuckWrites:
-    """The write verbs. Uses the store's `_con` (the writer connection), `_write_lock`, `_bump`,
-    `_epoch`, `_committed`, `transaction()` and `_int_list`."""
+    """The write verbs. Uses the store's `_writing()` (a transaction that moves the generation),
+    `transaction()` (one that does not), `_con` and `_write_lock` (for a workspace row) and `_int_list`."""
 
     # An entity row is only ever updated by a write of its own namespace (workspace and scope): the ids
     # of two namespaces never meet (engine/core/identity.py), and the guard keeps it so regardless.
@@ -45,58 +45,38 @@ class DuckWrites:
     def replace_clusters(self, workspace: str, model: str, assignment: dict[str, int], sizes: dict[int, int]) -> int:
         """Tombstone the workspace's clusters, record new ones and assign every page; one
         transaction, one generation (the sparse index re-indexes the pages' cluster field)."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                gen = self._bump(con)
-                con.execute("UPDATE clusters SET tombstoned_at = now() WHERE workspace_id = ? AND tombstoned_at IS NULL",
-                            [workspace])
-                con.executemany("INSERT INTO clusters VALUES (?, ?, ?, ?, now(), NULL)",
-                                [(cid, workspace, model, n) for cid, n in sorted(sizes.items())])
-                con.execute("UPDATE pages SET cluster_id = NULL, updated_generation = ? WHERE workspace_id = ?",
-                            [gen, workspace])
-                tbl = pa.table({"page_id": pa.array(list(assignment), pa.string()),
-                                "cluster_id": pa.array(list(assignment.values()), pa.int64())})
-                con.register("_assign", tbl)
-                con.execute("UPDATE pages SET cluster_id = a.cluster_id FROM _assign a WHERE pages.page_id = a.page_id")
-                con.unregister("_assign")
-                con.execute("INSERT INTO changes SELECT ?, page_id, 'cluster' FROM pages WHERE workspace_id = ?",
-                            [gen, workspace])
-                con.commit()
-                self._epoch += 1   # a committed generation: generation() reads it again
-                self._committed(gen)
-            except BaseException:
-                con.rollback()
-                raise
-            return gen
+        with self._writing() as (con, gen):
+            con.execute("UPDATE clusters SET tombstoned_at = now() WHERE workspace_id = ? AND tombstoned_at IS NULL",
+                        [workspace])
+            con.executemany("INSERT INTO clusters VALUES (?, ?, ?, ?, now(), NULL)",
+                            [(cid, workspace, model, n) for cid, n in sorted(sizes.items())])
+            con.execute("UPDATE pages SET cluster_id = NULL, updated_generation = ? WHERE workspace_id = ?",
+                        [gen, workspace])
+            tbl = pa.table({"page_id": pa.array(list(assignment), pa.string()),
+                            "cluster_id": pa.array(list(assignment.values()), pa.int64())})
+            con.register("_assign", tbl)
+            con.execute("UPDATE pages SET cluster_id = a.cluster_id FROM _assign a WHERE pages.page_id = a.page_id")
+            con.unregister("_assign")
+            con.execute("INSERT INTO changes SELECT ?, page_id, 'cluster' FROM pages WHERE workspace_id = ?",
+                        [gen, workspace])
+        return gen
 
     def upsert_entity(self, entity: EntityRow, link_pages: list[str], replace_aliases: bool = False) -> int:
         """Create or edit an entity and link pages to it; returns the new generation."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                gen = self._bump(con)
-                aliases = sorted(set(entity.aliases))
-                merged = "excluded.aliases" if replace_aliases else \
-                    f"list_slice(list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases))), 1, {MAX_ALIASES})"
-                con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
-                                VALUES (?, ?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
-                                SET canonical = excluded.canonical, aliases = {merged} {self._SAME_NAMESPACE}""",
-                            [entity.entity_id, entity.workspace_id, entity.canonical, aliases, entity.scope])
-                if link_pages:
-                    con.execute("""INSERT INTO page_entities SELECT unnest(?::VARCHAR[]), ?
-                                   EXCEPT SELECT page_id, entity_id FROM page_entities""",
-                                [link_pages, entity.entity_id])
-                    con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, link_pages])
-                con.commit()
-                self._epoch += 1   # a committed generation: generation() reads it again
-                self._committed(gen)
-            except BaseException:
-                con.rollback()
-                raise
-            return gen
+        with self._writing() as (con, gen):
+            aliases = sorted(set(entity.aliases))
+            merged = "excluded.aliases" if replace_aliases else \
+                f"list_slice(list_sort(list_distinct(list_concat(entities.aliases, excluded.aliases))), 1, {MAX_ALIASES})"
+            con.execute(f"""INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope)
+                            VALUES (?, ?, ?, ?, ?) ON CONFLICT (entity_id) DO UPDATE
+                            SET canonical = excluded.canonical, aliases = {merged} {self._SAME_NAMESPACE}""",
+                        [entity.entity_id, entity.workspace_id, entity.canonical, aliases, entity.scope])
+            if link_pages:
+                con.execute("""INSERT INTO page_entities SELECT unnest(?::VARCHAR[]), ?
+                               EXCEPT SELECT page_id, entity_id FROM page_entities""",
+                            [link_pages, entity.entity_id])
+                con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, link_pages])
+        return gen
 
     def rekey(self, pages: dict[str, str], entities: list[EntityRow], links: list[tuple[str, str]],
               version: str) -> int:
@@ -104,97 +84,67 @@ class DuckWrites:
         entities replaced by `entities` and the links by `links` (page_id, entity_id, by new page id),
         the schema version set. Indexes learn of it from the change rows (renamed pages: the old id
         deleted and the new one upserted; relinked pages: 'entity'). Returns the new generation."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                gen = self._bump(con)
-                before = {r[0]: sorted(r[1]) for r in con.execute(
-                    "SELECT page_id, list(entity_id) FROM page_entities GROUP BY 1").fetchall()}
-                if pages:
-                    con.register("_rekey", pa.table({"old": pa.array(list(pages), pa.string()),
-                                                     "new": pa.array(list(pages.values()), pa.string())}))
-                    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-                    for table in ("pages", *self.PAGE_ID_TABLES):
-                        if table in tables:
-                            con.execute(f"UPDATE {table} SET page_id = m.new FROM _rekey m WHERE {table}.page_id = m.old")
-                    con.execute("""INSERT INTO changes SELECT ?, old, 'delete' FROM _rekey
-                                   UNION ALL SELECT ?, new, 'upsert' FROM _rekey""", [gen, gen])
-                    con.unregister("_rekey")
-                con.execute("DELETE FROM page_entities")
-                con.execute("DELETE FROM entities")
-                if entities:
-                    con.register("_ents", entity_table(entities))
-                    con.execute("INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope) "
-                                "SELECT entity_id, workspace_id, canonical, aliases, scope FROM _ents")
-                    con.unregister("_ents")
-                if links:
-                    con.register("_links", pa.table({"page_id": pa.array([p for p, _ in links], pa.string()),
-                                                     "entity_id": pa.array([e for _, e in links], pa.string())}))
-                    con.execute("INSERT INTO page_entities SELECT DISTINCT page_id, entity_id FROM _links")
-                    con.unregister("_links")
-                relinked = relinked_pages(before, links, pages)
-                if relinked:
-                    con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, relinked])
-                con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
-                con.commit()
-                self._epoch += 1
-                self._committed(gen)
-            except BaseException:
-                con.rollback()
-                raise
-            return gen
+        with self._writing() as (con, gen):
+            before = {r[0]: sorted(r[1]) for r in con.execute(
+                "SELECT page_id, list(entity_id) FROM page_entities GROUP BY 1").fetchall()}
+            if pages:
+                con.register("_rekey", pa.table({"old": pa.array(list(pages), pa.string()),
+                                                 "new": pa.array(list(pages.values()), pa.string())}))
+                tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+                for table in ("pages", *self.PAGE_ID_TABLES):
+                    if table in tables:
+                        con.execute(f"UPDATE {table} SET page_id = m.new FROM _rekey m WHERE {table}.page_id = m.old")
+                con.execute("""INSERT INTO changes SELECT ?, old, 'delete' FROM _rekey
+                               UNION ALL SELECT ?, new, 'upsert' FROM _rekey""", [gen, gen])
+                con.unregister("_rekey")
+            con.execute("DELETE FROM page_entities")
+            con.execute("DELETE FROM entities")
+            if entities:
+                con.register("_ents", entity_table(entities))
+                con.execute("INSERT INTO entities (entity_id, workspace_id, canonical, aliases, scope) "
+                            "SELECT entity_id, workspace_id, canonical, aliases, scope FROM _ents")
+                con.unregister("_ents")
+            if links:
+                con.register("_links", pa.table({"page_id": pa.array([p for p, _ in links], pa.string()),
+                                                 "entity_id": pa.array([e for _, e in links], pa.string())}))
+                con.execute("INSERT INTO page_entities SELECT DISTINCT page_id, entity_id FROM _links")
+                con.unregister("_links")
+            relinked = relinked_pages(before, links, pages)
+            if relinked:
+                con.execute("INSERT INTO changes SELECT ?, unnest(?::VARCHAR[]), 'entity'", [gen, relinked])
+            con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
+        return gen
 
     def apply(self, writes: list[PageWrite], touches: list[Touch], deletes: list[str] = ()) -> int:
         """Write a batch in one transaction; return the new generation."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                gen = self._bump(con)
-                changes: list[tuple[int, str, str]] = []
-                for t in touches:
-                    con.execute(
-                        """UPDATE pages SET last_seen = greatest(last_seen, ?),
-                           visit_count = visit_count + ?, updated_generation = ? WHERE page_id = ?""",
-                        [t.last_seen, t.visits, gen, t.page_id],
-                    )
-                    changes.append((gen, t.page_id, "touch"))
-                for pid in deletes:
-                    self._delete_page(con, pid)
-                    changes.append((gen, pid, "delete"))
-                self._write_pages(con, writes, gen)
-                changes += [(gen, w.page.page_id, "upsert") for w in writes]
-                if changes:
-                    con.executemany("INSERT INTO changes VALUES (?, ?, ?)", changes)
-                con.commit()
-                self._epoch += 1   # a committed generation: generation() reads it again
-                self._committed(gen)
-            except BaseException:
-                con.rollback()
-                raise
-            return gen
+        with self._writing() as (con, gen):
+            changes: list[tuple[int, str, str]] = []
+            for t in touches:
+                con.execute(
+                    """UPDATE pages SET last_seen = greatest(last_seen, ?),
+                       visit_count = visit_count + ?, updated_generation = ? WHERE page_id = ?""",
+                    [t.last_seen, t.visits, gen, t.page_id],
+                )
+                changes.append((gen, t.page_id, "touch"))
+            for pid in deletes:
+                self._delete_page(con, pid)
+                changes.append((gen, pid, "delete"))
+            self._write_pages(con, writes, gen)
+            changes += [(gen, w.page.page_id, "upsert") for w in writes]
+            if changes:
+                con.executemany("INSERT INTO changes VALUES (?, ?, ?)", changes)
+        return gen
 
     def quarantine(self, reasons: dict[str, str], now: datetime) -> int:
         """Move pages out of the corpus into `quarantine` (their row as JSON, with the reason), in one
         transaction that bumps the generation like a delete; return the new generation."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                gen = self._bump(con)
-                for pid, reason in sorted(reasons.items()):
-                    con.execute("INSERT INTO quarantine SELECT page_id, workspace_id, url, ?, ?, ?, to_json(p) "
-                                "FROM pages p WHERE page_id = ?", [reason, now, gen, pid])
-                    self._delete_page(con, pid)
-                con.executemany("INSERT INTO changes VALUES (?, ?, 'delete')", [(gen, pid) for pid in sorted(reasons)])
-                con.commit()
-                self._epoch += 1   # a committed generation: generation() reads it again
-                self._committed(gen)
-            except BaseException:
-                con.rollback()
-                raise
-            return gen
+        with self._writing() as (con, gen):
+            for pid, reason in sorted(reasons.items()):
+                con.execute("INSERT INTO quarantine SELECT page_id, workspace_id, url, ?, ?, ?, to_json(p) "
+                            "FROM pages p WHERE page_id = ?", [reason, now, gen, pid])
+                self._delete_page(con, pid)
+            con.executemany("INSERT INTO changes VALUES (?, ?, 'delete')", [(gen, pid) for pid in sorted(reasons)])
+        return gen
 
     def _delete_page(self, con, page_id: str) -> None:
         con.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE page_id = ?)",
@@ -302,35 +252,21 @@ class DuckWrites:
         there and still lack a vector of `model` get one (the vectors were computed outside any lock:
         a chunk may have been deleted, or embedded by another writer, meanwhile), so a chunk never
         has two vectors of one model. Returns the chunk ids that landed."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                wanted = con.execute(
-                    """SELECT chunk_id FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))
-                       AND chunk_id NOT IN (SELECT chunk_id FROM embeddings WHERE model = ?
-                                            AND chunk_id IN (SELECT unnest(?::BIGINT[])))""",
-                    [list(ids), model, list(ids)]).fetchall()
-                live = {r[0] for r in wanted}
-                keep = [i for i, cid in enumerate(ids) if cid in live]
-                self._insert_vectors(con, {model: ([ids[i] for i in keep], [vectors[i] for i in keep])})
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
-            return [ids[i] for i in keep]
+        with self.transaction() as con:
+            wanted = con.execute(
+                """SELECT chunk_id FROM chunks WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))
+                   AND chunk_id NOT IN (SELECT chunk_id FROM embeddings WHERE model = ?
+                                        AND chunk_id IN (SELECT unnest(?::BIGINT[])))""",
+                [list(ids), model, list(ids)]).fetchall()
+            live = {r[0] for r in wanted}
+            keep = [i for i, cid in enumerate(ids) if cid in live]
+            self._insert_vectors(con, {model: ([ids[i] for i in keep], [vectors[i] for i in keep])})
+        return [ids[i] for i in keep]
 
     def prune_changes(self, upto_generation: int) -> None:
         """Forget change rows every index has already applied; an index older than this point
         can no longer replay and is rebuilt instead."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                con.execute("DELETE FROM changes WHERE generation <= ?", [upto_generation])
-                con.execute("INSERT INTO meta VALUES ('pruned_upto', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                            [str(upto_generation)])
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
+        with self.transaction() as con:
+            con.execute("DELETE FROM changes WHERE generation <= ?", [upto_generation])
+            con.execute("INSERT INTO meta VALUES ('pruned_upto', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        [str(upto_generation)])
