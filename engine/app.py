@@ -48,6 +48,17 @@ def _data_dir_busy() -> type[Exception]:
 DataDirBusy = _data_dir_busy()
 
 
+def _store_unavailable() -> type[Exception]:
+    from indexes.store_rows import StoreUnavailable
+
+    return StoreUnavailable
+
+
+# The store's database did not answer (PostgreSQL restarting): a face answers 503 store_unavailable,
+# and the same request may succeed once it is back.
+StoreUnavailable = _store_unavailable()
+
+
 class Engine(RefindVerbs, PageVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, OperationsVerbs):
     def __init__(self, settings: Settings | None = None, pool=None, repair: bool = True,
                  corpus: Corpus | None = None):

@@ -21,22 +21,33 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import pg_schema
 from .pg_reads import PgReads
 from .pg_writes import PgWrites
 from .sql import PgSql, Sql
-from .store_rows import StoreUnavailable
+from .store_rows import StoreHeld, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "2"    # the corpus's identifiers (indexes/store.py's SCHEMA_VERSION)
 CHANNEL = "refindery_generation"   # NOTIFY channel: each committed generation, in commit order
+SERVE_KEY = pg_schema.ADVISORY_KEY + 1   # the session lock of the one process that serves the store
 
 
 def _configure(con: psycopg.Connection) -> None:
     con.execute("SET TIME ZONE 'UTC'")   # naive timestamps are UTC, as in the DuckDB store
+
+
+def _where(url: str) -> str:
+    """A store's URL without its password, for a message."""
+    from psycopg.conninfo import conninfo_to_dict
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "its URL"
+    return f"database {parts.get('dbname', '?')} on {parts.get('host', 'localhost')}"
 
 
 def _unavailable(exc: Exception) -> None:
@@ -93,12 +104,27 @@ class PgCorpusStore(PgReads, PgWrites):
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[psycopg.Connection]:
         """A pooled connection for one read (or one short transaction); a server that went away, or
-        no connection to be had within the connect timeout, is StoreUnavailable."""
-        try:
-            with self._pool.connection() as con:
+        no connection to be had within the connect timeout, is StoreUnavailable. After an outage the
+        pool waits out its reconnect backoff (doubling from 1 s): meanwhile a read that finds no pooled
+        connection connects by itself, so service resumes as soon as the server is back."""
+        with contextlib.ExitStack() as stack:
+            try:
+                con = stack.enter_context(self._pool.connection())
+            except PoolTimeout:
+                con = self._connect()                    # StoreUnavailable while the server is still down
+                stack.callback(self._drop, con)
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
+            try:
                 yield con
-        except psycopg.OperationalError as exc:     # PoolTimeout is one too
-            raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
+
+    def _drop(self, con: psycopg.Connection) -> None:
+        with contextlib.suppress(psycopg.Error):
+            con.close()
+        with self._lock:
+            self._conns = [c for c in self._conns if c is not con]
 
     def _q(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         with self._borrow() as con:
@@ -143,9 +169,7 @@ class PgCorpusStore(PgReads, PgWrites):
         """One write transaction, serialised with every other writer of the store (of any process) on
         the generation row; yields (connection, new generation), or the current one without `bump`."""
         with self._write_lock:
-            if self._writer.closed or self._writer.broken:
-                self._writer = self._connect()
-            con = self._writer
+            con = self._live_writer()
             try:
                 with con.transaction():
                     if bump:
@@ -159,6 +183,27 @@ class PgCorpusStore(PgReads, PgWrites):
                     yield con, int(gen)
             except psycopg.OperationalError as exc:
                 raise StoreUnavailable(f"the store's PostgreSQL went away during a write: {exc}".strip()) from exc
+
+    def claim(self) -> None:
+        """Hold the store for this process (a session advisory lock on a connection of its own, let go
+        when the store closes or the process dies): one process serves a PostgreSQL store at a time,
+        until replicas follow each other's writes. StoreHeld when another process holds it."""
+        con = self._connect()
+        if not con.execute("SELECT pg_try_advisory_lock(%s)", [SERVE_KEY]).fetchone()[0]:
+            con.close()
+            raise StoreHeld(_where(self.url))
+
+    def _live_writer(self) -> psycopg.Connection:
+        """The writer connection, checked first (a round trip): one the server dropped while it was
+        idle (a restart) is replaced before a write begins, not found out by the write."""
+        if not (self._writer.closed or self._writer.broken):
+            try:
+                self._writer.execute("SELECT 1")
+                return self._writer
+            except psycopg.OperationalError:
+                pass
+        self._writer = self._connect()
+        return self._writer
 
     def schema_version(self) -> str:
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")

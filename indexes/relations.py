@@ -1,4 +1,5 @@
-"""The relation store, in the same DuckDB file as the corpus.
+"""The relation store: in the same DuckDB file as the corpus, or (the corpus in PostgreSQL) a DuckDB
+file of its own in the data dir.
 
 Fixed tables:
   rel_workspaces(workspace_id, name, packs, created_at, map_version)
@@ -54,7 +55,8 @@ import duckdb
 from .enumeration import Enumerator, VerdictCache
 from .relation_columns import ColumnCache
 from .relation_shapes import EVERYTHING, Sight, TableShape  # noqa: F401 — named from here too
-from .store import CorpusStore
+from .duck_file import DuckFile
+from .store_protocol import Store
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS rel_workspaces (
@@ -104,8 +106,12 @@ DDL = [
 
 
 class RelationStore:
-    def __init__(self, store: CorpusStore, verdict_cache_mb: float = 256, columns_mb: float = 512):
+    def __init__(self, store: DuckFile, corpus: Store, verdict_cache_mb: float = 256, columns_mb: float = 512):
+        """`store`: the DuckDB file the relation tables are in — the corpus store's own file, or (with
+        the corpus in PostgreSQL) one of their own in the data dir; `corpus`: the corpus store, which
+        keeps the workspace rows."""
         self.store = store
+        self.corpus = corpus
         # Each relation's current rows of a workspace, held as NumPy columns until its next write
         # and judged there (relation_columns.ColumnCache).
         self.columns = ColumnCache(columns_mb)
@@ -252,7 +258,8 @@ class RelationStore:
     def create_workspace(self, workspace_id: str, name: str | None, packs: list[str], now) -> None:
         with self.transaction() as con:
             con.execute("INSERT INTO rel_workspaces VALUES (?, ?, ?, ?, 1)", [workspace_id, name, packs, now])
-            con.execute("INSERT INTO workspaces VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [workspace_id, name, now])
+            # the corpus's row of the workspace: in the same transaction when the corpus is this file
+            self.corpus.ensure_workspace(workspace_id, name)
 
     def workspace_ids(self) -> list[str]:
         return [r[0] for r in self.cursor().execute("SELECT workspace_id FROM rel_workspaces ORDER BY workspace_id")

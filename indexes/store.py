@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
 import duckdb
 
+from .duck_file import DuckFile
 from .sql import DuckSql, Sql
 from .store_lookups import DuckLookups
 from .store_reads import DuckReads
@@ -75,28 +75,17 @@ _DDL = [
 ]
 
 
-class CorpusStore(DuckReads, DuckLookups, DuckWrites):
+class CorpusStore(DuckFile, DuckReads, DuckLookups, DuckWrites):
     """DuckDB-backed corpus store. One writer at a time (a lock); readers use their own cursors."""
 
     # tables beside the corpus's that name a page by its id (kept in step when a page is re-keyed)
     PAGE_ID_TABLES = ("chunks", "page_entities", "rel_documents", "criterion_judgments")
 
     def __init__(self, path: Path | str):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._con = duckdb.connect(str(self.path))
-        except duckdb.IOException as exc:
-            if "lock" in str(exc).lower():
-                raise StoreBusy(self.path, str(exc)) from exc
-            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
-        self._write_lock = threading.RLock()
+        DuckFile.__init__(self, path)
         self._epoch = 0                                  # commits that moved the generation (generation())
         self._generation: tuple[int, int] | None = None  # (generation, the epoch it was read at)
-        self._local = threading.local()
-        self._cursors: list[duckdb.DuckDBPyConnection] = []  # closed with the store, so the file is let go
         self._callbacks: list[Callable[[int], None]] = []
-        self.closed = False
         with self._write_lock:
             for stmt in _DDL:
                 self._con.execute(stmt)
@@ -109,53 +98,11 @@ class CorpusStore(DuckReads, DuckLookups, DuckWrites):
         """Where files that only this process reads go (the in-memory view's spilled texts)."""
         return self.path.parent
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor for the calling thread (DuckDB connections are not shared across threads)."""
-        cur = getattr(self._local, "cur", None)
-        if cur is None:
-            cur = self.new_cursor()
-            self._local.cur = cur
-        return cur
-
-    def new_cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of its own (for a thread that writes outside the store's lock, like the query log)."""
-        cur = self._con.cursor()
-        with self._write_lock:
-            self._cursors.append(cur)
-        return cur
-
     def sql(self, own: bool = False) -> Sql:
         """SQL for the tables kept beside the corpus (indexes/sql.py): on the calling thread's cursor,
         its transactions the store's own (under the write lock); with `own`, on a cursor of its own
         with transactions of its own (a thread that writes outside the store's lock, like the query log)."""
         return DuckSql(self.new_cursor()) if own else DuckSql(self.cursor, begin=self.transaction)
-
-    def close(self) -> None:
-        """Close every cursor and the connection: DuckDB keeps the file (and its lock) while any
-        cursor lives."""
-        with self._write_lock:
-            if self.closed:
-                return
-            for cur in self._cursors:
-                try:
-                    cur.close()
-                except duckdb.Error:
-                    pass
-            self._con.close()
-            self.closed = True
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The writer connection inside one transaction, under the write lock: all or nothing."""
-        with self._write_lock:
-            con = self._con
-            con.begin()
-            try:
-                yield con
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[tuple[duckdb.DuckDBPyConnection, int]]:

@@ -87,3 +87,24 @@ class Store(Protocol):
     def workspace_chunks(self, workspace: str) -> list[tuple]: ...
     def workspaces(self) -> list[str]: ...
     def workspaces_with_pages(self) -> frozenset[str]: ...
+
+
+def open_store(path: Path, url: str = "", pool_size: int = 8, connect_timeout_s: float = 10.0) -> Store:
+    """The store a data dir's settings name: the DuckDB file at `path`, or (`url`, postgresql://…) the
+    PostgreSQL store, held for this process (PgCorpusStore.claim), files of its own in path's folder."""
+    if not url:
+        from .store import CorpusStore
+        return CorpusStore(path)
+    try:
+        from .pg_store import PgCorpusStore
+    except ImportError as exc:   # the postgres extra is not installed
+        from .store_rows import StoreError
+        raise StoreError("store.url names a PostgreSQL store, but its client is not installed: "
+                         "pip install 'refindery[postgres]'") from exc
+    store = PgCorpusStore(url, scratch_dir=path.parent, connect_timeout_s=connect_timeout_s, pool_size=pool_size)
+    try:
+        store.claim()
+    except BaseException:
+        store.close()
+        raise
+    return store

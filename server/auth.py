@@ -16,6 +16,7 @@ import time
 
 from fastapi import Request
 
+from engine.app import StoreUnavailable
 from engine.core.access import Grant
 from engine.core.errors import EngineError
 from engine.core.clock import utcnow
@@ -169,6 +170,9 @@ class KeyAuth:
             except EngineError as exc:
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
                 return await refuse(send_with_id, exc.status, exc.public_body(), extra)
+            except StoreUnavailable as exc:   # the keys could not be read: nothing was done
+                return await refuse(send_with_id, 503, {"type": "store_unavailable", "title": str(exc)},
+                                    [(b"retry-after", b"1")])
             if grant.key_id is not None:
                 s = engine.settings.server
                 if self.limiter is None:

@@ -138,7 +138,14 @@ def not_found(kind: str, ref: str) -> ApiError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    from engine.app import StoreUnavailable
     from engine.core.errors import EngineError
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store_down(_: Request, exc: Exception):
+        # what failed wrote nothing (a write is one transaction): the client may send it again
+        return JSONResponse({"detail": {"type": "store_unavailable", "title": str(exc)}}, status_code=503,
+                            headers={"Retry-After": "1"})
 
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError):

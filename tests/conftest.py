@@ -87,19 +87,28 @@ def postgres_uri(tmp_path_factory):
     server.cleanup()
 
 
+def _new_database(server_uri: str) -> str:
+    """A new database on the server: its postgresql:// URL, as settings take it."""
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+    name = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(server_uri, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    return urlunsplit(urlsplit(server_uri)._replace(path="/" + name))
+
+
 @pytest.fixture
 def postgres_url(postgres_uri):
     """A database of this test's own on the session's server, dropped after it."""
-    import uuid
+    from urllib.parse import urlsplit
 
     import psycopg
-    from psycopg.conninfo import make_conninfo
-    name = "t_" + uuid.uuid4().hex[:16]
+    url = _new_database(postgres_uri)
+    yield url
     with psycopg.connect(postgres_uri, autocommit=True) as con:
-        con.execute(f"CREATE DATABASE {name}")
-    yield make_conninfo(postgres_uri, dbname=name)
-    with psycopg.connect(postgres_uri, autocommit=True) as con:
-        con.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        con.execute(f"DROP DATABASE {urlsplit(url).path[1:]} WITH (FORCE)")
 
 
 STORE_BACKENDS = ["duckdb", "postgres"]
@@ -190,15 +199,29 @@ def int8_pool(tmp_path_factory):
 
 
 @pytest.fixture
-def make_corpus(pool, tmp_path):
-    """Open a corpus on a fresh (or given) data dir, sharing the session's model."""
+def store_backend(request):
+    """Which store a test's corpora open: "duckdb" (the data dir's file), or "postgres" where a module
+    parametrises it (`pytestmark = pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)`)."""
+    return getattr(request, "param", "duckdb")
+
+
+@pytest.fixture
+def make_corpus(pool, tmp_path, store_backend, request):
+    """Open a corpus on a fresh (or given) data dir, sharing the session's model; with the
+    "postgres" store backend, each data dir's store is a database of its own on the worker's server."""
     from engine.core.corpus import open_corpus
     from engine.core.settings import load_settings
 
     opened = []
+    databases: dict[str, str] = {}
 
     def _make(data_dir: Path | None = None, **overrides):
-        s = load_settings(data_dir=str(data_dir or tmp_path / "data"), **overrides)
+        data_dir = Path(data_dir or tmp_path / "data")
+        if store_backend == "postgres" and "store" not in overrides:
+            if str(data_dir) not in databases:
+                databases[str(data_dir)] = _new_database(request.getfixturevalue("postgres_uri"))
+            overrides["store"] = {"url": databases[str(data_dir)]}
+        s = load_settings(data_dir=str(data_dir), **overrides)
         c = open_corpus(s, pool)
         opened.append(c)
         return c
@@ -331,7 +354,7 @@ def ingest(corpus, records, workspace="default"):
 
 def index_ids(corpus) -> dict:
     """Chunk ids in the store, in tantivy, and in each FAISS index."""
-    store = sorted(r[0] for r in corpus.store.cursor().execute("SELECT chunk_id FROM chunks").fetchall())
+    store = sorted(r[0] for r in corpus.store.sql().rows("SELECT chunk_id FROM chunks"))
     out = {"store": store, "sparse": corpus.sparse.ids()}
     for m in corpus.embedder_names:
         out[f"dense:{m}"] = sorted(int(i) for i in corpus.dense(m).ids())

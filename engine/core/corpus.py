@@ -19,7 +19,9 @@ from indexes.hot import HotPages, HotView
 from indexes.keys import KeyStore
 from indexes.map_notes import MapNotes
 from indexes.relations import RelationStore
-from indexes.store import CorpusStore
+from indexes.duck_file import DuckFile
+from indexes.store_protocol import Store, open_store
+from indexes.store_rows import StoreUnavailable
 from models.device import set_cpu_threads
 from models.embedder import Embedder, EmbedderPool
 from models.registry import ModelRegistry
@@ -35,6 +37,7 @@ from engine.core.settings import Settings
 log = logging.getLogger("refindery.corpus")
 
 STORE_FILE = "refindery.duckdb"
+RELATIONS_FILE = "relations.duckdb"   # the relation tables' own file, with the corpus in PostgreSQL
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,8 @@ class Corpus(IndexRepairs):
         self.pool = pool or EmbedderPool(self.registry, settings.models.device, settings.models.batch_size,
                                          settings.search.query_cache_size, settings.models.query_runtime,
                                          settings.models.cpu_threads)
-        self.store = CorpusStore(self.data_dir / STORE_FILE)
+        st = settings.store
+        self.store: Store = open_store(self.data_dir / STORE_FILE, st.url, st.pool_size, st.connect_timeout_s)
         switch.apply(settings, self.store)   # the embedder this data dir runs after a live switch, and one under way
         self.backend = open_backend(settings, self.data_dir, self.store)   # index.backend (indexes/backends.py)
         self.sparse: SparseArm = self.backend.sparse()
@@ -80,8 +84,11 @@ class Corpus(IndexRepairs):
         lg = settings.log
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
-        self.relations = RelationStore(self.store, settings.relations.verdict_cache_mb,
-                                       settings.relations.columns_mb)
+        # the relation tables: in the corpus store's DuckDB file, or in one of their own beside it when
+        # the corpus is in PostgreSQL (they are not shared with other processes yet)
+        self._relation_file = None if isinstance(self.store, DuckFile) else DuckFile(self.data_dir / RELATIONS_FILE)
+        self.relations = RelationStore(self._relation_file or self.store, self.store,
+                                       settings.relations.verdict_cache_mb, settings.relations.columns_mb)
         self.keys = KeyStore(self.store)
         self.map_notes = MapNotes(self.store)
         self._coverage_lock = threading.Lock()
@@ -254,9 +261,14 @@ class Corpus(IndexRepairs):
         try:
             self.querylog.close()
             self.relations.columns.settle()   # a relation's rows being read into columns
-            self.flush()
+            try:
+                self.flush()
+            except StoreUnavailable as exc:   # PostgreSQL down at close: the indexes repair at next open
+                log.warning("closing without saving the dense indexes: %s", exc)
         finally:
             self.store.close()
+            if self._relation_file is not None:
+                self._relation_file.close()
 
 
 def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bool = True) -> Corpus:

@@ -277,6 +277,16 @@ class ServerSettings(BaseModel):
         "Python's permanent GC generation, so the collector stops re-scanning them during requests."))
 
 
+class StoreSettings(BaseModel):
+    """[store]: where the corpus store lives. Empty `url`: the DuckDB file in the data dir (the default).
+    `url = "postgresql://…"`: the corpus, API keys, the query log and evidence map notes in that
+    PostgreSQL database (the `postgres` extra), served by one `refindery serve` at a time for now —
+    the relation tables stay in the data dir's own DuckDB file (docs/scaling.md, "The store in PostgreSQL")."""
+    url: str = Field("", pattern=r"^(|postgres(ql)?://.*)$", max_length=2000)
+    pool_size: int = Field(8, ge=1, le=256)        # connections for reads, per process
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+
 class RelationsSettings(BaseModel):
     source_dirs: list[str] = Field(default_factory=list)
     verdict_cache_mb: float = Field(256, ge=0, description=(
@@ -318,6 +328,7 @@ class Settings(BaseSettings):
     criteria: CriteriaSettings = Field(default_factory=CriteriaSettings)
     evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
     relations: RelationsSettings = Field(default_factory=RelationsSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
     milvus: MilvusSettings = Field(default_factory=MilvusSettings)
 
     # set by the corpus from its store (engine/core/switch.py), never from a file or the environment

@@ -1,20 +1,24 @@
-"""Ingestion semantics over the real store and indexes."""
+"""Ingestion semantics over the real store and indexes — the store in DuckDB and in PostgreSQL."""
 from __future__ import annotations
 
 import json
 from datetime import datetime
 
-from conftest import index_ids, ingest, page
+import pytest
+from conftest import STORE_BACKENDS, index_ids, ingest, page
 
 from engine.ingest.records import read_source
 
 
+pytestmark = pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+
+
 def snapshot(corpus):
-    cur = corpus.store.cursor()
-    pages = cur.execute("""SELECT page_id, url, title, body_text, content_hash, first_seen, last_seen,
-                                  published, visit_count, scope FROM pages ORDER BY page_id""").fetchall()
-    chunks = cur.execute("SELECT * FROM chunks ORDER BY chunk_id").fetchall()
-    vectors = cur.execute("SELECT model, chunk_id, vector FROM embeddings ORDER BY ALL").fetchall()
+    sql = corpus.store.sql()
+    pages = sql.rows("""SELECT page_id, url, title, body_text, content_hash, first_seen, last_seen,
+                               published, visit_count, scope FROM pages ORDER BY page_id""")
+    chunks = sql.rows("SELECT * FROM chunks ORDER BY chunk_id")
+    vectors = sql.rows("SELECT model, chunk_id, vector FROM embeddings ORDER BY model, chunk_id")
     return pages, chunks, vectors
 
 
@@ -60,7 +64,7 @@ def test_a_changed_page_has_only_its_new_chunks_everywhere(make_corpus):
     url = "https://example.org/notes"
     old_body = "# Notes\n\nThe zanzibar protocol handles ferrets.\n\n## Second\n\nKept paragraph about otters."
     ingest(corpus, [page(url, old_body)])
-    pid = corpus.store.cursor().execute("SELECT page_id FROM pages").fetchone()[0]
+    pid = corpus.store.sql().row("SELECT page_id FROM pages")[0]
     old_chunks = {c["chunk_id"]: c["text"] for c in corpus.store.page_chunks(pid)}
     assert corpus.sparse.search("zanzibar", 10)
 
@@ -95,7 +99,7 @@ def test_a_deleted_page_is_in_no_index(make_corpus):
     corpus = make_corpus()
     ingest(corpus, [page("https://example.org/keep", "Pelicans are large water birds."),
                     page("https://example.org/drop", "Flamingos stand on one leg.")])
-    pid = next(p for p, u in corpus.store.cursor().execute("SELECT page_id, url FROM pages").fetchall()
+    pid = next(p for p, u in corpus.store.sql().rows("SELECT page_id, url FROM pages")
                if u.endswith("drop"))
     assert delete_page(corpus, pid) is True
     assert delete_page(corpus, pid) is False
@@ -195,9 +199,9 @@ def test_adding_a_model_embeds_only_what_it_lacks(make_corpus):
     ingest(corpus, [page("https://example.org/m1", "Cormorants dry their wings."),
                     page("https://example.org/m2", "Shearwaters glide low.")])
     m = corpus.settings.models.active
-    cur = corpus.store.cursor()
-    victim = cur.execute("SELECT min(chunk_id) FROM chunks").fetchone()[0]
-    cur.execute("DELETE FROM embeddings WHERE chunk_id = ?", [victim])
+    sql = corpus.store.sql()
+    victim = sql.row("SELECT min(chunk_id) FROM chunks")[0]
+    sql.run("DELETE FROM embeddings WHERE chunk_id = ?", [victim])
     assert corpus.embed_missing(m) == 1
     assert corpus.embed_missing(m) == 0
     corpus.sync()
@@ -220,7 +224,7 @@ def test_embedding_what_a_model_lacks_leaves_the_write_lock_free_while_it_encode
     ingest(corpus, [page(f"https://example.org/s{i}", " ".join(words[(i + j) % len(words)] for j in range(220)))
                     for i in range(48)])
     m = corpus.settings.models.active
-    corpus.store.cursor().execute("DELETE FROM embeddings WHERE model = ?", [m])
+    corpus.store.sql().run("DELETE FROM embeddings WHERE model = ?", [m])
     before = corpus.store.counts()["chunks"]
     done = []
     worker = threading.Thread(target=lambda: done.append(corpus.embed_missing(m, batch=8)))
@@ -239,7 +243,6 @@ def test_embedding_what_a_model_lacks_leaves_the_write_lock_free_while_it_encode
         worker.join(0.005)
     assert wrote and done and done[0] >= before
     assert free > 2 * held, (free, held)   # on the lock across encoding: held nearly all of the time
-    cur = corpus.store.cursor()
-    n, distinct = cur.execute("SELECT count(*), count(DISTINCT chunk_id) FROM embeddings WHERE model = ?", [m]).fetchone()
+    n, distinct = corpus.store.sql().row("SELECT count(*), count(DISTINCT chunk_id) FROM embeddings WHERE model = ?", [m])
     assert n == distinct == corpus.store.counts()["chunks"] == before + 1
     assert corpus.embed_missing(m) == 0
