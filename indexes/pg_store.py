@@ -70,6 +70,7 @@ class PgCorpusStore(PgReads, PgWrites):
         self._lock = threading.Lock()
         self.closed = False
         self._writer = self._connect()
+        self._claim: psycopg.Connection | None = None    # the session lock of a serving process (claim)
         self._write_lock = threading.RLock()
         self.migrated_from = pg_schema.migrate(self._writer, SCHEMA_VERSION)
         # reads share a bounded pool: a replica's request threads never hold more than pool_size
@@ -170,6 +171,7 @@ class PgCorpusStore(PgReads, PgWrites):
         the generation row; yields (connection, new generation), or the current one without `bump`."""
         with self._write_lock:
             con = self._live_writer()
+            self._still_claimed()
             try:
                 with con.transaction():
                     if bump:
@@ -190,8 +192,24 @@ class PgCorpusStore(PgReads, PgWrites):
         until replicas follow each other's writes. StoreHeld when another process holds it."""
         con = self._connect()
         if not con.execute("SELECT pg_try_advisory_lock(%s)", [SERVE_KEY]).fetchone()[0]:
-            con.close()
+            self._drop(con)
             raise StoreHeld(_where(self.url))
+        self._claim = con
+
+    def _still_claimed(self) -> None:
+        """Before a write: the claim lives on its connection, which a PostgreSQL restart ends — then
+        it is taken again, and a write is refused (StoreHeld) if another process took it meanwhile."""
+        if self._claim is None:
+            return
+        try:
+            if not (self._claim.closed or self._claim.broken):
+                self._claim.execute("SELECT 1")
+                return
+        except psycopg.OperationalError:
+            pass
+        self._drop(self._claim)
+        self._claim = None
+        self.claim()
 
     def _live_writer(self) -> psycopg.Connection:
         """The writer connection, checked first (a round trip): one the server dropped while it was

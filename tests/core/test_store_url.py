@@ -61,8 +61,8 @@ def test_a_store_url_that_is_not_postgresql_is_refused_by_the_settings(tmp_path)
 
 def test_while_postgresql_restarts_requests_get_a_typed_503_and_then_succeed_again(pool, tmp_path):
     """The server's store stopped under it: a search and a write are answered 503 store_unavailable
-    (Retry-After: 1), nothing else breaks, and once PostgreSQL is back the same app answers again and
-    the write sent again lands once."""
+    (Retry-After: 1), nothing else breaks, and once PostgreSQL is back the same app answers again, the
+    write sent again lands once, and the store is still held by this server alone."""
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
@@ -94,6 +94,10 @@ def test_while_postgresql_restarts_requests_get_a_typed_503_and_then_succeed_aga
             hits = client.post("/v1/search", json={"query": "terns plunge"}).json()["pages"]
             assert hits and hits[0]["url"] == "https://example.org/terns"
             assert engine.corpus.store.counts()["pages"] == 2
+            # the restart ended the session that held the store; the write took it again
+            from engine.app import DataDirBusy
+            with pytest.raises(DataDirBusy):
+                _engine(pool, tmp_path / "second", url=url)
     finally:
         engine.close()
         server.cleanup()
