@@ -1,8 +1,10 @@
 """API keys: hashed at rest, required once one exists, workspaces isolated (404, never 403),
-read-only keys refused writes, admin routes for keys valid everywhere, loopback-only without keys."""
+read-only keys refused writes, admin routes for keys valid everywhere, loopback-only without keys —
+with the store in DuckDB and in PostgreSQL."""
 from __future__ import annotations
 
 import pytest
+from conftest import STORE_BACKENDS, _new_database
 
 PAGES = {"alpha": [("https://a.example/json", "JSON in Python", "The json module encodes and decodes JSON.", None),
                    ("https://a.example/team-a", "Team A JSON notes", "Team A notes on the json module: dumps and "
@@ -13,13 +15,14 @@ PAGES = {"alpha": [("https://a.example/json", "JSON in Python", "The json module
                    None)]}
 
 
-@pytest.fixture(scope="module")
-def acl(pool, tmp_path_factory):
+@pytest.fixture(scope="module", params=STORE_BACKENDS)
+def acl(pool, tmp_path_factory, request):
     from docs.examples import make_client
     from engine.core.access import create_key
     from engine.ingest.pipeline import Ingester
 
-    client = make_client(tmp_path_factory.mktemp("access") / "data", pool=pool)
+    store = {"url": _new_database(request.getfixturevalue("postgres_uri"))} if request.param == "postgres" else {}
+    client = make_client(tmp_path_factory.mktemp("access") / "data", pool=pool, store=store)
     for ws, pages in PAGES.items():
         records = ((i, "t", {"url": u, "title": t, "body_text": b, "scope": s}) for i, (u, t, b, s) in enumerate(pages))
         Ingester(client.corpus, ws, progress=False).ingest(records)
@@ -43,13 +46,13 @@ def auth(token):
 
 
 def test_tokens_are_shown_once_and_stored_only_as_salted_hashes(acl):
-    rows = acl.corpus.store.cursor().execute("SELECT * FROM api_keys").fetchall()
+    rows = acl.corpus.store.sql().rows("SELECT * FROM api_keys")
     flat = " ".join(str(c) for r in rows for c in r)
     for token in (acl.admin, acl.alpha, acl.reader):
         assert token.startswith("rfy_") and token not in flat and token.split("_", 2)[2] not in flat
     listed = acl.get("/v1/keys", headers=auth(acl.admin)).json()["keys"]
     mine = {t.split("_")[1] for t in (acl.admin, acl.alpha, acl.reader, acl.team_a)}
-    stored = {r[0] for r in acl.corpus.store.cursor().execute("SELECT key_id FROM api_keys").fetchall()}
+    stored = {r[0] for r in acl.corpus.store.sql().rows("SELECT key_id FROM api_keys")}
     assert {k["key_id"] for k in listed} == stored and mine <= stored   # every key, the fixture's four among them
     assert not any("token" in k or "digest" in k or "salt" in k for k in listed)
 
