@@ -29,7 +29,7 @@ def _alias_hit(col: str) -> str:
 
 class PgReads:
     """The read verbs. Uses the store's `_q` (rows), `_one` (a row), `_named` (column names and rows),
-    `_borrow` (a pooled connection) and `_connect` (a connection of its own)."""
+    `_borrow` (a pooled connection), `_connect` and `_drop` (a connection of its own, and its end)."""
 
     def workspaces(self) -> list[str]:
         return [r[0] for r in self._q("SELECT workspace_id FROM workspaces ORDER BY 1")]
@@ -133,9 +133,7 @@ class PgReads:
                         break
                     yield [IndexDoc(*r[:12], list(r[12])) for r in rows]
         finally:
-            with self._lock:
-                self._conns.remove(con)
-            con.close()
+            self._drop(con)
 
     def resolve_entities(self, workspace: str, ref: str, scopes: list[str] | None = None) -> list[str]:
         in_scope = "" if scopes is None else "AND scope = ANY(%s::text[])"

@@ -115,11 +115,13 @@ class PgCorpusStore(PgReads, PgWrites):
                 con = self._connect()                    # StoreUnavailable while the server is still down
                 stack.callback(self._drop, con)
             except psycopg.OperationalError as exc:
-                raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
+                _unavailable(exc)   # raises StoreUnavailable
+                raise
             try:
                 yield con
             except psycopg.OperationalError as exc:
-                raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
+                _unavailable(exc)
+                raise
 
     def _drop(self, con: psycopg.Connection) -> None:
         with contextlib.suppress(psycopg.Error):
