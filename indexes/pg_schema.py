@@ -93,6 +93,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             session_id {T}, query_id {T}, written_at timestamp NOT NULL)""",
         "CREATE INDEX evidence_map_notes_workspace ON evidence_map_notes (workspace_id, version)",
     ]),
+    (5, "replicas and the generation each has applied (indexes/pg_store.py)", [
+        f"""CREATE TABLE replicas (
+            replica_id {T} PRIMARY KEY, address {T}, applied bigint NOT NULL, started_at timestamp NOT NULL,
+            seen_at timestamp NOT NULL)""",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

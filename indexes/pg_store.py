@@ -13,7 +13,9 @@ its write transaction and its change feed; the verbs are in indexes/pg_reads.py 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -27,13 +29,14 @@ from . import pg_schema
 from .pg_reads import PgReads
 from .pg_writes import PgWrites
 from .sql import PgSql, Sql
-from .store_rows import StoreHeld, StoreUnavailable
+from .store_rows import StoreBusy, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "2"    # the corpus's identifiers (indexes/store.py's SCHEMA_VERSION)
 CHANNEL = "refindery_generation"   # NOTIFY channel: each committed generation, in commit order
-SERVE_KEY = pg_schema.ADVISORY_KEY + 1   # the session lock of the one process that serves the store
+LOCK_FILE = "replica.lock"   # in a replica's data dir: one process a data dir (PgCorpusStore.hold)
+REPLICA_RETENTION_S = 86_400   # a replica not heard from for a day no longer holds back pruning the change rows
 
 
 def _configure(con: psycopg.Connection) -> None:
@@ -70,7 +73,7 @@ class PgCorpusStore(PgReads, PgWrites):
         self._lock = threading.Lock()
         self.closed = False
         self._writer = self._connect()
-        self._claim: psycopg.Connection | None = None    # the session lock of a serving process (claim)
+        self._held = None    # the data dir's lock file, while this process holds it (hold)
         self._write_lock = threading.RLock()
         self.migrated_from = pg_schema.migrate(self._writer, SCHEMA_VERSION)
         # reads share a bounded pool: a replica's request threads never hold more than pool_size
@@ -166,6 +169,9 @@ class PgCorpusStore(PgReads, PgWrites):
                 with contextlib.suppress(psycopg.Error):
                     con.close()
         self._pool.close()
+        if self._held is not None:
+            self._held.close()   # the data dir's lock goes with it
+            self._held = None
 
     @contextlib.contextmanager
     def _write(self, bump: bool = True) -> Iterator[tuple[psycopg.Connection, int]]:
@@ -173,7 +179,6 @@ class PgCorpusStore(PgReads, PgWrites):
         the generation row; yields (connection, new generation), or the current one without `bump`."""
         with self._write_lock:
             con = self._live_writer()
-            self._still_claimed()
             try:
                 with con.transaction():
                     if bump:
@@ -188,30 +193,48 @@ class PgCorpusStore(PgReads, PgWrites):
             except psycopg.OperationalError as exc:
                 raise StoreUnavailable(f"the store's PostgreSQL went away during a write: {exc}".strip()) from exc
 
-    def claim(self) -> None:
-        """Hold the store for this process (a session advisory lock on a connection of its own, let go
-        when the store closes or the process dies): one process serves a PostgreSQL store at a time,
-        until replicas follow each other's writes. StoreHeld when another process holds it."""
-        con = self._connect()
-        if not con.execute("SELECT pg_try_advisory_lock(%s)", [SERVE_KEY]).fetchone()[0]:
-            self._drop(con)
-            raise StoreHeld(_where(self.url))
-        self._claim = con
-
-    def _still_claimed(self) -> None:
-        """Before a write: the claim lives on its connection, which a PostgreSQL restart ends — then
-        it is taken again, and a write is refused (StoreHeld) if another process took it meanwhile."""
-        if self._claim is None:
-            return
+    def hold(self, folder: Path) -> None:
+        """Hold `folder` (a replica's data dir: its indexes) for this process — a lock file there, let
+        go when the store closes or the process dies. Replicas share the store, never a data dir;
+        StoreBusy when another process holds it."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_FILE
+        fh = open(path, "a+")
         try:
-            if not (self._claim.closed or self._claim.broken):
-                self._claim.execute("SELECT 1")
-                return
-        except psycopg.OperationalError:
-            pass
-        self._drop(self._claim)
-        self._claim = None
-        self.claim()
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            pid = fh.read().strip() or "?"
+            fh.close()
+            raise StoreBusy(path, f"held in refindery (PID {pid})") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._held = fh
+
+    def report_applied(self, replica_id: str, generation: int, address: str | None = None) -> None:
+        """Record that replica `replica_id` has applied every write up to `generation` (the change
+        rows below the slowest live replica's are the only ones pruned)."""
+        with self._borrow() as con:
+            con.execute("""INSERT INTO replicas VALUES (%s, %s, %s, now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC')
+                           ON CONFLICT (replica_id) DO UPDATE SET applied = excluded.applied, seen_at = excluded.seen_at,
+                           address = coalesce(excluded.address, replicas.address)""",
+                        [replica_id, address, generation])
+
+    def replicas(self) -> list[dict]:
+        """Every replica that reported within REPLICA_RETENTION_S: id, address, applied generation, when seen."""
+        cols, rows = self._named(
+            "SELECT replica_id, address, applied, started_at, seen_at FROM replicas "
+            "WHERE seen_at > (now() AT TIME ZONE 'UTC') - make_interval(secs => %s) ORDER BY replica_id",
+            [REPLICA_RETENTION_S])
+        return [dict(zip(cols, r)) for r in rows]
+
+    def slowest_replica(self) -> int | None:
+        """The lowest generation a live replica has applied (None with no replica reporting)."""
+        row = self._one("SELECT min(applied) FROM replicas WHERE seen_at > (now() AT TIME ZONE 'UTC') - "
+                        "make_interval(secs => %s)", [REPLICA_RETENTION_S])
+        return None if row is None or row[0] is None else int(row[0])
 
     def _live_writer(self) -> psycopg.Connection:
         """The writer connection, checked first (a round trip): one the server dropped while it was

@@ -205,6 +205,13 @@ class PgWrites:
             return [ids[i] for i in keep]
 
     def prune_changes(self, upto_generation: int) -> None:
+        """Drop the change rows up to `upto_generation`, but never past the slowest live replica's
+        applied generation (it replays them; a replica gone longer than a day rebuilds instead)."""
+        slowest = self.slowest_replica()
+        if slowest is not None:
+            upto_generation = min(upto_generation, slowest)
+        if upto_generation <= self.pruned_upto():
+            return
         with self._write(bump=False) as (con, _):
             con.execute("DELETE FROM changes WHERE generation <= %s", [upto_generation])
             con.execute("INSERT INTO meta VALUES ('pruned_upto', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",

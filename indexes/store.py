@@ -151,6 +151,16 @@ class CorpusStore(DuckFile, DuckReads, DuckLookups, DuckWrites):
         """Whether the store has committed `generation` (here, at once: one process writes it)."""
         return self.generation() >= generation
 
+    # One process owns a DuckDB store: there are no other replicas to record or to wait for.
+    def report_applied(self, replica_id: str, generation: int, address: str | None = None) -> None:
+        return None
+
+    def replicas(self) -> list[dict]:
+        return []
+
+    def slowest_replica(self) -> int | None:
+        return None
+
     def _committed(self, generation: int) -> None:
         for cb in list(self._callbacks):
             try:

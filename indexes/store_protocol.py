@@ -54,6 +54,11 @@ class Store(Protocol):
     def on_generation(self, callback: Callable[[int], None]) -> None: ...
 
     def wait_for(self, generation: int, timeout_s: float) -> bool: ...
+    # replicas (PostgreSQL): each records the generation it has applied; change rows are pruned only
+    # below the slowest live one's (the DuckDB store has one process, and no replicas to record)
+    def report_applied(self, replica_id: str, generation: int, address: str | None = None) -> None: ...
+    def replicas(self) -> list[dict]: ...
+    def slowest_replica(self) -> int | None: ...
     def hot_read(self, since: int | None, max_changed: int | None, text_budget: int = 0, spill: Callable[[Any], None] | None = None) -> HotRead: ...
     def identity_rows(self) -> dict[str, list[tuple]]: ...
     def index_docs(self, page_ids: list[str] | None = None, batch: int = 5000, chunk_ids: list[int] | None = None) -> Iterator[list[IndexDoc]]: ...
@@ -91,7 +96,8 @@ class Store(Protocol):
 
 def open_store(path: Path, url: str = "", pool_size: int = 8, connect_timeout_s: float = 10.0) -> Store:
     """The store a data dir's settings name: the DuckDB file at `path`, or (`url`, postgresql://…) the
-    PostgreSQL store, held for this process (PgCorpusStore.claim), files of its own in path's folder."""
+    PostgreSQL store that any number of replicas share, each with a data dir of its own (path's folder,
+    held for this process: PgCorpusStore.hold)."""
     if not url:
         from .store import CorpusStore
         return CorpusStore(path)
@@ -103,7 +109,7 @@ def open_store(path: Path, url: str = "", pool_size: int = 8, connect_timeout_s:
                          "pip install 'refindery[postgres]'") from exc
     store = PgCorpusStore(url, scratch_dir=path.parent, connect_timeout_s=connect_timeout_s, pool_size=pool_size)
     try:
-        store.claim()
+        store.hold(path.parent)
     except BaseException:
         store.close()
         raise

@@ -146,18 +146,6 @@ class StoreBusy(StoreError):
                          "otherwise wait for that process to finish, or stop it.")
 
 
-class StoreHeld(StoreBusy):
-    """Another process serves this PostgreSQL store (one at a time, until replicas follow each
-    other's writes)."""
-
-    def __init__(self, where: str):
-        self.pid = None
-        StoreError.__init__(self, f"another refindery process already serves the store at {where}: one process "
-                                  "may serve a PostgreSQL store at a time for now (replicas that follow each other "
-                                  "come next, docs/scaling.md). Stop that process, or point this one at another "
-                                  "database.")
-
-
 def entity_table(rows: list[EntityRow]) -> pa.Table:
     return pa.table({"entity_id": pa.array([e.entity_id for e in rows], pa.string()),
                      "workspace_id": pa.array([e.workspace_id for e in rows], pa.string()),

@@ -18,6 +18,7 @@ from engine.core.settings import Settings, load_settings
 
 from .auth import BodyLimit, JsonBodyCheck, KeyAuth
 from .errors import ERROR_RESPONSES, install_error_handlers
+from .generations import Generations
 from .http import clusters, evidence, keys, ops, pages, relations, search
 from .mcp import build_mcp
 from .web import mount_web
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
     app.add_middleware(JsonBodyCheck, paths=("/mcp", "/mcp/"))
     app.add_middleware(KeyAuth, engine_of=lambda: app.state.engine,
                        owner_socket_of=lambda: app.state.owner_socket)
+    app.add_middleware(Generations, engine_of=lambda: app.state.engine)   # after the key: a 401 waits for nothing
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.engine.settings.server.max_body_bytes)
     for module in ROUTERS:
         app.include_router(module.router)

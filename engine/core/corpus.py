@@ -32,6 +32,7 @@ from engine.core.errors import PageNotFound
 from engine.core.private import make_private
 from engine.core.querylog import QueryLog
 from engine.core.repair import IndexRepairs, RepairReport
+from engine.core.replica import Replica
 from engine.core.settings import Settings
 
 log = logging.getLogger("refindery.corpus")
@@ -82,11 +83,13 @@ class Corpus(IndexRepairs):
         self.repairs: list[RepairReport] = []
         self.store.ensure_workspace(settings.default_workspace)
         lg = settings.log
-        self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s)
+        durable = lg.durable if lg.durable is not None else not isinstance(self.store, DuckFile)
+        self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s, durable)
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
         # the relation tables: in the corpus store's DuckDB file, or in one of their own beside it when
-        # the corpus is in PostgreSQL (they are not shared with other processes yet)
-        self._relation_file = None if isinstance(self.store, DuckFile) else DuckFile(self.data_dir / RELATIONS_FILE)
+        # the corpus is in PostgreSQL (each replica's own: they are not shared with other replicas yet)
+        self.replicated = not isinstance(self.store, DuckFile)   # a replica of a shared store (engine/core/replica.py)
+        self._relation_file = None if not self.replicated else DuckFile(self.data_dir / RELATIONS_FILE)
         self.relations = RelationStore(self._relation_file or self.store, self.store,
                                        settings.relations.verdict_cache_mb, settings.relations.columns_mb)
         self.keys = KeyStore(self.store)
@@ -94,6 +97,29 @@ class Corpus(IndexRepairs):
         self._coverage_lock = threading.Lock()
         self._coverage: tuple[tuple, Coverage | None] | None = None   # (key, what it was at that key)
         self.vectors_added = 0   # bumped by every batch a background embedding stores (engine/core/repair.py)
+        self._applied = 0        # a replica's: the generation its indexes have applied (follow)
+        self.replica: Replica | None = None   # a replica's follower, once open_corpus starts it
+
+    @property
+    def applied(self) -> int:
+        """The store generation this process's indexes have applied: with a DuckDB store, whatever it
+        committed (its writes reach the indexes under the write lock); a replica's, what it followed."""
+        return self._applied if self.replicated else self.store.generation()
+
+    @applied.setter
+    def applied(self, generation: int) -> None:
+        self._applied = generation
+
+    def wait_applied(self, generation: int, timeout_s: float) -> bool:
+        """Whether this process's indexes have applied `generation` (a write's token) within `timeout_s`."""
+        if self.replica is None:
+            return self.applied >= generation
+        return self.replica.wait_applied(generation, timeout_s)
+
+    def applied_moved(self) -> None:
+        """After a write this process applied itself: wake the requests waiting for its generation."""
+        if self.replica is not None:
+            self.replica.applied_moved()
 
     # Models and dense indexes ------------------------------------------------------------------
     def embedder(self, name: str | None = None) -> Embedder:
@@ -247,10 +273,12 @@ class Corpus(IndexRepairs):
     def flush(self) -> None:
         """Persist dense indexes that changed since their last save."""
         with self.write_lock:
-            g = self.store.generation()
+            g = self.applied   # never a later generation than the indexes hold (a replica's others' writes)
             for d in self._dense.values():
                 if d.dirty:
                     d.save(g)
+            if self.replica is not None:   # its own record first: the prune stops at the slowest replica's
+                self.replica.report()
             low = min([self.sparse.generation] + [d.generation for d in self._dense.values()])
             if low > self.store.pruned_upto():
                 self.store.prune_changes(low)
@@ -259,6 +287,8 @@ class Corpus(IndexRepairs):
         if self.store.closed:
             return
         try:
+            if self.replica is not None:
+                self.replica.stop()
             self.querylog.close()
             self.relations.columns.settle()   # a relation's rows being read into columns
             try:
@@ -286,6 +316,9 @@ def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bo
             corpus.dense(m).refresh_pages(pages)
     if repair:
         corpus.sync()
+        corpus.applied = corpus.sparse.generation
+        if corpus.replicated:   # follow every other replica's writes from here on
+            corpus.replica = Replica(corpus).start()
         corpus.hot()   # the search's in-memory view, read now rather than by the first search (0.6 s at 1M chunks)
     return corpus
 

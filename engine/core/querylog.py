@@ -14,7 +14,8 @@ Tables (one kind of row each; `query_id` is the key that joins them):
 
 Requests put an entry on a bounded queue and return; one writer thread drains it in batches (one
 transaction per batch) every `log.flush_interval_s` or `log.batch_size` entries, and on shutdown.
-A hard crash loses what is still queued: at most one batch plus what arrived during its write.
+A hard crash loses what is still queued: at most one batch plus what arrived during its write — unless
+`durable` (`[log] durable`, for replicas): then an execution's rows are committed before its reply.
 A full queue drops the entry (counted in /v1/status) rather than slowing a request down.
 """
 from __future__ import annotations
@@ -78,8 +79,13 @@ CLOSE_RETRY_S = 10.0   # how long a closing log still tries
 
 class QueryLog:
     def __init__(self, store: CorpusStore, enabled: bool = True, queue_size: int = 10_000,
-                 batch_size: int = 200, flush_interval_s: float = 1.0):
+                 batch_size: int = 200, flush_interval_s: float = 1.0, durable: bool = False):
+        """`durable`: an execution's rows are committed before its reply (`[log] durable`: replicas,
+        where a process killed mid-load must lose no row of a request it answered); an HTTP call's
+        access row alone still goes through the queue."""
         self.store = store
+        self.durable = durable
+        self._write_lock = threading.Lock()   # one batch at a time on the log's own connection
         self.enabled = enabled
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
@@ -101,6 +107,9 @@ class QueryLog:
     # Producer side -------------------------------------------------------------------------------
     def record(self, entry: LogEntry) -> None:
         if not self.enabled:
+            return
+        if self.durable and not entry.call_only:
+            self._write([entry])   # StoreUnavailable reaches the caller: an answer, but not logged, is an error
             return
         if not entry.call_only:
             with self._recent_lock:
@@ -176,6 +185,10 @@ class QueryLog:
                 wait = min(wait * 2, RETRY_MAX_S)
 
     def _write(self, batch: list[LogEntry]) -> None:
+        with self._write_lock:
+            self._write_locked(batch)
+
+    def _write_locked(self, batch: list[LogEntry]) -> None:
         queries = {c: [] for c in QUERY_COLUMNS}
         rows: dict[str, list[tuple]] = {k: [] for k in ROW_TABLES}
         for e in batch:

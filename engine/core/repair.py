@@ -39,6 +39,8 @@ class IndexRepairs:
     write_lock: threading.RLock
     repairs: list[RepairReport]
     vectors_added: int
+    applied: int   # the store generation every index has applied (follow; a replica's /healthz)
+    replicated: bool   # the store is shared with other processes: indexes move by `follow` only
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:
@@ -65,6 +67,9 @@ class IndexRepairs:
             for pid, reason in sorted(rejected.items()):
                 log.error("quarantined page %s: the index cannot hold it (%s)", pid, reason)
             gen = self.store.quarantine(rejected, utcnow())
+            if self.replicated:   # a replica replays it as every other write (its markers never skip one)
+                self.follow()
+                return gen
             self.sparse.replace_pages(sorted(rejected), [], gen)
             for d in self._dense.values():
                 d.remove(np.intersect1d(d.ids(), np.asarray(chunk_ids, dtype=np.int64)))
@@ -118,10 +123,54 @@ class IndexRepairs:
         dense.save(g_store)
         return RepairReport(f"dense:{model}", "synced", g, g_store, f"-{len(extra)} +{len(missing)}")
 
+    def follow(self) -> dict[str, str]:
+        """Bring every index to the store's generation by replaying what changed since each one's own
+        generation, whoever wrote it — the write path of a replica (the store in PostgreSQL), where
+        other processes commit generations in between this one's. The sparse index replays the pages
+        changed since its marker (or is rebuilt once those change rows are pruned); each dense index
+        takes the vectors it lacks and drops those the store no longer holds, in memory (saved by
+        `flush` at the generation applied, never at a later one). Returns the pages quarantined."""
+        with self.write_lock:
+            g_store = self.store.generation()
+            g = self.sparse.generation
+            rejected: dict[str, str] = {}
+            pages: list[str] = []
+            if g < g_store:
+                if g < 0 or g < self.store.pruned_upto():
+                    rejected = self.sparse.rebuild(self.store.index_docs(), g_store)
+                else:
+                    pages = self.store.changed_pages_since(g)
+                    docs = [d for batch in self.store.index_docs(pages) for d in batch]
+                    rejected = self.sparse.replace_pages(pages, docs, g_store)
+                self.quarantine(rejected)
+            for model in sorted(set(self.embedder_names) | set(self._dense)):
+                self._follow_dense(model, pages)
+            self.applied = max(self.applied, g_store)
+            return rejected
+
+    def _follow_dense(self, model: str, pages: list[str]) -> None:
+        dense = self.dense(model)
+        store_ids, _ = self.store.embedding_ids(model)
+        have = dense.ids()
+        extra = np.setdiff1d(have, store_ids)
+        missing = np.setdiff1d(store_ids, have)
+        if len(np.unique(have)) != len(have):   # a duplicate entry: rebuilt whole
+            dense.reset()
+            extra, missing = np.zeros(0, dtype=np.int64), store_ids
+        dense.remove(extra)
+        if len(missing):
+            dense.add(*self.store.embeddings_for(model, missing.tolist()))
+        if pages:   # a backend holding filter fields beside the vectors re-reads the changed pages'
+            dense.refresh_pages(pages)
+
     def sync_pages(self, generation: int) -> None:
         """After a store write that changed pages' filter fields only (clusters, entity links):
         re-index those pages in tantivy. Vectors are unchanged."""
         with self.write_lock:
+            if self.replicated:   # every replica's writes since, not only this one
+                self.follow()
+                self.applied_moved()
+                return
             pages = self.store.changed_pages_since(self.sparse.generation)
             docs = [d for batch in self.store.index_docs(pages) for d in batch]
             generation = self.quarantine(self.sparse.replace_pages(pages, docs, generation)) or generation

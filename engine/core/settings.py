@@ -264,6 +264,9 @@ class LogSettings(BaseModel):
     queue_size: int = Field(10_000, ge=1)
     batch_size: int = Field(200, ge=1)
     flush_interval_s: float = Field(1.0, gt=0)
+    # an execution's rows committed before its reply, not queued: none lost when a process is killed.
+    # None (the default): so with the store in PostgreSQL (replicas), queued with the DuckDB store
+    durable: bool | None = None
 
 
 class ServerSettings(BaseModel):
@@ -280,11 +283,14 @@ class ServerSettings(BaseModel):
 class StoreSettings(BaseModel):
     """[store]: where the corpus store lives. Empty `url`: the DuckDB file in the data dir (the default).
     `url = "postgresql://…"`: the corpus, API keys, the query log and evidence map notes in that
-    PostgreSQL database (the `postgres` extra), served by one `refindery serve` at a time for now —
-    the relation tables stay in the data dir's own DuckDB file (docs/scaling.md, "The store in PostgreSQL")."""
+    PostgreSQL database (the `postgres` extra), shared by any number of replicas, each with a data dir
+    of its own for its indexes — and, for now, its own relation tables (docs/scaling.md)."""
     url: str = Field("", pattern=r"^(|postgres(ql)?://.*)$", max_length=2000)
     pool_size: int = Field(8, ge=1, le=256)        # connections for reads, per process
     connect_timeout_s: float = Field(10.0, gt=0)
+    # how long a request sent with Refindery-Min-Generation waits for this replica to apply that
+    # generation before a 503 not_caught_up
+    catch_up_wait_s: float = Field(5.0, ge=0, le=60)
 
 
 class RelationsSettings(BaseModel):

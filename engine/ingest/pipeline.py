@@ -306,6 +306,10 @@ class Ingester:
         """Bring every index to `gen`; a page the sparse index cannot hold goes to quarantine (its
         id -> reason is returned). The edge's checks (engine/core/values.py) keep this empty in practice."""
         corpus = self.corpus
+        if corpus.replicated:   # other replicas' writes may lie between the indexes' generation and `gen`
+            rejected = corpus.follow()
+            corpus.applied_moved()
+            return rejected
         pages = [w.page.page_id for w in writes] + [t.page_id for t in touches]
         docs = [d for batch in corpus.store.index_docs(pages) for d in batch]
         rejected = corpus.sparse.replace_pages(pages, docs, gen)
@@ -337,9 +341,13 @@ def delete_page(corpus: Corpus, page_id: str) -> bool:
         if old is None:
             return False
         gen = corpus.store.apply([], [], [page_id])
-        corpus.sparse.replace_pages([page_id], [], gen)
-        for model in corpus.embedder_names:
-            corpus.dense(model).remove(sorted(old.chunk_ids))
-            corpus.maintain_dense(model)
+        if corpus.replicated:
+            corpus.follow()
+            corpus.applied_moved()
+        else:
+            corpus.sparse.replace_pages([page_id], [], gen)
+            for model in corpus.embedder_names:
+                corpus.dense(model).remove(sorted(old.chunk_ids))
+                corpus.maintain_dense(model)
     corpus.querylog.forget_pages([page_id])   # the judgments on it go with it (the shortcuts to it too)
     return True

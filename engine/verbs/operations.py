@@ -54,6 +54,22 @@ class OperationsVerbs(Verbs):
             "query_runtime": self.query_runtime(),
         }
 
+    def applied_generation(self) -> int:
+        """The store generation this process's indexes have applied (a reply's Refindery-Generation)."""
+        return self.corpus.applied
+
+    def wait_applied(self, generation: int, timeout_s: float) -> bool:
+        """Whether this process has applied `generation` within `timeout_s` (read your writes on any replica)."""
+        return self.corpus.wait_applied(generation, timeout_s)
+
+    def health(self) -> dict[str, Any]:
+        """/healthz: up, the profile, and the generation applied (a replica: its id, how far behind the store)."""
+        c = self.corpus
+        out: dict[str, Any] = {"status": "ok", **self.profile(), "applied_generation": c.applied}
+        if c.replica is not None:
+            out["replica"] = c.replica.describe()
+        return out
+
     def profile(self) -> dict[str, str]:
         """Which profile runs and its embedder (engine/core/profile.py): /healthz and /v1/models say it."""
         return describe_profile(self.corpus.settings)

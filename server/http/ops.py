@@ -16,8 +16,9 @@ router = router(tags=["ops"])
 
 @router.get("/healthz")
 def healthz(e: Engine = Depends(engine)) -> dict:
-    """Up, and which profile it runs (default or quality) with the embedder that profile makes active."""
-    return {"status": "ok", **e.profile()}
+    """Up, which profile it runs (default or quality) with the embedder that profile makes active, and
+    the store generation it has applied (a replica of a PostgreSQL store: its id too)."""
+    return e.health()
 
 
 @router.get("/v1/status")

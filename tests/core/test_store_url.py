@@ -1,6 +1,6 @@
 """`[store] url`: the engine's corpus store in PostgreSQL — the same pages searched alike as with the
-DuckDB file, the relation tables in a DuckDB file of their own beside it, and one process serving a
-PostgreSQL store at a time (until replicas follow each other's writes)."""
+DuckDB file, the relation tables in a DuckDB file of their own beside it, any number of processes
+(replicas) over one store, each with a data dir of its own, and one process a data dir."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -42,9 +42,12 @@ def test_the_same_pages_search_alike_with_the_store_in_duckdb_or_postgresql(pool
         assert pg.corpus.relations.workspace("team")["packs"] == ["people"]
         assert "team" in pg.corpus.store.workspaces() and (tmp_path / "pg" / "relations.duckdb").exists()
         assert not (tmp_path / "pg" / "refindery.duckdb").exists()
-        # a second process on the same store is refused, in one line that says why
-        with pytest.raises(DataDirBusy, match="already serves the store at database t_"):
-            _engine(pool, tmp_path / "pg-second", url=postgres_url)
+        # a second process on the same data dir is refused, in one line that says why ...
+        with pytest.raises(DataDirBusy, match=r"data dir .*pg is in use by process \d+"):
+            _engine(pool, tmp_path / "pg", url=postgres_url)
+        # ... and one with a data dir of its own is a replica: its indexes built from the store
+        with _engine(pool, tmp_path / "pg-second", url=postgres_url) as second:
+            assert _rankings(second) == want and second.corpus.applied == pg.corpus.applied
     # closed: the store is free again, and everything written is there
     with _engine(pool, tmp_path / "pg", url=postgres_url) as again:
         assert _rankings(again) == want and again.corpus.relations.workspace("team") is not None
@@ -61,14 +64,15 @@ def test_a_store_url_that_is_not_postgresql_is_refused_by_the_settings(tmp_path)
 
 def test_while_postgresql_restarts_requests_get_a_typed_503_and_then_succeed_again(pool, tmp_path):
     """The server's store stopped under it: a search and a write are answered 503 store_unavailable
-    (Retry-After: 1), nothing else breaks, and once PostgreSQL is back the same app answers again, the
-    write sent again lands once, and the store is still held by this server alone."""
+    (Retry-After: 1), nothing else breaks, and once PostgreSQL is back the same app answers again and
+    the write sent again lands once."""
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
     from conftest import postgres_server
     from fastapi.testclient import TestClient
 
+    from engine.refind.search import SearchRequest
     from server.app import create_app
 
     server, uri = postgres_server(tmp_path / "pg")
@@ -94,10 +98,10 @@ def test_while_postgresql_restarts_requests_get_a_typed_503_and_then_succeed_aga
             hits = client.post("/v1/search", json={"query": "terns plunge"}).json()["pages"]
             assert hits and hits[0]["url"] == "https://example.org/terns"
             assert engine.corpus.store.counts()["pages"] == 2
-            # the restart ended the session that held the store; the write took it again
-            from engine.app import DataDirBusy
-            with pytest.raises(DataDirBusy):
-                _engine(pool, tmp_path / "second", url=url)
+            # a replica opened after the restart finds both pages
+            with _engine(pool, tmp_path / "second", url=url) as second:
+                assert [h.url for h in second.search(SearchRequest(query="terns plunge"), log=False).pages][0] \
+                    == "https://example.org/terns"
     finally:
         engine.close()
         server.cleanup()
