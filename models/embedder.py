@@ -1,6 +1,8 @@
 """Sentence embedders loaded from local folders, with the tokenizer exposed for chunking."""
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import logging
 import os
@@ -55,6 +57,11 @@ class Embedder:
             raise ValueError(f"model {spec.name!r}: registry says dim {spec.dim}, weights give {self.dim}")
         self.max_seq_length = int(self.model.max_seq_length)
         self.tokenizer = self.model.tokenizer
+        # Chunking's own copy: a fast tokenizer keeps its padding and truncation on the shared Rust
+        # object and sets them before each call, so chunking (no padding, no truncation) on one thread
+        # while the model encodes (padded) on another gave ragged batches — "unable to create tensor"
+        # in a write that met another write's chunking on a busy server (two at once, tests/cluster/).
+        self.chunk_tokenizer = copy.deepcopy(self.tokenizer)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
         self._lock = Lock()

@@ -2,7 +2,7 @@
 process has applied (`Refindery-Generation`, a write's reply counting the write itself), and a request
 that sends one back (`Refindery-Min-Generation: <g>`) — to whichever replica the balancer picks — is
 held until that replica has applied g, at most `[store] catch_up_wait_s`, then refused with a typed
-503 `not_caught_up` (Retry-After: 1). One process over a DuckDB store has applied whatever it
+503 `not_caught_up` (Retry-After: 1). A replica's replies also name it (`Refindery-Replica`). One process over a DuckDB store has applied whatever it
 committed: the wait there is a comparison."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from .auth import refuse
 
 GENERATION = b"refindery-generation"
+REPLICA = b"refindery-replica"
 MIN_GENERATION = "refindery-min-generation"
 MAX_DIGITS = 18
 
@@ -46,15 +47,18 @@ class Generations:
                     "min_generation": generation, "applied_generation": engine.applied_generation()},
                     headers=[(b"retry-after", b"1")])
 
+        replica = engine.replica_id()
+
         async def send_with_generation(message):
             if message["type"] == "http.response.start":
                 try:
                     applied = engine.applied_generation()
                 except Exception:   # noqa: BLE001 — a store gone at this moment: the reply goes without it
                     applied = None
-                if applied is not None:
-                    message = {**message, "headers": [*message.get("headers", []),
-                                                      (GENERATION, str(applied).encode())]}
+                extra = [] if applied is None else [(GENERATION, str(applied).encode())]
+                if replica is not None:   # which replica answered (behind a balancer)
+                    extra.append((REPLICA, replica.encode()))
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
         await self.app(scope, receive, send_with_generation)

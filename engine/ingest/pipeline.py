@@ -279,7 +279,7 @@ class Ingester:
         return "updated", write, None
 
     def _chunk_rows(self, p: _Prepared) -> list[ChunkRow]:
-        chunks = chunk_text(p.body, self.embedder.tokenizer, self.max_tokens, self.settings.chunking.overlap_tokens)
+        chunks = chunk_text(p.body, self.embedder.chunk_tokenizer, self.max_tokens, self.settings.chunking.overlap_tokens)
         seen_text: dict[str, int] = defaultdict(int)
         rows = []
         for c in chunks:

@@ -58,6 +58,10 @@ class OperationsVerbs(Verbs):
         """The store generation this process's indexes have applied (a reply's Refindery-Generation)."""
         return self.corpus.applied
 
+    def replica_id(self) -> str | None:
+        """This process's replica id, with the store shared (None with a DuckDB store)."""
+        return self.corpus.replica.id if self.corpus.replica is not None else None
+
     def wait_applied(self, generation: int, timeout_s: float) -> bool:
         """Whether this process has applied `generation` within `timeout_s` (read your writes on any replica)."""
         return self.corpus.wait_applied(generation, timeout_s)

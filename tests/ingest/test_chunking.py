@@ -76,3 +76,30 @@ def test_the_number_of_chunks_follows_the_size_not_the_headings(tokenizer):
              f"## Tail\n\nA short closing line.")
     assert [c.text.splitlines()[0] for c in chunk_text(mixed, tokenizer, max_tokens=256, overlap=32)] == \
         ["# Intro", "## Body", "## Tail"]
+
+
+def test_chunking_a_page_leaves_the_tokenizer_the_model_encodes_with_as_it_was(pool, tmp_path):
+    """A fast tokenizer holds its padding and truncation on one shared object and sets them before each
+    call: the ingest's chunking (neither) used to switch off the padding the model's encoding had set,
+    so a write encoding on one thread while another chunked got ragged batches ("unable to create
+    tensor", a 500 on a busy server). Chunking now runs on a copy of its own."""
+    from engine.core.corpus import open_corpus
+    from engine.core.settings import load_settings
+    from engine.ingest.pipeline import Ingester
+
+    corpus = open_corpus(load_settings(data_dir=str(tmp_path)), pool)
+    try:
+        ing = Ingester(corpus, "default", progress=False)
+        body = "Gannets dive from thirty metres. " * 200
+        ing.ingest([(1, "test", {"url": "https://example.org/a", "body_text": body, "seen_at": "2026-01-01T00:00:00Z"})])
+        model_tokenizer = ing.embedder.model.tokenizer
+        ing.embedder.encode_documents(["a short text", "and a rather longer one to pad the other to"])
+        padding = model_tokenizer._tokenizer.padding
+        assert padding is not None
+        # the page again, its text changed by a trailing space only: chunked again, nothing new to embed
+        report = ing.ingest([(1, "test", {"url": "https://example.org/a", "body_text": body + " ",
+                                          "seen_at": "2026-02-01T00:00:00Z"})])
+        assert report.count("updated") == 1 and report.chunks_embedded == 0
+        assert model_tokenizer._tokenizer.padding == padding
+    finally:
+        corpus.close()
