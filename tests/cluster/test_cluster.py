@@ -6,7 +6,9 @@ log rows of every answered search), every replica's indexes hold all of it, and 
 requests are the ones in flight on the killed replica (or, while PostgreSQL is down, typed 503s)."""
 from __future__ import annotations
 
+import json
 import random
+import urllib.error
 import threading
 import time
 from collections import Counter
@@ -230,3 +232,64 @@ def test_postgresql_restarted_mid_load_is_a_typed_503_and_then_nothing_acknowled
     store = _store(cluster)
     _exactly_once(load, store)
     _all_caught_up(cluster, store)
+
+
+def test_two_replicas_posting_the_same_200_pages_at_once_leave_one_of_each(cluster):
+    pages = [_page(n, "same") for n in range(200)]
+    a, b = cluster.members[0], cluster.members[2]
+    start = threading.Barrier(2)
+    replies: dict[str, list] = {a.url: [], b.url: []}
+
+    def post_all(url: str) -> None:
+        start.wait()
+        for at in range(0, 200, 50):
+            replies[url].append(post(url, "/v1/pages", {"pages": pages[at:at + 50]})[0])
+
+    threads = [threading.Thread(target=post_all, args=(r.url,)) for r in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert replies == {a.url: [200] * 4, b.url: [200] * 4}
+    store = _store(cluster)
+    same = {u: c for u, c in store["urls"].items() if "/same/" in u}
+    assert len(same) == 200 and set(same.values()) == {1}
+    n_chunks, distinct, pages_with_chunks = store["chunks"]
+    assert n_chunks == distinct and pages_with_chunks == sum(store["urls"].values())
+    assert set(store["vectors"].values()) == {n_chunks} and store["orphans"] == 0
+    _all_caught_up(cluster, store)
+
+
+def test_a_key_revoked_through_one_replica_is_refused_by_every_replica_within_a_second(cluster):
+    """Last in this module: once a key exists, every replica asks for one."""
+    import urllib.request
+
+    def call(url: str, token: str | None, method: str = "POST", path: str = "/v1/search", body=None) -> int:
+        data = json.dumps(body if body is not None else {"query": "gannet"}).encode() if method == "POST" else None
+        req = urllib.request.Request(url + path, data=data, method=method,
+                                     headers={"content-type": "application/json",
+                                              **({"authorization": f"Bearer {token}"} if token else {})})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    first = cluster.members[0]
+    status, _, admin = post(first.url, "/v1/keys", {"workspaces": ["*"], "name": "admin"})
+    assert status == 201
+    status, _, reader = post(first.url, "/v1/keys", {"workspaces": ["default"], "read_only": True},
+                             {"authorization": f"Bearer {admin['token']}"})
+    assert status == 201
+    for r in cluster.members:   # every replica now asks for a key, and takes the new one
+        wait_until(lambda: call(r.url, None) == 401, 5, f"replica {r.n} asking for a key")
+        assert call(r.url, reader["token"]) == 200
+    assert call(cluster.members[1].url, admin["token"], "DELETE", f"/v1/keys/{reader['key_id']}") == 200
+    revoked = time.monotonic()
+    refused_after = {}
+    for r in cluster.members:
+        wait_until(lambda: call(r.url, reader["token"]) == 401, 5, f"replica {r.n} refusing the revoked key",
+                   every=0.02)
+        refused_after[r.n] = time.monotonic() - revoked
+    assert max(refused_after.values()) <= 1.0, refused_after
+    assert all(call(r.url, admin["token"]) == 200 for r in cluster.members)
