@@ -12,7 +12,7 @@ DEMO   := demo/pages.jsonl.gz
 PROFILE ?= default
 RF     := $(BIN)/refindery --profile $(PROFILE)
 
-.PHONY: install browser demo test bench eval eval-studies reranker models-mpnet serve clean
+.PHONY: install browser demo test bench eval eval-studies reranker models-mpnet serve cluster clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -168,5 +168,18 @@ models-mpnet: install
 serve: install $(if $(filter quality,$(PROFILE)),models-mpnet)
 	$(RF) serve --host $(HOST) --port $(PORT)
 
+# A local cluster: PostgreSQL (from its wheel), REPLICAS `refindery serve` replicas each with a data dir
+# of its own under .cluster/, and Caddy (from its wheel) balancing them on 127.0.0.1:CLUSTER_PORT; the
+# demo's pages are posted through it. Ctrl-C stops every process. docs/scaling.md, "Replicas".
+REPLICAS     ?= 3
+CLUSTER_PORT ?= 8080
+KSTAMP := $(VENV)/.installed-cluster
+$(KSTAMP): $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[postgres,cluster]'
+	touch $(KSTAMP)
+
+cluster: $(KSTAMP)
+	$(BIN)/python deploy/cluster.py --replicas $(REPLICAS) --port $(CLUSTER_PORT) --dir .cluster --pages $(DEMO)
+
 clean:
-	rm -rf $(VENV) $(CVENV) data .pytest_cache
+	rm -rf $(VENV) $(CVENV) data .cluster .pytest_cache

@@ -148,11 +148,16 @@ class MilvusBackend:
     its own indexes."""
     dense_takes_id_lists = False
 
-    def __init__(self, data_dir: Path, milvus_settings, store: CorpusStore):
+    def __init__(self, data_dir: Path, milvus_settings, store: CorpusStore, replica: str | None = None):
+        """`replica`: this process's replica id when the store is shared — its collections are its
+        own (suffixed with it), as its embedded indexes would be: every replica applies every write
+        to its indexes, and two applying one page to one collection at once could leave it twice."""
         mv = self.mv = milvus_settings
         self.data_dir, self.store = data_dir, store
         self.client = milvus_client(mv.uri, mv.token, mv.timeout_s)
         self.prefix = mv.collection_prefix or default_prefix(data_dir)
+        if replica:
+            self.prefix += "_" + "".join(ch for ch in replica if ch.isalnum())
 
     def _marker(self, name: str) -> Path:
         return self.data_dir / MILVUS_DIR / f"{name}.json"
@@ -179,11 +184,11 @@ class MilvusBackend:
 
 
 BACKENDS: dict[str, Callable[..., Backend]] = {
-    "embedded": lambda settings, data_dir, store: EmbeddedBackend(data_dir, settings.index, store),
-    "milvus": lambda settings, data_dir, store: MilvusBackend(data_dir, settings.milvus, store),
+    "embedded": lambda settings, data_dir, store, replica: EmbeddedBackend(data_dir, settings.index, store),
+    "milvus": lambda settings, data_dir, store, replica: MilvusBackend(data_dir, settings.milvus, store, replica),
 }
 
 
-def open_backend(settings, data_dir: Path, store: CorpusStore) -> Backend:
-    """The backend `index.backend` names."""
-    return BACKENDS[settings.index.backend](settings, data_dir, store)
+def open_backend(settings, data_dir: Path, store: CorpusStore, replica: str | None = None) -> Backend:
+    """The backend `index.backend` names (`replica`: this process's id when replicas share the store)."""
+    return BACKENDS[settings.index.backend](settings, data_dir, store, replica)

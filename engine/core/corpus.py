@@ -32,7 +32,7 @@ from engine.core.errors import PageNotFound
 from engine.core.private import make_private
 from engine.core.querylog import QueryLog
 from engine.core.repair import IndexRepairs, RepairReport
-from engine.core.replica import Replica
+from engine.core.replica import Replica, replica_id
 from engine.core.settings import Settings
 
 log = logging.getLogger("refindery.corpus")
@@ -76,7 +76,9 @@ class Corpus(IndexRepairs):
         st = settings.store
         self.store: Store = open_store(self.data_dir / STORE_FILE, st.url, st.pool_size, st.connect_timeout_s)
         switch.apply(settings, self.store)   # the embedder this data dir runs after a live switch, and one under way
-        self.backend = open_backend(settings, self.data_dir, self.store)   # index.backend (indexes/backends.py)
+        self.replicated = not isinstance(self.store, DuckFile)   # a replica of a shared store (engine/core/replica.py)
+        self.backend = open_backend(settings, self.data_dir, self.store,   # index.backend (indexes/backends.py)
+                                    replica_id(self.data_dir) if self.replicated else None)
         self.sparse: SparseArm = self.backend.sparse()
         self._dense: dict[str, DenseArm] = {}   # model -> its dense arm
         self.write_lock = threading.RLock()
@@ -88,7 +90,6 @@ class Corpus(IndexRepairs):
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
         # the relation tables: in the corpus store's DuckDB file, or in one of their own beside it when
         # the corpus is in PostgreSQL (each replica's own: they are not shared with other replicas yet)
-        self.replicated = not isinstance(self.store, DuckFile)   # a replica of a shared store (engine/core/replica.py)
         self._relation_file = None if not self.replicated else DuckFile(self.data_dir / RELATIONS_FILE)
         self.relations = RelationStore(self._relation_file or self.store, self.store,
                                        settings.relations.verdict_cache_mb, settings.relations.columns_mb)

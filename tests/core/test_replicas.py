@@ -145,3 +145,31 @@ def test_with_the_duckdb_store_the_generation_is_what_was_committed(make_corpus)
                       headers={"Refindery-Min-Generation": str(token)}).status_code == 200
         assert c.post("/v1/search", json={"query": "gannets"},
                       headers={"Refindery-Min-Generation": str(token + 1)}).status_code == 503
+
+
+def test_replicas_on_the_milvus_backend_keep_collections_of_their_own(pool, tmp_path, postgres_url, request):
+    """With a fixed collection prefix (a deployment's), each replica's arms are still collections of
+    its own, each holding every chunk: two replicas applying one write to one collection at once
+    could leave a page twice (a sparse insert is not an upsert)."""
+    from engine.app import Engine
+    from engine.core.settings import load_settings
+    from pymilvus import MilvusClient
+
+    milvus = {"uri": request.getfixturevalue("milvus_uri"), "timeout_s": 20, "collection_prefix": "rf_shared"}
+
+    def replica(name):
+        return Engine(load_settings(data_dir=str(tmp_path / name), models={"device": "cpu"},
+                                    store={"url": postgres_url}, index={"backend": "milvus"}, milvus=milvus), pool)
+
+    with replica("a") as a, replica("b") as b:
+        ingest(a.corpus, demo_records(6))
+        assert b.wait_applied(a.corpus.store.generation(), WAIT_S)
+        prefixes = {a.corpus.backend.prefix, b.corpus.backend.prefix}
+        assert len(prefixes) == 2 and all(p.startswith("rf_shared_r") for p in prefixes)
+        client = MilvusClient(uri=milvus["uri"])
+        chunks = a.corpus.store.counts()["chunks"]
+        for e in (a, b):
+            name = f"{e.corpus.backend.prefix}_sparse"
+            assert client.query(name, filter="chunk_id >= 0", output_fields=["count(*)"])[0]["count(*)"] == chunks
+            assert e.corpus.consistency()["consistent"]
+        assert _urls(a, "python list comprehension") == _urls(b, "python list comprehension") != []
