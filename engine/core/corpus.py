@@ -85,7 +85,7 @@ class Corpus(IndexRepairs):
         self.repairs: list[RepairReport] = []
         self.store.ensure_workspace(settings.default_workspace)
         lg = settings.log
-        durable = lg.durable if lg.durable is not None else not isinstance(self.store, DuckFile)
+        durable = (not isinstance(self.store, DuckFile)) if lg.durable == "auto" else lg.durable
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s, durable)
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
         # the relation tables: in the corpus store's DuckDB file, or in one of their own beside it when

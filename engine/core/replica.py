@@ -15,12 +15,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from indexes.store_rows import StoreUnavailable
-
-if TYPE_CHECKING:
-    from engine.core.corpus import Corpus
 
 log = logging.getLogger("refindery.replica")
 
@@ -44,7 +40,8 @@ def replica_id(data_dir: Path) -> str:
 class Replica:
     """The follower of one corpus over a shared store (see the module's docstring)."""
 
-    def __init__(self, corpus: "Corpus", address: str | None = None):
+    def __init__(self, corpus, address: str | None = None):
+        """`corpus`: the Corpus it follows (engine/core/corpus.py, which imports this module)."""
         self.corpus = corpus
         self.id = replica_id(corpus.data_dir)
         self.address = address

@@ -265,8 +265,8 @@ class LogSettings(BaseModel):
     batch_size: int = Field(200, ge=1)
     flush_interval_s: float = Field(1.0, gt=0)
     # an execution's rows committed before its reply, not queued: none lost when a process is killed.
-    # None (the default): so with the store in PostgreSQL (replicas), queued with the DuckDB store
-    durable: bool | None = None
+    # "auto" (the default): so with the store in PostgreSQL (replicas), queued with the DuckDB store
+    durable: bool | Literal["auto"] = "auto"
 
 
 class ServerSettings(BaseModel):
