@@ -120,6 +120,8 @@ bench: install models-mpnet
 	$(BIN)/python bench/switch.py
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/store.py
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[cluster]'
+	$(BIN)/python bench/replicas.py
 	$(BIN)/python bench/hardening.py
 	$(BIN)/python bench/hardening.py --lock
 	$(BIN)/python bench/hardening.py --chunks

@@ -163,6 +163,8 @@ def main() -> None:
     for n, t in table.items():
         md.append(f"| {n} | {t['searches_per_s']:.1f} | {t['p50_ms']:.0f} | {t['p95_ms']:.0f} | {t['errors']:.0f} | "
                   f"{t['pages_per_s']:.1f} | {t['all_replicas_applied_s']:.2f} |")
+    md.append("\nThe queries repeat (the demo's titles), so after the first pass each replica's query-embedding "
+              "cache answers most encodings: these are searches without the model's cost.")
     md.append("\nOn one machine more replicas cannot add cores: a search is CPU-bound (the query's embedding "
               "and the arms), so what the rows show is the cost of spreading the same cores over more processes "
               "(and of each replica applying every other's writes), not the scaling a replica per machine gives. "

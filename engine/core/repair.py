@@ -145,6 +145,8 @@ class IndexRepairs:
                 self.quarantine(rejected)
             for model in sorted(set(self.embedder_names) | set(self._dense)):
                 self._follow_dense(model, pages)
+                d = self._dense[model]   # at g_store now, in memory: the next flush saves it so
+                d.dirty = d.dirty or d.generation != g_store
             self.applied = max(self.applied, g_store)
             return rejected
 

@@ -154,6 +154,7 @@ def _all_caught_up(cluster: Cluster, store: dict) -> None:
         wait_until(lambda: get_json(f"{r.url}/healthz")["applied_generation"] >= store["generation"], 120,
                    f"replica {r.n} applying generation {store['generation']}")
         st = get_json(f"{r.url}/v1/status")
+        assert st["generations"]["consistent"], (r.n, st["generations"])
         assert st["generations"]["sparse"]["count"] == store["chunks"][0], (r.n, st["generations"])
         for model, d in st["generations"]["dense"].items():
             assert d["count"] == d["embeddings"] == store["vectors"][model], (r.n, model, d)

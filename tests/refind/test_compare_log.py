@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ingest, page
+from conftest import STORE_BACKENDS, ingest, page
 from fastapi.testclient import TestClient
 
 from engine.refind.agreement import jaccard_at_k, kendall_tau_b, rbo_ext
@@ -79,7 +79,8 @@ def test_compare_two_embedders_shares_the_sparse_arm(ab_corpus):
     assert cur.execute("SELECT count(*) FROM log_results WHERE query_id = ?", [qid]).fetchone()[0] == 10
 
 
-def test_every_search_is_logged_with_its_candidates(make_corpus):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_every_search_is_logged_with_its_candidates(store_backend, make_corpus):
     corpus = make_corpus(log={"flush_interval_s": 0.05})
     ingest(corpus, [page(f"https://log.example/{i}", f"Log test page {i} about herons and egrets.") for i in range(5)])
     with TestClient(create_app(corpus.settings, corpus)) as c:
@@ -87,21 +88,22 @@ def test_every_search_is_logged_with_its_candidates(make_corpus):
         err = c.post("/v1/search", json={"query": "x", "filters": {"entity": "ghost"}})
         assert err.status_code == 404
     corpus.querylog.flush()
-    cur = corpus.store.cursor()
-    rows = cur.execute("SELECT query_id, endpoint, returned, error_type FROM log_queries ORDER BY ts").fetchall()
+    sql = corpus.store.sql()
+    rows = sql.rows("SELECT query_id, endpoint, returned, error_type FROM log_queries ORDER BY ts")
     assert [r[0] for r in rows[:7]] == ids and all(r[1] == "search" and r[2] == 3 for r in rows[:7])
     assert rows[7][3] == "entity_not_found"
-    per_query = dict(cur.execute("""SELECT query_id, count(*) FROM log_candidates GROUP BY 1""").fetchall())
+    per_query = dict(sql.rows("""SELECT query_id, count(*) FROM log_candidates GROUP BY 1"""))
     assert all(per_query[q] >= 2 for q in ids)  # both arms' candidates
-    fused = cur.execute("SELECT count(*) FROM log_fused WHERE query_id = ? AND stage = 'fused'", [ids[0]]).fetchone()[0]
-    assert fused == len({r[0] for r in cur.execute(
-        "SELECT chunk_id FROM log_candidates WHERE query_id = ?", [ids[0]]).fetchall()})
-    params = json.loads(cur.execute("SELECT params FROM log_queries WHERE query_id = ?", [ids[0]]).fetchone()[0])
+    fused = sql.row("SELECT count(*) FROM log_fused WHERE query_id = ? AND stage = 'fused'", [ids[0]])[0]
+    assert fused == len({r[0] for r in sql.rows(
+        "SELECT chunk_id FROM log_candidates WHERE query_id = ?", [ids[0]])})
+    params = json.loads(sql.row("SELECT params FROM log_queries WHERE query_id = ?", [ids[0]])[0])
     # the request as sent, with the workspace it ran in (the verb resolved it: a replay runs there too)
     assert params == {"query": "herons 0", "k": 3, "explain": False, "workspace": "default"}
 
 
-def test_feedback_needs_a_logged_query_and_a_page(make_corpus):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_feedback_needs_a_logged_query_and_a_page(store_backend, make_corpus):
     corpus = make_corpus()
     rep = ingest(corpus, [page("https://fb.example/a", "Feedback page about ospreys.")])
     pid = rep.outcomes[0].page_id
@@ -114,17 +116,18 @@ def test_feedback_needs_a_logged_query_and_a_page(make_corpus):
         r = c.post("/v1/feedback", json={"query_id": qid, "page_id": "pg_nope", "kind": "click"})
         assert r.status_code == 404 and r.json()["detail"]["type"] == "page_not_found"
         assert c.post("/v1/feedback", json={"query_id": qid, "page_id": pid, "kind": "love"}).status_code == 422
-    assert corpus.store.cursor().execute("SELECT kind FROM feedback").fetchall() == [("found",)]
+    assert corpus.store.sql().rows("SELECT kind FROM feedback") == [("found",)]
 
 
-def test_logging_can_be_off_and_old_rows_pruned(make_corpus, tmp_path):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_logging_can_be_off_and_old_rows_pruned(store_backend, make_corpus, tmp_path):
     from datetime import datetime, timedelta
 
     off = make_corpus(tmp_path / "off", log={"enabled": False})
     ingest(off, [page("https://off.example/a", "Quiet page.")])
     with TestClient(create_app(off.settings, off)) as c:
         c.post("/v1/search", json={"query": "quiet"})
-    assert off.store.cursor().execute("SELECT count(*) FROM log_queries").fetchone()[0] == 0
+    assert off.store.sql().row("SELECT count(*) FROM log_queries")[0] == 0
 
     on = make_corpus(tmp_path / "on", log={"flush_interval_s": 0.05})
     ingest(on, [page("https://on.example/a", "Loud page.")])
@@ -134,7 +137,7 @@ def test_logging_can_be_off_and_old_rows_pruned(make_corpus, tmp_path):
     assert on.querylog.prune(datetime.utcnow() - timedelta(days=1))["log_queries"] == 0
     deleted = on.querylog.prune(datetime.utcnow() + timedelta(days=1))
     assert deleted["log_queries"] == 1 and deleted["log_candidates"] >= 1
-    assert on.store.cursor().execute("SELECT count(*) FROM log_candidates").fetchone()[0] == 0
+    assert on.store.sql().row("SELECT count(*) FROM log_candidates")[0] == 0
 
 
 def test_a_killed_server_keeps_what_the_writer_had_committed(tmp_path, make_corpus):

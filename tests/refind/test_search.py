@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from conftest import assert_on_milvus, backend_settings, index_ids, ingest, page
+from conftest import STORE_BACKENDS, assert_on_milvus, backend_settings, index_ids, ingest, page
 from fastapi.testclient import TestClient
 
 from engine.refind.search import SearchRequest, SearchService
@@ -273,7 +273,8 @@ def test_similar_pages_and_suggestions(client, corpus):
     assert len(res["suggestions"]["pages"]) == 5
 
 
-def test_clusters_refit_tombstones_old_ids(make):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_clusters_refit_tombstones_old_ids(store_backend, make):
     corpus = make()
     ingest(corpus, [page(f"https://birds.example/{i}", f"Seabird note {i}: gulls and terns at the coast.")
                     for i in range(4)] +
@@ -309,7 +310,8 @@ def test_filter_over_the_pushdown_cap_is_422(make):
         assert r.json()["detail"]["type"] == "filter_too_broad" and r.json()["detail"]["matched_pages"] == 3
 
 
-def test_entities_edited_after_ingest_filter_both_arms(make):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_entities_edited_after_ingest_filter_both_arms(store_backend, make):
     corpus = make()
     rep = ingest(corpus, [page("https://e.example/a", "The lighthouse keeper logs every ship."),
                           page("https://e.example/b", "The harbour master counts the boats.")])
@@ -325,7 +327,8 @@ def test_entities_edited_after_ingest_filter_both_arms(make):
     assert corpus.consistency()["consistent"]
 
 
-def test_recency_decay_orders_equal_pages_by_last_seen(make):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_recency_decay_orders_equal_pages_by_last_seen(store_backend, make):
     corpus = make()
     now = datetime.utcnow()
     ingest(corpus, [page("https://r.example/old", "Identical text about tide pools.",
@@ -429,7 +432,8 @@ def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populate
     assert (res.total, res.pages) == (0, [])
 
 
-def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_index_missed(make, pool):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_index_missed(store_backend, make, pool):
     from engine.core.corpus import open_corpus
     from engine.ingest.pipeline import delete_page
 
@@ -462,7 +466,8 @@ def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_i
         reopened.close()
 
 
-def test_a_scoped_search_reads_only_its_scopes_in_both_arms(make):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_a_scoped_search_reads_only_its_scopes_in_both_arms(store_backend, make):
     corpus = make()
     ingest(corpus, [page(f"https://s.example/{s}/{i}", f"Notes {i} on storm petrels at sea by team {s}.", scope=s)
                     for s in ("a", "b") for i in range(3)] + [page("https://s.example/open", "Open notes on petrels.")])
