@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from .store_rows import StoreError
 
+# The change feed's NOTIFY channel: each committed generation, in commit order (its number), and
+# "vectors:<model>" when vectors were added without a new generation (a background embedding).
+CHANNEL = "refindery_generation"
+VECTORS_NOTICE = "vectors:"
+
 # pg_advisory_lock's key: "refindery" as a 64-bit number, so that it does not meet another program's.
 ADVISORY_KEY = 0x726566696E646572
 

@@ -34,7 +34,7 @@ from .store_rows import StoreBusy, StoreUnavailable
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "2"    # the corpus's identifiers (indexes/store.py's SCHEMA_VERSION)
-CHANNEL = "refindery_generation"   # NOTIFY channel: each committed generation, in commit order
+CHANNEL, VECTORS_NOTICE = pg_schema.CHANNEL, pg_schema.VECTORS_NOTICE
 LOCK_FILE = "replica.lock"   # in a replica's data dir: one process a data dir (PgCorpusStore.hold)
 REPLICA_RETENTION_S = 86_400   # a replica not heard from for a day no longer holds back pruning the change rows
 
@@ -87,6 +87,7 @@ class PgCorpusStore(PgReads, PgWrites):
         self._seen = threading.Condition()
         self._seen_generation = 0
         self._callbacks: list[Callable[[int], None]] = []
+        self._vector_callbacks: list[Callable[[str], None]] = []
         self._follower: threading.Thread | None = None
 
     @property
@@ -268,6 +269,22 @@ class PgCorpusStore(PgReads, PgWrites):
             self._callbacks.append(callback)
         self._follow()
 
+    def on_vectors(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(model)` (from the follower thread) when any process stored vectors of `model`
+        without moving the generation (a background embedding: a catch-up, an added model)."""
+        with self._seen:
+            self._vector_callbacks.append(callback)
+        self._follow()
+
+    def _vectors_added(self, model: str) -> None:
+        with self._seen:
+            callbacks = list(self._vector_callbacks)
+        for cb in callbacks:
+            try:
+                cb(model)
+            except Exception:   # a follower's failure is its own
+                log.exception("store: a follower of %s's vectors failed", model)
+
     def wait_for(self, generation: int, timeout_s: float) -> bool:
         """Whether the store has committed `generation` (a write's reply token) within `timeout_s`."""
         self._follow()
@@ -311,7 +328,10 @@ class PgCorpusStore(PgReads, PgWrites):
                     backoff = 0.1
                     while not self.closed:
                         for note in con.notifies(timeout=1.0):
-                            self._saw(int(note.payload))
+                            if note.payload.startswith(VECTORS_NOTICE):
+                                self._vectors_added(note.payload[len(VECTORS_NOTICE):])
+                            else:
+                                self._saw(int(note.payload))
             except psycopg.Error:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)

@@ -8,6 +8,7 @@ from datetime import datetime
 import numpy as np
 import psycopg
 
+from .pg_schema import CHANNEL, VECTORS_NOTICE
 from .store_rows import MAX_ALIASES, EntityRow, PageWrite, Touch, batch_entities, merge_vectors, relinked_pages
 
 
@@ -202,6 +203,8 @@ class PgWrites:
                 [[int(i) for i in ids], model]).fetchall()}
             keep = [i for i, cid in enumerate(ids) if cid in live]
             self._insert_vectors(con, {model: ([ids[i] for i in keep], [vectors[i] for i in keep])})
+            if keep:   # no generation moves: the other replicas hear of the vectors by this notice
+                con.execute("SELECT pg_notify(%s, %s)", [CHANNEL, VECTORS_NOTICE + model])
             return [ids[i] for i in keep]
 
     def prune_changes(self, upto_generation: int) -> None:

@@ -151,6 +151,9 @@ class CorpusStore(DuckFile, DuckReads, DuckLookups, DuckWrites):
         """Whether the store has committed `generation` (here, at once: one process writes it)."""
         return self.generation() >= generation
 
+    def on_vectors(self, callback: Callable[[str], None]) -> None:
+        """Nothing to hear: one process owns a DuckDB store, and its own vectors reach its indexes."""
+
     # One process owns a DuckDB store: there are no other replicas to record or to wait for.
     def report_applied(self, replica_id: str, generation: int, address: str | None = None) -> None:
         return None

@@ -150,6 +150,16 @@ class IndexRepairs:
             self.applied = max(self.applied, g_store)
             return rejected
 
+    def follow_vectors(self, models: list[str]) -> None:
+        """Vectors another process stored without a new generation (its background embedding of a
+        model): each model's dense index — if this process has opened it — takes what it lacks."""
+        with self.write_lock:
+            for model in models:
+                if model in self._dense:
+                    self._follow_dense(model, [])
+                    self._dense[model].dirty = True
+            self.vectors_added += 1   # what a search ranks by which model is read again (coverage)
+
     def _follow_dense(self, model: str, pages: list[str]) -> None:
         dense = self.dense(model)
         store_ids, _ = self.store.embedding_ids(model)

@@ -23,6 +23,7 @@ log = logging.getLogger("refindery.replica")
 ID_FILE = "replica_id"
 POLL_S = 1.0          # the follower looks for new generations at least this often (a missed notice)
 REPORT_EVERY_S = 1.0  # the applied generation is written to the store at most this often while it moves
+VECTORS_EVERY_S = 2.0  # vectors stored without a new generation are looked for at most this often
 
 
 def replica_id(data_dir: Path) -> str:
@@ -49,12 +50,15 @@ class Replica:
         self._applied = threading.Condition()
         self._stop = threading.Event()
         self._reported = (-1, 0.0)   # (generation, monotonic time) last written to the store
+        self._vector_models: set[str] = set()   # models whose vectors another process stored, not yet looked at
+        self._vectors_at = 0.0
         self.errors = 0
         self.last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="replica-follower", daemon=True)
 
     def start(self) -> "Replica":
         self.corpus.store.on_generation(lambda _g: self._wake.set())
+        self.corpus.store.on_vectors(self._vectors_heard)
         self._report(force=True)
         self._thread.start()
         return self
@@ -89,10 +93,27 @@ class Replica:
         self.last_error = f"{type(exc).__name__}: {exc}"
         time.sleep(0.2)
 
+    def _vectors_heard(self, model: str) -> None:
+        with self._applied:
+            self._vector_models.add(model)
+        self._wake.set()
+
     def catch_up(self) -> int:
-        """Apply what the store committed since this replica last did; returns the applied generation."""
+        """Apply what the store committed since this replica last did — and the vectors some process
+        stored without a new generation, at most every VECTORS_EVERY_S (a background embedding stores a
+        batch every few seconds; each look compares every vector id of the model) — ; returns the
+        applied generation."""
         if self.corpus.store.generation() > self.corpus.applied:
             self.corpus.follow()
+        now = time.monotonic()
+        if self._vector_models and now - self._vectors_at >= VECTORS_EVERY_S:
+            with self._applied:
+                models, self._vector_models = self._vector_models, set()
+            self._vectors_at = now
+            self.corpus.follow_vectors(sorted(models))
+        elif self._vector_models:
+            self._wake.set()   # looked at again once the interval has passed
+            time.sleep(min(0.2, VECTORS_EVERY_S))
         self.applied_moved()
         self._report()
         return self.corpus.applied

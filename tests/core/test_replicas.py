@@ -173,3 +173,28 @@ def test_replicas_on_the_milvus_backend_keep_collections_of_their_own(pool, tmp_
             assert client.query(name, filter="chunk_id >= 0", output_fields=["count(*)"])[0]["count(*)"] == chunks
             assert e.corpus.consistency()["consistent"]
         assert _urls(a, "python list comprehension") == _urls(b, "python list comprehension") != []
+
+
+def test_vectors_another_replica_embeds_in_the_background_reach_this_ones_index_without_a_write(
+        pool, tmp_path, postgres_url):
+    """A background embedding (a quality profile's catch-up, a model added) stores vectors without a
+    new generation: the other replicas hear of it (a NOTIFY of its own) and take the vectors into the
+    model's index — before, they waited for the next write, and a catch-up's chunks that another
+    replica embedded first were never added to this one's index."""
+    from engine.core.replica import VECTORS_EVERY_S
+
+    second = "all-minilm-l6-v2-int8"
+    with _engine(pool, tmp_path / "a", postgres_url) as a, _engine(pool, tmp_path / "b", postgres_url) as b:
+        ingest(a.corpus, demo_records(4))
+        assert b.wait_applied(a.corpus.store.generation(), WAIT_S)
+        assert b.corpus.dense(second).count() == 0          # opened, nothing embedded yet
+        gen = a.corpus.store.generation()
+        done = a.corpus.embed_missing(second)
+        stored = a.corpus.store.counts()["embeddings"][second]
+        assert done == stored == a.corpus.store.counts()["chunks"] > 0
+        from deploy.cluster import wait_until
+        wait_until(lambda: b.corpus.dense(second).count() == stored, WAIT_S + VECTORS_EVERY_S,
+                   "the second model's vectors in b's index")
+        assert a.corpus.store.generation() == gen            # no write moved the generation
+        ids = index_ids(b.corpus)
+        assert sorted(int(i) for i in b.corpus.dense(second).ids()) == ids["store"]
