@@ -59,6 +59,15 @@ def _unavailable(exc: Exception) -> None:
         raise StoreUnavailable(f"the store's PostgreSQL did not answer: {exc}".strip()) from exc
 
 
+def _call_each(callbacks: list[Callable], arg) -> None:
+    """The change feed's followers, each in turn: one's failure is its own."""
+    for cb in callbacks:
+        try:
+            cb(arg)
+        except Exception:
+            log.exception("store: a follower of %r failed", arg)
+
+
 class PgCorpusStore(PgReads, PgWrites):
     """The corpus store in a PostgreSQL database, named by a postgresql:// URL."""
 
@@ -279,11 +288,7 @@ class PgCorpusStore(PgReads, PgWrites):
     def _vectors_added(self, model: str) -> None:
         with self._seen:
             callbacks = list(self._vector_callbacks)
-        for cb in callbacks:
-            try:
-                cb(model)
-            except Exception:   # a follower's failure is its own
-                log.exception("store: a follower of %s's vectors failed", model)
+        _call_each(callbacks, model)
 
     def wait_for(self, generation: int, timeout_s: float) -> bool:
         """Whether the store has committed `generation` (a write's reply token) within `timeout_s`."""
@@ -310,11 +315,7 @@ class PgCorpusStore(PgReads, PgWrites):
             self._seen_generation = generation
             self._seen.notify_all()
             callbacks = list(self._callbacks)
-        for cb in callbacks:
-            try:
-                cb(generation)
-            except Exception:   # a follower's failure is its own
-                log.exception("store: a follower of generation %d failed", generation)
+        _call_each(callbacks, generation)
 
     def _listen(self) -> None:
         """LISTEN on the channel, reconnecting after the server went away (then re-reading the
