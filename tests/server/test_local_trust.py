@@ -50,7 +50,7 @@ def as_nobody(code: str, *args: str, timeout: float = 60, **kw):
 def cli(data, *args: str, stdin: str | None = None, umask: int | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, env=env_for(data), input=stdin,
                           capture_output=True, text=True, timeout=300,
-                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+                          umask=-1 if umask is None else umask)
 
 
 @pytest.fixture
@@ -63,9 +63,12 @@ def base():
 
 
 def serve(data, sock, umask: int = 0o022) -> subprocess.Popen:
+    # Popen's umask, not a preexec_fn: with gRPC loaded in this test process (pymilvus, by the Milvus
+    # tests of the same worker), a child running Python between fork and exec died twice in full runs
+    # with gRPC's "epoll_wait error: Bad file descriptor" before it became the server
     return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
                             env=env_for(data), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.umask(umask))
+                            umask=umask)   # set by the C child code: no Python runs between fork and exec
 
 
 def stop(proc: subprocess.Popen) -> None:
