@@ -103,6 +103,27 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             replica_id {T} PRIMARY KEY, address {T}, applied bigint NOT NULL, started_at timestamp NOT NULL,
             seen_at timestamp NOT NULL)""",
     ]),
+    (6, "relation writes every replica replays, and the relation records every replica reads", [
+        # each write of the relation tables (kept in DuckDB by every replica: indexes/relation_log.py),
+        # as the statements and Arrow tables that made it, at the generation it took
+        f"""CREATE TABLE relation_ops (
+            generation bigint PRIMARY KEY, replica {T} NOT NULL, written_at timestamp NOT NULL,
+            changes text[] NOT NULL, ops text NOT NULL, tables bytea[] NOT NULL)""",
+        # what relation searches and criterion readers record (indexes/relation_records.py)
+        f"""CREATE TABLE audit_events (
+            request_id {T} NOT NULL, ts timestamp NOT NULL, verb {T} NOT NULL, workspace_id {T},
+            request text, rows text, spans text, summary text)""",
+        "CREATE INDEX audit_events_request ON audit_events (request_id)",
+        f"""CREATE TABLE criterion_judgments (
+            workspace_id {T} NOT NULL, criterion_key {T} NOT NULL, entity_id {T} NOT NULL, doc_key {T} NOT NULL,
+            state {T} NOT NULL, quote text, page_id {T}, url text, chunk_id bigint, char_start integer,
+            char_end integer, score double precision, read_at timestamp NOT NULL)""",
+        "CREATE INDEX criterion_judgments_key ON criterion_judgments (workspace_id, criterion_key, entity_id)",
+        f"""CREATE TABLE criterion_facets (
+            criterion text NOT NULL, model {T} NOT NULL, facets text NOT NULL, dropped text NOT NULL,
+            created_at timestamp NOT NULL)""",
+        "CREATE INDEX criterion_facets_key ON criterion_facets (criterion, model)",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -56,6 +56,8 @@ from .enumeration import Enumerator, VerdictCache
 from .relation_columns import ColumnCache
 from .relation_shapes import EVERYTHING, Sight, TableShape  # noqa: F401 — named from here too
 from .duck_file import DuckFile
+from .relation_log import SharedRelations
+from .relation_records import RelationRecords
 from .store_protocol import Store
 
 DDL = [
@@ -76,10 +78,6 @@ DDL = [
         correction_id VARCHAR PRIMARY KEY, workspace_id VARCHAR NOT NULL, relation VARCHAR NOT NULL,
         row_id VARCHAR NOT NULL, source_key VARCHAR, row_key VARCHAR, vhash VARCHAR, reason VARCHAR NOT NULL,
         created_at TIMESTAMP NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS criterion_judgments (
-        workspace_id VARCHAR NOT NULL, criterion_key VARCHAR NOT NULL, entity_id VARCHAR NOT NULL,
-        doc_key VARCHAR NOT NULL, state VARCHAR NOT NULL, quote VARCHAR, page_id VARCHAR, url VARCHAR,
-        chunk_id BIGINT, char_start INTEGER, char_end INTEGER, score DOUBLE, read_at TIMESTAMP NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS rel_documents (
         workspace_id VARCHAR NOT NULL, source_key VARCHAR NOT NULL, document VARCHAR NOT NULL, path VARCHAR NOT NULL,
         entity_id VARCHAR, name VARCHAR, content_hash VARCHAR NOT NULL, fingerprint VARCHAR NOT NULL, url VARCHAR,
@@ -88,12 +86,6 @@ DDL = [
         workspace_id VARCHAR NOT NULL, row_id VARCHAR NOT NULL, slot VARCHAR NOT NULL, document VARCHAR NOT NULL,
         char_start INTEGER NOT NULL, char_end INTEGER NOT NULL, quote VARCHAR NOT NULL, content_hash VARCHAR NOT NULL,
         reader VARCHAR NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS criterion_facets (
-        criterion VARCHAR NOT NULL, model VARCHAR NOT NULL, facets JSON NOT NULL, dropped JSON NOT NULL,
-        created_at TIMESTAMP NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS audit_events (
-        request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
-        request JSON, rows JSON, spans JSON, summary JSON)""",
     """CREATE TABLE IF NOT EXISTS rel_map_versions (
         workspace_id VARCHAR NOT NULL, scope VARCHAR NOT NULL, version INTEGER NOT NULL,
         PRIMARY KEY (workspace_id, scope))""",
@@ -103,6 +95,24 @@ DDL = [
     "ALTER TABLE rel_coverage ADD COLUMN IF NOT EXISTS scope VARCHAR",
     "ALTER TABLE rel_documents ADD COLUMN IF NOT EXISTS scope VARCHAR",
 ]
+# what the relation search records (indexes/relation_records.py): here when the corpus is this
+# DuckDB file; in PostgreSQL (indexes/pg_schema.py) when it is there
+RECORDS_DDL = [
+    """CREATE TABLE IF NOT EXISTS criterion_judgments (
+        workspace_id VARCHAR NOT NULL, criterion_key VARCHAR NOT NULL, entity_id VARCHAR NOT NULL,
+        doc_key VARCHAR NOT NULL, state VARCHAR NOT NULL, quote VARCHAR, page_id VARCHAR, url VARCHAR,
+        chunk_id BIGINT, char_start INTEGER, char_end INTEGER, score DOUBLE, read_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS criterion_facets (
+        criterion VARCHAR NOT NULL, model VARCHAR NOT NULL, facets JSON NOT NULL, dropped JSON NOT NULL,
+        created_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS audit_events (
+        request_id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, verb VARCHAR NOT NULL, workspace_id VARCHAR,
+        request JSON, rows JSON, spans JSON, summary JSON)""",
+]
+
+
+class WorkspaceTaken(Exception):
+    """A relation workspace with this id exists already."""
 
 
 class RelationStore:
@@ -112,6 +122,11 @@ class RelationStore:
         keeps the workspace rows."""
         self.store = store
         self.corpus = corpus
+        # relation writes every replica replays (indexes/relation_log.py), the corpus in PostgreSQL
+        self.shared = store if isinstance(store, SharedRelations) else None
+        if self.shared is not None:
+            self.shared.on_replayed = self._replayed
+        self.records = RelationRecords(corpus.sql())
         # Each relation's current rows of a workspace, held as NumPy columns until its next write
         # and judged there (relation_columns.ColumnCache).
         self.columns = ColumnCache(columns_mb)
@@ -126,7 +141,7 @@ class RelationStore:
         self._versions: dict[str, int] = {}
         self.cache: dict[tuple, object] = {}
         with store.transaction() as con:
-            for stmt in DDL:
+            for stmt in DDL + (RECORDS_DDL if self.shared is None else []):
                 con.execute(stmt)
             # relation tables from before document scopes gain the column (NULL: every key reads the
             # row); from before source ordinals, src_row (NULL: the receipt's cell is found by its key)
@@ -140,8 +155,16 @@ class RelationStore:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         return self.store.cursor()
 
-    def transaction(self):
+    def transaction(self, changes: list[str] | tuple = ()):
+        """A write of the relation tables, all or nothing; `changes`: the workspaces whose rows it
+        changes (with replicas, each one that replays the write forgets what it cached of them)."""
+        if self.shared is not None:
+            return self.shared.shared_transaction(changes)
         return self.store.transaction()
+
+    def _replayed(self, workspaces: list[str]) -> None:
+        for ws in workspaces:
+            self.changed(ws)
 
     def ensure_table(self, shape: TableShape, con: duckdb.DuckDBPyConnection | None = None) -> str:
         """Create the relation's table, or add the columns a changed pack declares; never drops one."""
@@ -256,7 +279,11 @@ class RelationStore:
                 "map_version": row[4]}
 
     def create_workspace(self, workspace_id: str, name: str | None, packs: list[str], now) -> None:
+        """Raises WorkspaceTaken when the id is taken — looked up inside the write, after the writes of
+        other replicas before it are replayed (two creating one id at once: the second is refused)."""
         with self.transaction() as con:
+            if con.execute("SELECT count(*) FROM rel_workspaces WHERE workspace_id = ?", [workspace_id]).fetchone()[0]:
+                raise WorkspaceTaken(workspace_id)
             con.execute("INSERT INTO rel_workspaces VALUES (?, ?, ?, ?, 1)", [workspace_id, name, packs, now])
             # the corpus's row of the workspace: in the same transaction when the corpus is this file
             self.corpus.ensure_workspace(workspace_id, name)
@@ -330,34 +357,6 @@ class RelationStore:
                ORDER BY s.row_id, s.char_start""", [workspace_id, row_ids]).fetchall()
         return [dict(zip(cols, r)) for r in rows]
 
-    def criterion_facets(self, criterion: str, model: str) -> tuple[str, str] | None:
-        """A stored decomposition of this criterion by this model: (facets JSON, dropped JSON)."""
-        row = self.cursor().execute("SELECT facets, dropped FROM criterion_facets WHERE criterion = ? AND model = ? "
-                                    "ORDER BY created_at DESC LIMIT 1", [criterion, model]).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def store_criterion_facets(self, criterion: str, model: str, facets: str, dropped: str, now) -> None:
-        with self.transaction() as con:
-            con.execute("INSERT INTO criterion_facets VALUES (?, ?, ?, ?, ?)", [criterion, model, facets, dropped, now])
-
-    # Criterion judgments ---------------------------------------------------------------------------
-    JUDGMENT = ["entity_id", "doc_key", "state", "quote", "page_id", "url", "chunk_id", "char_start", "char_end",
-                "score"]
-
-    def judgments(self, workspace_id: str, criterion_key: str, entity_ids: list[str]) -> list[tuple]:
-        """Stored judgments of a criterion (columns JUDGMENT) for these entities."""
-        return self.cursor().execute(
-            f"SELECT {', '.join(self.JUDGMENT)} FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
-            "AND entity_id IN (SELECT unnest(?))", [workspace_id, criterion_key, entity_ids]).fetchall()
-
-    def replace_judgments(self, workspace_id: str, criterion_key: str, rows: list[list], now) -> None:
-        """Store judgments (each a row in JUDGMENT's order), replacing the entities' earlier ones."""
-        with self.transaction() as con:
-            con.execute("DELETE FROM criterion_judgments WHERE workspace_id = ? AND criterion_key = ? "
-                        "AND entity_id IN (SELECT unnest(?))", [workspace_id, criterion_key, [r[0] for r in rows]])
-            con.executemany("INSERT INTO criterion_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [[workspace_id, criterion_key, *r, now] for r in rows])
-
     # Rows, entities, corrections, coverage ------------------------------------------------------------
     def current_rows(self, table: str, workspace_id: str, where: str = "TRUE", params: list | None = None,
                      sight: Sight = EVERYTHING) -> list[dict]:
@@ -387,7 +386,7 @@ class RelationStore:
     def retire_row(self, table: str, workspace_id: str, relation: str, row: dict, correction_id: str,
                    reason: str, now) -> None:
         """Record a correction and retire the row it names, in one transaction."""
-        with self.transaction() as con:
+        with self.transaction(changes=[workspace_id]) as con:
             con.execute("INSERT INTO rel_corrections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [correction_id, workspace_id, relation, row["row_id"], row["source_key"], row["row_key"],
                          row["vhash"], reason, now])
@@ -401,17 +400,3 @@ class RelationStore:
             "SELECT load_id, declared_by, declared_at FROM rel_coverage WHERE workspace_id = ? "
             f"AND relation = ? AND entity_id = ? AND current AND {sight.row()} ORDER BY declared_at, load_id",
             [workspace_id, relation, entity_id]).fetchall()
-
-    # Audit ---------------------------------------------------------------------------------------
-    def record_audit(self, request_id: str, ts, verb: str, workspace_id: str | None, request: str,
-                     rows: str, spans: str, summary: str) -> None:
-        with self.transaction() as con:
-            con.execute("INSERT INTO audit_events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [request_id, ts, verb, workspace_id, request, rows, spans, summary])
-
-    def audit_events(self, request_id: str) -> list[dict]:
-        res = self.cursor().execute(
-            "SELECT request_id, ts, verb, workspace_id, request, rows, spans, summary FROM audit_events "
-            "WHERE request_id = ? ORDER BY ts", [request_id]).fetchall()
-        keys = ("request_id", "ts", "verb", "workspace_id", "request", "rows", "spans", "summary")
-        return [dict(zip(keys, r)) for r in res]

@@ -156,7 +156,7 @@ class CriterionReader:
         docs = self.doc_keys(workspace_id, entity_ids)
         out: dict[str, Judgment] = {}
         rstore = self.corpus.relations
-        stored = {(row[0], row[1]): row for row in rstore.judgments(workspace_id, key, list(docs))} if docs else {}
+        stored = {(row[0], row[1]): row for row in rstore.records.judgments(workspace_id, key, list(docs))} if docs else {}
         fresh: list[tuple[Judgment, str]] = []
         for eid in entity_ids:
             if eid not in docs:
@@ -172,7 +172,7 @@ class CriterionReader:
             else:
                 out[eid] = Judgment(eid, "not_read")
         if fresh:
-            rstore.replace_judgments(workspace_id, key, [
+            rstore.records.replace_judgments(workspace_id, key, [
                 [j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id, j.char_start, j.char_end, j.score]
                 for j, doc in fresh], utcnow())
         return out, len(fresh)

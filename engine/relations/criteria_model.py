@@ -147,7 +147,7 @@ class ModelCriterionReader(CriterionReader):
     def facets_of(self, workspace_id: str, criterion: str) -> tuple[list[Facet], dict]:
         rstore = self.corpus.relations
         text = " ".join(criterion.split())
-        stored = rstore.criterion_facets(text, self.compiler.model)
+        stored = rstore.records.criterion_facets(text, self.compiler.model)
         if stored is not None:
             facets = [Facet(f["facet"], f["types"], f["quote"]) for f in json.loads(stored[0])]
             return facets, {"model": self.compiler.model, "stored": True, "dropped": json.loads(stored[1])}
@@ -155,7 +155,7 @@ class ModelCriterionReader(CriterionReader):
         facets, dropped = read_decomposition(text, self._call(DECOMPOSE_SYSTEM, text, decompose_tool()))
         if not facets:   # nothing the checker keeps: the criterion is read whole, as one facet of substance
             facets = [Facet(text)]
-        rstore.store_criterion_facets(text, self.compiler.model, json.dumps([
+        rstore.records.store_criterion_facets(text, self.compiler.model, json.dumps([
             {"facet": f.facet, "types": f.types, "quote": f.quote} for f in facets]), json.dumps(dropped), utcnow())
         return facets, {"model": self.compiler.model, "stored": False, "dropped": dropped}
 
@@ -191,7 +191,7 @@ class ModelCriterionReader(CriterionReader):
             out.append(j)
         now = utcnow()
         for key, j in zip(keys, out):
-            self.corpus.relations.replace_judgments(workspace_id, key, [
+            self.corpus.relations.records.replace_judgments(workspace_id, key, [
                 [j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id, j.char_start, j.char_end,
                  j.score]], now)
         return out
@@ -203,7 +203,7 @@ class ModelCriterionReader(CriterionReader):
         keys = [self.key(f.facet) for f in facets]
         docs = self.doc_keys(workspace_id, ids)
         rstore = self.corpus.relations
-        stored = [{(r[0], r[1]): r for r in rstore.judgments(workspace_id, k, list(docs))} if docs else {}
+        stored = [{(r[0], r[1]): r for r in rstore.records.judgments(workspace_id, k, list(docs))} if docs else {}
                   for k in keys]
         out: list[dict] = [{} for _ in facets]
         waiting: list[tuple[str, Future]] = []

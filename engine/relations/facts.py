@@ -159,7 +159,7 @@ def region(rstore: RelationStore, req: RegionRequest, scopes: tuple[str, ...] | 
 
 
 def audit_events(rstore: RelationStore, request_id: str) -> dict:
-    events = rstore.audit_events(request_id)
+    events = rstore.records.audit_events(request_id)
     if not events:
         raise AuditNotFound(f"no audit event for request {request_id!r}", ref=request_id)
     for e in events:

@@ -211,7 +211,7 @@ class RelationSearch:
         # the documents the answer could rest on: a key scoped narrower may not see this event
         summary["document_scopes"] = list(self.scopes) if self.scopes is not None else None
         request = req.model_dump(exclude_none=True)
-        self.rstore.record_audit(request_id, utcnow(), "search", req.workspace_id, json.dumps(request),
+        self.rstore.records.record_audit(request_id, utcnow(), "search", req.workspace_id, json.dumps(request),
                                  json.dumps(rows), json.dumps(spans), json.dumps(summary))
         if self.querylog is not None:
             self.querylog.record(LogEntry(

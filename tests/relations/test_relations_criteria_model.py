@@ -166,4 +166,4 @@ def test_a_failing_model_is_502_and_stores_nothing(client, fake, ws):
     assert r.status_code == 502 and r.json()["detail"]["type"] == "compile_failed"
     from engine.relations.criteria_model import _INFLIGHT
     assert not _INFLIGHT
-    assert client.corpus.relations.criterion_facets("ten years in retail", "fake-compiler-1") is None
+    assert client.corpus.relations.records.criterion_facets("ten years in retail", "fake-compiler-1") is None
