@@ -203,6 +203,31 @@ class PgCorpusStore(PgReads, PgWrites):
             except psycopg.OperationalError as exc:
                 raise StoreUnavailable(f"the store's PostgreSQL went away during a write: {exc}".strip()) from exc
 
+    # The relation tables' shared writes (indexes/relation_log.py) ---------------------------------
+    @contextlib.contextmanager
+    def shared_write(self) -> Iterator[tuple[psycopg.Connection, int]]:
+        """A write of something every replica keeps beside the store (the relation tables): one
+        transaction at a new generation, serialised with every other writer; (connection, generation)."""
+        with self._write(bump=True) as (con, gen):
+            yield con, gen
+
+    @staticmethod
+    def add_relation_op(con: psycopg.Connection, generation: int, replica: str, changes: list[str], ops: str,
+                        tables: list[bytes]) -> None:
+        con.execute("INSERT INTO relation_ops VALUES (%s, %s, now(), %s, %s, %s)",
+                    [generation, replica, changes, ops, tables])
+
+    def relation_ops(self, after: int, upto: int | None = None, limit: int = 50,
+                     con: psycopg.Connection | None = None) -> list[tuple[int, list[str], str, list[bytes]]]:
+        """The relation writes past generation `after` (up to `upto`), oldest first, at most `limit`:
+        (generation, workspaces changed, ops, tables)."""
+        sql = ("SELECT generation, changes, ops, tables FROM relation_ops WHERE generation > %s "
+               + ("AND generation <= %s " if upto is not None else "") + "ORDER BY generation LIMIT %s")
+        params = [after, *([upto] if upto is not None else []), limit]
+        if con is not None:
+            return con.execute(sql, params).fetchall()
+        return self._q(sql, params)
+
     def hold(self, folder: Path) -> None:
         """Hold `folder` (a replica's data dir: its indexes) for this process — a lock file there, let
         go when the store closes or the process dies. Replicas share the store, never a data dir;

@@ -136,6 +136,9 @@ class LoadWriter:
         registering their entities first; returns what was written (rows, entities, unattributed,
         withheld, retired_by_corrections, unknown_surfaces)."""
         con, table = self.con, shape.name
+        if "__ord" not in data.column_names:   # each row's number (in its id) in the source's order, not a
+            # scan's: a replica that replays the load numbers its rows alike (indexes/relation_log.py)
+            data = data.append_column("__ord", pa.array(range(1, data.num_rows + 1), pa.int64()))
         con.register("load_src", data)
         joins, select, withheld = [], [], []
         hashed = [f"coalesce(trim(s.{quote(entity_column)}), '')"]
@@ -170,7 +173,6 @@ class LoadWriter:
         names = set(data.column_names)
         source = "coalesce(s.__source, ?)" if "__source" in names else "?"
         scope = "s.__scope" if "__scope" in names else "CAST(NULL AS VARCHAR)"
-        numbered = "load_src" if "__ord" in names else "(SELECT *, row_number() OVER () AS __ord FROM load_src)"
         src_row = "s.__row" if "__row" in names else "CAST(NULL AS BIGINT)"
         try:
             # Register the entities first, so each row is written with its entity number and the
@@ -183,7 +185,7 @@ class LoadWriter:
                 f"SELECT ? || '-' || CAST(s.__ord AS VARCHAR), ?, {entity}, e.ent_no, ?, {source}, ?, s.__key, "
                 f"md5(concat_ws(chr(31), {', '.join(hashed)})), TRUE, CAST(NULL AS VARCHAR), {withheld_sql}, {scope}, "
                 + ", ".join([*select, src_row])
-                + f" FROM {numbered} s "
+                + " FROM load_src s "
                 f"LEFT JOIN rel_entities e ON e.workspace_id = ? AND e.entity_id = {entity} {' '.join(joins)} "
                 f"ORDER BY e.ent_no NULLS LAST, s.__ord",
                 [f"{load_id}-{relation}", ws, load_id, source_key, db_table, ws])

@@ -114,6 +114,24 @@ def postgres_url(postgres_uri):
 STORE_BACKENDS = ["duckdb", "postgres"]
 
 
+@pytest.fixture(scope="module", params=STORE_BACKENDS)
+def store_settings(request):
+    """A module's store, once per backend (the parameter): settings overrides for a client or corpus
+    the module shares — none for the data dir's DuckDB file, or a PostgreSQL database of the module's
+    own (dropped after it)."""
+    if request.param == "duckdb":
+        yield {}
+        return
+    from urllib.parse import urlsplit
+
+    import psycopg
+    server = request.getfixturevalue("postgres_uri")
+    url = _new_database(server)
+    yield {"store": {"url": url}}
+    with psycopg.connect(server, autocommit=True) as con:
+        con.execute(f"DROP DATABASE {urlsplit(url).path[1:]} WITH (FORCE)")
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 def new_store(request, tmp_path):
     """Opens the corpus store on a backend (the parameter): a DuckDB file in tmp_path, or this test's
@@ -335,12 +353,13 @@ def titled_records(pages: dict[str, tuple[str, str]]):
             for i, (u, (t, b)) in enumerate(pages.items(), start=1))
 
 
-def titled_client(pool, data_dir, pages: dict[str, tuple[str, str]]):
-    """An app (docs.examples.make_client) over a fresh corpus holding `pages`, indexes synced."""
+def titled_client(pool, data_dir, pages: dict[str, tuple[str, str]], **settings):
+    """An app (docs.examples.make_client) over a fresh corpus holding `pages`, indexes synced;
+    `settings`: overrides (a store_settings fixture's, for one)."""
     from docs.examples import make_client
     from engine.ingest.pipeline import Ingester
 
-    client = make_client(data_dir, pool=pool)
+    client = make_client(data_dir, pool=pool, **settings)
     Ingester(client.corpus, "default", progress=False).ingest(titled_records(pages))
     client.corpus.sync()
     return client

@@ -20,6 +20,7 @@ from indexes.keys import KeyStore
 from indexes.map_notes import MapNotes
 from indexes.relations import RelationStore
 from indexes.duck_file import DuckFile
+from indexes.relation_log import SharedRelations
 from indexes.store_protocol import Store, open_store
 from indexes.store_rows import StoreUnavailable
 from models.device import set_cpu_threads
@@ -29,6 +30,7 @@ from models.registry import ModelRegistry
 from engine.core import switch
 from engine.core.devices import NoSuchDevice, device_refusal
 from engine.core.errors import PageNotFound
+from engine.core.faults import maybe_crash
 from engine.core.private import make_private
 from engine.core.querylog import QueryLog
 from engine.core.repair import IndexRepairs, RepairReport
@@ -88,11 +90,16 @@ class Corpus(IndexRepairs):
         durable = (not isinstance(self.store, DuckFile)) if lg.durable == "auto" else lg.durable
         self.querylog = QueryLog(self.store, lg.enabled, lg.queue_size, lg.batch_size, lg.flush_interval_s, durable)
         self._hot = HotPages(self.store, int(settings.search.snippet_texts_mb * 2**20))
-        # the relation tables: in the corpus store's DuckDB file, or in one of their own beside it when
-        # the corpus is in PostgreSQL (each replica's own: they are not shared with other replicas yet)
-        self._relation_file = None if not self.replicated else DuckFile(self.data_dir / RELATIONS_FILE)
+        # the relation tables: in the corpus store's DuckDB file, or, the corpus in PostgreSQL, in a file
+        # of each replica's own beside it, every write to them replayed by every replica (relation_log)
+        self._relation_file = None if not self.replicated else \
+            SharedRelations(self.data_dir / RELATIONS_FILE, self.store, replica_id(self.data_dir))
         self.relations = RelationStore(self._relation_file or self.store, self.store,
                                        settings.relations.verdict_cache_mb, settings.relations.columns_mb)
+        if self._relation_file is not None:
+            self.follow_relations()   # what other replicas wrote while this one was away (or ever, a new one)
+            self._relation_file.on_written = self._relation_written
+            self._relation_file.stored = lambda: maybe_crash("relations:stored")
         self.keys = KeyStore(self.store)
         self.map_notes = MapNotes(self.store)
         self._coverage_lock = threading.Lock()
@@ -116,6 +123,20 @@ class Corpus(IndexRepairs):
         if self.replica is None:
             return self.applied >= generation
         return self.replica.wait_applied(generation, timeout_s)
+
+    def follow_relations(self, upto: int | None = None) -> None:
+        """A replica's: replay the relation writes any replica committed up to generation `upto`."""
+        if self._relation_file is not None:
+            self._relation_file.catch_up(upto)
+
+    def _relation_written(self, generation: int) -> None:
+        """After this replica's relation write: its indexes apply the write's generation (and any before
+        it), so its reply's generation token covers the write."""
+        try:
+            self.follow()
+        except StoreUnavailable as exc:   # the write is committed: the follower applies it once it can
+            log.warning("a relation write's generation %d not applied yet: %s", generation, exc)
+        self.applied_moved()
 
     def applied_moved(self) -> None:
         """After a write this process applied itself: wake the requests waiting for its generation."""
@@ -317,6 +338,7 @@ def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bo
             corpus.dense(m).refresh_pages(pages)
     if repair:
         corpus.sync()
+        corpus.follow_relations(corpus.sparse.generation)   # a new replica's relation tables: every write
         corpus.applied = corpus.sparse.generation
         if corpus.replicated:   # follow every other replica's writes from here on
             corpus.replica = Replica(corpus).start()

@@ -129,9 +129,12 @@ class IndexRepairs:
         other processes commit generations in between this one's. The sparse index replays the pages
         changed since its marker (or is rebuilt once those change rows are pruned); each dense index
         takes the vectors it lacks and drops those the store no longer holds, in memory (saved by
-        `flush` at the generation applied, never at a later one). Returns the pages quarantined."""
+        `flush` at the generation applied, never at a later one). The relation tables replay the
+        relation writes up to the same generation first, outside the write lock (a relation write holds
+        their file's lock, then the store's, then asks for this). Returns the pages quarantined."""
+        g_store = self.store.generation()
+        self.follow_relations(g_store)
         with self.write_lock:
-            g_store = self.store.generation()
             g = self.sparse.generation
             rejected: dict[str, str] = {}
             pages: list[str] = []

@@ -150,5 +150,7 @@ class Replica:
 
     def describe(self) -> dict:
         """What /healthz says of this replica."""
+        rel = self.corpus.relations.shared
         return {"id": self.id, "applied_generation": self.corpus.applied,
+                **({"relations_applied": rel.applied} if rel is not None else {}),
                 "follow_errors": self.errors, **({"last_error": self.last_error} if self.last_error else {})}

@@ -270,7 +270,7 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
                      "coverage": []}
     if prep.usage.get("calls"):
         summary["model_reader"] = {"model": prep.model, **prep.usage}
-    with rstore.transaction() as con:
+    with rstore.transaction(changes=[ws]) as con:
         w = LoadWriter(rstore, con, ws, load_id)
         for rel in space.schema.relations.values():
             shape = space.shape(rel)

@@ -262,7 +262,7 @@ def load(rstore: RelationStore, workspace_id: str, req: LoadRequest, allowed: li
                 ids = sorted({x.strip() for x in col.to_pylist() if x and x.strip()})
             cov.append((c, rel, ids))
     summary: dict = {"relations": [], "entities": None, "coverage": []}
-    with rstore.transaction() as con:
+    with rstore.transaction(changes=[workspace_id]) as con:
         w = LoadWriter(rstore, con, workspace_id, load_id)
         for m, rel, data in reads:
             source_key = f"{src.key}#{m.table}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.relations import EVERYTHING, RelationStore, Sight, TableShape
+from indexes.relations import EVERYTHING, RelationStore, Sight, TableShape, WorkspaceTaken
 
 from engine.core.errors import PackInvalid, PackUnknown, WorkspaceExists, WorkspaceNotFound
 from engine.relations.packs import Pack, PackError, PackNotFound, Relation, Schema, Vocabulary, combine, load_pack
@@ -64,9 +64,10 @@ def create_workspace(rstore: RelationStore, body: WorkspaceCreate) -> dict:
     except PackError as exc:
         raise PackInvalid(str(exc)) from exc
     ws = body.workspace_id or f"ws_{secrets.token_hex(6)}"
-    if rstore.workspace(ws) is not None:
-        raise WorkspaceExists(f"workspace {ws!r} exists already", workspace_id=ws)
-    rstore.create_workspace(ws, body.name, [p.name for p in packs], utcnow())
+    try:
+        rstore.create_workspace(ws, body.name, [p.name for p in packs], utcnow())
+    except WorkspaceTaken:
+        raise WorkspaceExists(f"workspace {ws!r} exists already", workspace_id=ws) from None
     space = open_space(rstore, ws)
     for rel in space.schema.relations.values():
         rstore.ensure_table(space.shape(rel))

@@ -54,11 +54,12 @@ DICTIONARY_MD = """# Dictionary
 
 
 @pytest.fixture(scope="module")
-def ev(pool, tmp_path_factory):
-    """One corpus (three folders), its dictionary, and an app over it, for the whole module."""
+def ev(pool, tmp_path_factory, store_settings):
+    """One corpus (three folders), its dictionary, and an app over it, for the whole module; on each
+    store (its maps' notes and the query log in PostgreSQL too)."""
     from engine.evidence import service
 
-    client = titled_client(pool, tmp_path_factory.mktemp("evidence") / "data", PAGES)
+    client = titled_client(pool, tmp_path_factory.mktemp("evidence") / "data", PAGES, **store_settings)
     service.set_dictionary(client.corpus, "default", "markdown", DICTIONARY_MD)
     yield client
     client.corpus.close()
@@ -377,12 +378,12 @@ def test_mcp_tools(ev):
 def test_every_call_and_round_is_in_the_query_log(ev):
     resp = run(ev, "northern gannet colonies", session_id="logged", max_rounds=2, min_high_sources=50)
     ev.corpus.querylog.flush()
-    cur = ev.corpus.store.cursor()
-    row = cur.execute("SELECT endpoint, returned, params->>'session_id' FROM log_queries WHERE query_id = ?",
-                      [resp.query_id]).fetchone()
-    assert row == ("evidence", resp.new_sources, "logged")
-    rounds = cur.execute("SELECT count(*) FROM log_queries WHERE endpoint = 'evidence_round' AND "
-                         "params->>'evidence_query_id' = ?", [resp.query_id]).fetchone()[0]
+    sql = ev.corpus.store.sql()
+    row = sql.row("SELECT endpoint, returned, CAST(params AS JSON)->>'session_id' FROM log_queries "
+                  "WHERE query_id = ?", [resp.query_id])
+    assert tuple(row) == ("evidence", resp.new_sources, "logged")
+    rounds = sql.row("SELECT count(*) FROM log_queries WHERE endpoint = 'evidence_round' AND "
+                     "CAST(params AS JSON)->>'evidence_query_id' = ?", [resp.query_id])[0]
     assert rounds == resp.navigation["search_rounds"]
 
 

@@ -43,9 +43,9 @@ NURSING = "https://docs.example/nursing/"
 
 
 @pytest.fixture(scope="module")
-def wf(pool, tmp_path_factory):
-    """One corpus: a site with three folders, and a second site."""
-    client = titled_client(pool, tmp_path_factory.mktemp("evidence-workflow") / "data", PAGES)
+def wf(pool, tmp_path_factory, store_settings):
+    """One corpus: a site with three folders, and a second site; on each store."""
+    client = titled_client(pool, tmp_path_factory.mktemp("evidence-workflow") / "data", PAGES, **store_settings)
     yield client
     client.corpus.close()
 

@@ -21,11 +21,11 @@ PROFILES = [
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, pool):
+def setup(tmp_path_factory, pool, store_settings):
     from docs.examples import make_client
     from docs.examples.roster import roster
 
-    cl = make_client(tmp_path_factory.mktemp("criteria"), pool)
+    cl = make_client(tmp_path_factory.mktemp("criteria"), pool, **store_settings)
     corpus = cl.corpus
     ws = roster(cl).workspace_id
     r = cl.post("/v1/pages", json={"workspace": ws, "pages": PROFILES})
@@ -36,7 +36,7 @@ def setup(tmp_path_factory, pool):
 
 def page_searches(corpus) -> int:
     corpus.querylog.flush()
-    return corpus.store.cursor().execute("SELECT count(*) FROM log_queries WHERE endpoint = 'search'").fetchone()[0]
+    return corpus.store.sql().row("SELECT count(*) FROM log_queries WHERE endpoint = 'search'")[0]
 
 
 def test_a_criterion_is_read_from_each_candidates_own_documents(setup):

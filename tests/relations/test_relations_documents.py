@@ -37,10 +37,11 @@ def fake(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory, pool, fake):
+def client(tmp_path_factory, pool, fake, store_settings):
     from docs.examples import make_client
 
-    cl = make_client(tmp_path_factory.mktemp("documents") / "data", pool=pool, compiler=compiler_settings(fake))
+    cl = make_client(tmp_path_factory.mktemp("documents") / "data", pool=pool, compiler=compiler_settings(fake),
+                     **store_settings)
     yield cl
     cl.corpus.close()
 

@@ -17,10 +17,12 @@ from relations_helpers import (c, export, load, load_body, loaded, new_workspace
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
+def client(tmp_path_factory, store_settings):
+    """On each store: the data dir's DuckDB file, and PostgreSQL (the relation tables then in a DuckDB
+    file of their own, written through the store's log: indexes/relation_log.py)."""
     from docs.examples import make_client
 
-    cl = make_client(tmp_path_factory.mktemp("relations-loads"))
+    cl = make_client(tmp_path_factory.mktemp("relations-loads"), **store_settings)
     yield cl
     cl.corpus.close()
 
@@ -293,9 +295,8 @@ def test_searches_are_in_the_query_log(client, tmp_path):
     body = search(client, ws, SALES)
     log = client.corpus.querylog
     log.flush()
-    row = client.corpus.store.cursor().execute(
-        "SELECT endpoint, workspace, total, returned FROM log_queries WHERE query_id = ?",
-        [body["request_id"]]).fetchone()
+    row = client.corpus.store.sql().row(
+        "SELECT endpoint, workspace, total, returned FROM log_queries WHERE query_id = ?", [body["request_id"]])
     assert row == ("/v1/public/search", ws, 1, 1)
 
 
