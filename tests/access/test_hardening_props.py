@@ -209,14 +209,14 @@ def outside_state(client, who) -> dict:
     from test_hardening_writes import entity_rows
 
     inside, own_dictionary = INSIDE[who]
-    cur = client.corpus.store.cursor()
-    pages = {r[0]: r[1:] for r in cur.execute(
+    sql = client.corpus.store.sql()
+    pages = {r[0]: tuple(r[1:]) for r in sql.rows(
         "SELECT page_id, workspace_id, url, body_text, scope, visit_count, last_seen, cluster_id, content_hash "
-        "FROM pages").fetchall() if not inside(r[1], r[4])}
-    rows = entity_rows(cur)
+        "FROM pages") if not inside(r[1], r[4])}
+    rows = entity_rows(sql)
     theirs = {r[0] for r in rows if not inside(r[1], r[2])}
     # links of their pages, and links of any page to their entities (a page linked across the wall)
-    links = sorted(r for r in cur.execute("SELECT page_id, entity_id FROM page_entities").fetchall()
+    links = sorted(tuple(r) for r in sql.rows("SELECT page_id, entity_id FROM page_entities")
                    if r[0] in pages or r[1] in theirs)
     linked = {e for p, e in links if p in pages}
     ents = {r[0]: r[1:] for r in rows if r[0] in theirs or r[0] in linked}

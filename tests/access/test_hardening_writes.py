@@ -22,13 +22,14 @@ def page(url, body, **kw):
 
 
 @pytest.fixture(scope="module")
-def tenants(pool, tmp_path_factory):
+def tenants(pool, tmp_path_factory, store_settings):
     """One served data dir: workspace `acme:hr` with an entity, workspace `default` with pages of scopes
-    s1 and s2 (s2's naming an entity), and keys for each."""
+    s1 and s2 (s2's naming an entity), and keys for each; on each store (the walls hold on PostgreSQL
+    as on DuckDB)."""
     from docs.examples import make_client
     from engine.core.access import create_key
 
-    client = make_client(tmp_path_factory.mktemp("walls") / "data", pool=pool)
+    client = make_client(tmp_path_factory.mktemp("walls") / "data", pool=pool, **store_settings)
     keys = client.corpus.keys
     client.admin = create_key(keys, ["*"])["token"]
     client.acme = create_key(keys, ["acme"])["token"]
@@ -57,26 +58,27 @@ def facets(client, token, workspace=None):
     return client.get("/v1/facets", params={"workspace": workspace} if workspace else {}, headers=h(token)).json()
 
 
-def entity_rows(cur) -> list[tuple]:
-    """(entity_id, workspace, scope, canonical, aliases) of every entity; scope None in a store of the
-    schema before entities had one (so this reads the code before the fix too)."""
-    has_scope = cur.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = 'entities' "
-                            "AND column_name = 'scope'").fetchone()[0]
+def entity_rows(sql) -> list[tuple]:
+    """(entity_id, workspace, scope, canonical, aliases) of every entity, through the store's SQL
+    (`store.sql()`, DuckDB or PostgreSQL); scope None in a store of the schema before entities had one
+    (so this reads the code before the fix too)."""
+    has_scope = sql.row("SELECT count(*) FROM information_schema.columns WHERE table_name = 'entities' "
+                        "AND column_name = 'scope'")[0]
     scope = "scope" if has_scope else "NULL"
-    return cur.execute(f"SELECT entity_id, workspace_id, {scope}, canonical, aliases FROM entities").fetchall()
+    return [tuple(r) for r in sql.rows(f"SELECT entity_id, workspace_id, {scope}, canonical, aliases FROM entities")]
 
 
 def snapshot(corpus, outside) -> dict:
     """Pages (with body, scope, visits, last seen) for which `outside(workspace, scope)` holds, their
     entity links, and the entities of such a namespace or linked to such a page (name and aliases):
     what a caller must not change."""
-    cur = corpus.store.cursor()
-    pages = {r[0]: r[1:] for r in cur.execute(
+    sql = corpus.store.sql()
+    pages = {r[0]: tuple(r[1:]) for r in sql.rows(
         "SELECT page_id, workspace_id, url, body_text, scope, visit_count, last_seen, cluster_id FROM pages "
-        "ORDER BY page_id").fetchall() if outside(r[1], r[4])}
-    links = sorted(r for r in cur.execute("SELECT page_id, entity_id FROM page_entities").fetchall() if r[0] in pages)
+        "ORDER BY page_id") if outside(r[1], r[4])}
+    links = sorted(tuple(r) for r in sql.rows("SELECT page_id, entity_id FROM page_entities") if r[0] in pages)
     linked = {e for _, e in links}
-    ents = {r[0]: r[1:] for r in entity_rows(cur) if outside(r[1], r[2]) or r[0] in linked}
+    ents = {r[0]: r[1:] for r in entity_rows(sql) if outside(r[1], r[2]) or r[0] in linked}
     return {"pages": pages, "entities": ents, "links": links}
 
 

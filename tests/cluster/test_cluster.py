@@ -262,6 +262,44 @@ def test_two_replicas_posting_the_same_200_pages_at_once_leave_one_of_each(clust
     _all_caught_up(cluster, store)
 
 
+def test_a_relation_load_and_a_correction_through_one_replica_are_answered_alike_by_every_replica(
+        cluster, tmp_path):
+    """The relation tables, shared through the store's log (indexes/relation_log.py), over real
+    processes: a workspace and a load through one replica, a correction through another; every
+    replica, sent each write's generation back, gives the same answer."""
+    from docs.examples.roster import LOAD, write_export
+
+    first, second = cluster.members[0], cluster.members[1]
+    status, headers, _ = post(first.url, "/v1/public/workspaces", {"workspace_id": "crew"})
+    assert status == 201
+    source = write_export(tmp_path / "export.duckdb")
+    status, headers, body = post(first.url, "/v1/public/workspaces/crew/loads", {"source": str(source), **LOAD},
+                                 {"refindery-min-generation": headers["refindery-generation"]})
+    assert status == 201, body
+    token = {"refindery-min-generation": headers["refindery-generation"]}
+    query = {"workspace_id": "crew", "constraints": [
+        {"relation": "held_role", "slot": "function", "op": "eq", "value": "Sales", "required": True}]}
+
+    def answers(token: dict) -> list:
+        out = []
+        for r in cluster.members:
+            status, _, body = post(r.url, "/v1/public/search", query, token)
+            assert status == 200, (r.n, body)
+            out.append((body["entities"], [[row["row_id"] for row in m["rows"]] for m in body["matches"]]))
+        return out
+
+    before = answers(token)
+    assert before[0][0]["matched"] == ["halvard_quist", "isolde_marbrook", "yusuf_alderane"]
+    assert all(a == before[0] for a in before)
+    row_id = before[0][1][0][0]
+    status, headers, body = post(second.url, "/v1/public/corrections",
+                                 {"workspace_id": "crew", "row_id": row_id, "reason": "not Sales"}, token)
+    assert status == 200 and body["retired"] is True, body
+    after = answers({"refindery-min-generation": headers["refindery-generation"]})
+    assert all(a == after[0] for a in after) and after[0] != before[0]
+    assert row_id not in [r for rows in after[0][1] for r in rows]   # retired on every replica
+
+
 def test_a_key_revoked_through_one_replica_is_refused_by_every_replica_within_a_second(cluster):
     """Last in this module: once a key exists, every replica asks for one."""
     import urllib.request

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from conftest import ingest, page
+import pytest
+from conftest import STORE_BACKENDS, ingest, page
 
 from engine.refind.search import SearchRequest, SearchService
 from engine.core.settings import load_settings
@@ -11,7 +12,8 @@ from engine.app import Engine
 from eval.replay import replay
 
 
-def test_replay_same_config_agrees_and_other_config_is_measured(make_corpus):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_replay_same_config_agrees_and_other_config_is_measured(store_backend, make_corpus):
     corpus = make_corpus(log={"flush_interval_s": 0.05})
     topics = ["herons wade in shallow water", "owls hunt at night", "comets have icy tails",
               "sourdough bread needs a starter", "glaciers carve valleys", "coral reefs need warm seas"]

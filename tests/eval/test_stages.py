@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ingest, page
+from conftest import STORE_BACKENDS, ingest, page
 from fastapi.testclient import TestClient
 
 from engine.app import Engine
@@ -54,7 +54,9 @@ def engine(make_corpus, tmp_path):
     return eng
 
 
-def test_feedback_judged_searches_are_placed_as_the_pipeline_ranked_them(engine):
+# the log read back through the store's Protocol into DuckDB (eval's one code path), on either store
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_feedback_judged_searches_are_placed_as_the_pipeline_ranked_them(store_backend, engine):
     """Judgments from the log's feedback; every page placed where an independent look at the same
     search says: returned -> found; not among the pages a deep search with the same arms' depth
     returns -> not retrieved; returned deep but not within k -> lost after the arms."""
@@ -88,7 +90,8 @@ def test_feedback_judged_searches_are_placed_as_the_pipeline_ranked_them(engine)
     assert report["room"] == 1 + 1                         # k = 1: one page of each query's fits
 
 
-def test_a_collection_is_searched_logged_and_read_back(engine, tmp_path):
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_a_collection_is_searched_logged_and_read_back(store_backend, engine, tmp_path):
     """A collection folder: its judged queries searched once each through the pipeline (logged),
     every relevant page placed; the CLI prints the table, the worst stage, and writes md/json/png."""
     coll = tmp_path / "mini"
@@ -98,10 +101,10 @@ def test_a_collection_is_searched_logged_and_read_back(engine, tmp_path):
     (coll / "queries.jsonl").write_text(json.dumps({"id": "1", "text": "birds hunting at night"}) + "\n"
                                         + json.dumps({"id": "2", "text": "the moon and the sea"}) + "\n")
     (coll / "qrels.tsv").write_text("1\towls\t1\n1\therons\t1\n2\ttides\t1\n2\tcoral\t0\n")
-    before = engine.corpus.store.cursor().execute("SELECT count(*) FROM log_queries").fetchone()[0]
+    before = engine.corpus.store.sql().row("SELECT count(*) FROM log_queries")[0]
     report = stages.from_collection(engine, coll, k=1)
     engine.corpus.querylog.flush()
-    after = engine.corpus.store.cursor().execute("SELECT count(*) FROM log_queries").fetchone()[0]
+    after = engine.corpus.store.sql().row("SELECT count(*) FROM log_queries")[0]
     assert after == before + 2                               # one logged search per judged query
     assert report["queries"] == 2 and report["relevant"] == 3   # relevance 0 is no judgment
     assert report["counts"]["found"] <= 2                    # k = 1: at most one per query
