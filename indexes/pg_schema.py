@@ -109,6 +109,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         f"""CREATE TABLE relation_ops (
             generation bigint PRIMARY KEY, replica {T} NOT NULL, written_at timestamp NOT NULL,
             changes text[] NOT NULL, ops text NOT NULL, tables bytea[] NOT NULL)""",
+        # the tables come compressed (Arrow IPC, zstd): PostgreSQL's own compression would only cost time
+        "ALTER TABLE relation_ops ALTER COLUMN tables SET STORAGE EXTERNAL",
         # what relation searches and criterion readers record (indexes/relation_records.py)
         f"""CREATE TABLE audit_events (
             request_id {T} NOT NULL, ts timestamp NOT NULL, verb {T} NOT NULL, workspace_id {T},
