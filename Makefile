@@ -12,7 +12,7 @@ DEMO   := demo/pages.jsonl.gz
 PROFILE ?= default
 RF     := $(BIN)/refindery --profile $(PROFILE)
 
-.PHONY: install browser demo test bench eval eval-studies reranker models-mpnet serve cluster clean
+.PHONY: install browser demo test test-postgres bench eval eval-studies reranker models-mpnet serve cluster clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -100,6 +100,12 @@ test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 	REFINDERY_SERVER_BIN=$(abspath $(BIN)) $(CVENV)/bin/python -m pytest -q clients/python/tests
+
+# The whole suite once more with every corpus a test opens in PostgreSQL (tests/conftest.py, ALL_ON):
+# beyond the modules `make test` runs on both stores. Not part of `make test` (it would double its time);
+# what it finds is in docs/scaling.md. PYTEST_ARGS narrows it (e.g. PYTEST_ARGS=tests/relations).
+test-postgres: $(TSTAMP) browser
+	REFINDERY_TEST_STORE=postgres $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import psycopg
+from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import pg_schema
@@ -39,8 +40,25 @@ LOCK_FILE = "replica.lock"   # in a replica's data dir: one process a data dir (
 REPLICA_RETENTION_S = 86_400   # a replica not heard from for a day no longer holds back pruning the change rows
 
 
+class _TextNoNul(StrDumperUnknown):
+    """A str as PostgreSQL text with each NUL (U+0000, which PostgreSQL text cannot hold — the default
+    dumper raises) written as U+FFFD, one character for one, so every offset into the text stays true.
+    Without it, a page, a query or a name carrying NUL failed its write with a 500 in PostgreSQL only
+    (DuckDB keeps the NUL)."""
+
+    def dump(self, obj: str):
+        return (obj.replace("\x00", "\ufffd") if "\x00" in obj else obj).encode(self._encoding)
+
+
+class _BinaryNoNul(StrBinaryDumper):
+    def dump(self, obj: str):
+        return (obj.replace("\x00", "\ufffd") if "\x00" in obj else obj).encode(self._encoding)
+
+
 def _configure(con: psycopg.Connection) -> None:
     con.execute("SET TIME ZONE 'UTC'")   # naive timestamps are UTC, as in the DuckDB store
+    con.adapters.register_dumper(str, _TextNoNul)
+    con.adapters.register_dumper(str, _BinaryNoNul)
 
 
 def _where(url: str) -> str:

@@ -112,6 +112,37 @@ def postgres_url(postgres_uri):
 
 
 STORE_BACKENDS = ["duckdb", "postgres"]
+# REFINDERY_TEST_STORE=postgres (`make test-postgres`): every corpus a test opens in this process with no
+# store URL of its own gets a PostgreSQL database of its own instead of its data dir's DuckDB file (one
+# per data dir, kept while the session runs, so reopening a data dir finds its data) — the whole suite
+# on the other store, beyond the modules `make test` runs on both. Tests that read the DuckDB file
+# itself, or start servers in other processes (which keep the default), are not converted.
+ALL_ON = os.environ.get("REFINDERY_TEST_STORE", "duckdb")
+
+
+@pytest.fixture(scope="session", autouse=ALL_ON == "postgres")
+def every_store_in_postgres(tmp_path_factory):
+    if ALL_ON != "postgres":
+        yield
+        return
+    import engine.core.corpus as corpus_module
+
+    real = corpus_module.open_store
+    server, uri = postgres_server(tmp_path_factory.mktemp("pg-all"))
+    databases: dict[str, str] = {}
+
+    def open_store(path, url="", *args, **kw):
+        if not url:
+            key = str(Path(path).resolve().parent)
+            if key not in databases:
+                databases[key] = _new_database(uri)
+            url = databases[key]
+        return real(path, url, *args, **kw)
+
+    corpus_module.open_store = open_store
+    yield
+    corpus_module.open_store = real
+    server.cleanup()
 
 
 @pytest.fixture(scope="module", params=STORE_BACKENDS)

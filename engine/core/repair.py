@@ -148,6 +148,9 @@ class IndexRepairs:
                 self.quarantine(rejected)
             for model in sorted(set(self.embedder_names) | set(self._dense)):
                 self._follow_dense(model, pages)
+                # kept fit as a single process keeps it after its writes: rebuilt as HNSW once it
+                # crosses the line, compacted once tombstones pile up (a replica never ran this before)
+                self.maintain_dense(model)
                 d = self._dense[model]   # at g_store now, in memory: the next flush saves it so
                 d.dirty = d.dirty or d.generation != g_store
             self.applied = max(self.applied, g_store)

@@ -102,7 +102,7 @@ def test_a_bad_row_already_in_the_store_is_quarantined_at_start_not_fatal(make_c
         q = status["quarantine"]["recent"][0]
         assert q["page_id"] == "pg_bad" and "out of range" in q["reason"]
     # the row is kept (as JSON), not lost
-    row = corpus.store.cursor().execute("SELECT page FROM quarantine WHERE page_id = 'pg_bad'").fetchone()
+    row = corpus.store.sql().row("SELECT page FROM quarantine WHERE page_id = 'pg_bad'")
     assert json.loads(row[0])["body_text"] == "an old page"
 
 

@@ -56,9 +56,9 @@ def test_ab_notebook_executes(ab_corpus, make_corpus, tmp_path, monkeypatch):
     # What the notebook printed is what the server answered: each query's agreement line carries the
     # figures the server's compare logged for that query, and the status line the server's counts.
     assert ab_corpus.querylog.flush()
-    answered = ab_corpus.store.cursor().execute(
+    answered = ab_corpus.store.sql().rows(
         """SELECT q.query, a.k, a.jaccard, a.rbo_ext FROM log_queries q JOIN log_agreement a USING (query_id)
-           WHERE q.endpoint = 'compare'""").fetchall()
+           WHERE q.endpoint = 'compare'""")
     assert {row[0] for row in answered} == set(QUERIES)
     for query, k, jac, rbo in answered:
         assert f"{query[:40]:40s}  J@{k}={jac:.2f}  RBO={rbo:.2f}" in text

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import faiss
 import numpy as np
+import pytest
+from conftest import STORE_BACKENDS
 
 from indexes.dense import DenseIndex
 
@@ -74,7 +76,10 @@ def test_hnsw_asks_for_compaction_past_a_fifth_dead(tmp_path):
     assert flat.count() == 10 and not flat.needs_compaction
 
 
-def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(make_corpus):
+# on PostgreSQL too: a replica's indexes follow the store's writes, and stayed flat (and uncompacted)
+# however large they grew until the follow step kept them fit as a single process's writes do
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(store_backend, make_corpus):
     from conftest import index_ids, ingest, page
 
     from engine.ingest.pipeline import delete_page

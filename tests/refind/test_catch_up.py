@@ -34,8 +34,8 @@ def quality_settings(data_dir, int8_pool, **models):
 
 def vector_rows(corpus) -> dict[str, tuple[int, int]]:
     """model -> (vector rows, distinct chunks among them) in the store."""
-    rows = corpus.store.cursor().execute(
-        "SELECT model, count(*), count(DISTINCT chunk_id) FROM embeddings GROUP BY model").fetchall()
+    rows = corpus.store.sql().rows(
+        "SELECT model, count(*), count(DISTINCT chunk_id) FROM embeddings GROUP BY model")
     return {m: (n, d) for m, n, d in rows}
 
 

@@ -68,15 +68,15 @@ def test_compare_two_embedders_shares_the_sparse_arm(ab_corpus):
         assert r.status_code == 503 and r.json()["detail"]["type"] == "model_unavailable"
         assert "run `refindery models --embed minilm-unembedded`" in r.json()["detail"]["title"]
     ab_corpus.querylog.flush()
-    cur = ab_corpus.store.cursor()
+    sql = ab_corpus.store.sql()
     qid = body["query_id"]
-    assert cur.execute("SELECT endpoint, models FROM log_queries WHERE query_id = ?", [qid]).fetchone() == \
+    assert tuple(sql.row("SELECT endpoint, models FROM log_queries WHERE query_id = ?", [qid])) == \
         ("compare", ["all-minilm-l6-v2", "minilm-prefixed"])
-    arms = dict(cur.execute("""SELECT model || '/' || arm, count(*) FROM log_candidates WHERE query_id = ?
-                               GROUP BY 1""", [qid]).fetchall())
+    arms = dict(sql.rows("""SELECT model || '/' || arm, count(*) FROM log_candidates WHERE query_id = ?
+                            GROUP BY 1""", [qid]))
     assert set(arms) == {"/sparse", "all-minilm-l6-v2/dense", "minilm-prefixed/dense"}  # sparse logged once
-    assert cur.execute("SELECT count(*) FROM log_agreement WHERE query_id = ?", [qid]).fetchone()[0] == 1
-    assert cur.execute("SELECT count(*) FROM log_results WHERE query_id = ?", [qid]).fetchone()[0] == 10
+    assert sql.row("SELECT count(*) FROM log_agreement WHERE query_id = ?", [qid])[0] == 1
+    assert sql.row("SELECT count(*) FROM log_results WHERE query_id = ?", [qid])[0] == 10
 
 
 @pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
@@ -169,5 +169,5 @@ def test_a_killed_server_keeps_what_the_writer_had_committed(tmp_path, make_corp
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     after = make_corpus(data)
-    logged = {r[0] for r in after.store.cursor().execute("SELECT query_id FROM log_queries").fetchall()}
+    logged = {r[0] for r in after.store.sql().rows("SELECT query_id FROM log_queries")}
     assert set(ids) <= logged

@@ -131,8 +131,8 @@ def test_filters_are_pushed_down_not_applied_after(client, corpus):
     narrow = dict(dense_top_n=5, sparse_top_n=5)
     unfiltered = search(client, query=q, k=10, explain=True, **narrow)
     assert all(p["domain"] != "sqlite.org" for p in unfiltered["pages"])  # a post-filter would starve
-    n_sqlite = corpus.store.cursor().execute(
-        "SELECT count(*) FROM pages WHERE domain = 'sqlite.org'").fetchone()[0]
+    n_sqlite = corpus.store.sql().row(
+        "SELECT count(*) FROM pages WHERE domain = 'sqlite.org'")[0]
     assert n_sqlite >= 3
     filtered = search(client, query=q, k=3, filters={"domain": "www.sqlite.org"}, **narrow)
     assert len(filtered["pages"]) == 3 and {p["domain"] for p in filtered["pages"]} == {"sqlite.org"}
@@ -147,8 +147,8 @@ def test_a_page_id_filter_searches_within_a_known_list(client, corpus):
     res = search(client, query=q, k=10, filters={"page_id": within}, dense_top_n=5, sparse_top_n=5)
     assert sorted(p["page_id"] for p in res["pages"]) == sorted(within) and res["total"] == 2
     # combined with another filter (all must hold), one value, unknown ids, an empty list: nothing widens
-    sqlite = corpus.store.cursor().execute("SELECT page_id FROM pages WHERE domain = 'sqlite.org' "
-                                           "ORDER BY page_id LIMIT 1").fetchone()[0]
+    sqlite = corpus.store.sql().row("SELECT page_id FROM pages WHERE domain = 'sqlite.org' "
+                                    "ORDER BY page_id LIMIT 1")[0]
     res = search(client, query=q, k=10, filters={"page_id": [sqlite, within[0]], "domain": "sqlite.org"})
     assert [p["page_id"] for p in res["pages"]] == [sqlite]
     assert [p["page_id"] for p in search(client, query=q, filters={"page_id": within[1]})["pages"]] == [within[1]]
@@ -164,7 +164,7 @@ def naive(stamp: str) -> datetime:
 
 
 def test_date_and_entity_filters(client, corpus):
-    seen = sorted(r[0] for r in corpus.store.cursor().execute("SELECT last_seen FROM pages").fetchall())
+    seen = sorted(r[0] for r in corpus.store.sql().rows("SELECT last_seen FROM pages"))
     cut = seen[len(seen) // 2]
     res = search(client, query="functions", k=20, filters={"after": cut.isoformat()})
     assert res["pages"] and all(naive(p["last_seen"]) >= cut for p in res["pages"])
@@ -180,8 +180,8 @@ def test_date_and_entity_filters(client, corpus):
 
 
 def test_url_and_domain_pinning(client, corpus):
-    url, pid = corpus.store.cursor().execute(
-        "SELECT url, page_id FROM pages WHERE domain = 'docs.python.org' ORDER BY page_id LIMIT 1").fetchone()
+    url, pid = corpus.store.sql().row(
+        "SELECT url, page_id FROM pages WHERE domain = 'docs.python.org' ORDER BY page_id LIMIT 1")
     messy = url.replace("https://", "http://www.").replace("docs.python.org", "DOCS.python.org") + "#top"
     res = search(client, query=messy, k=3)
     assert res["pages"][0]["page_id"] == pid and res["pages"][0]["pinned"] == "url"
@@ -258,7 +258,7 @@ def test_a_pasted_link_with_tracking_parameters_pins_the_page_it_points_to(make)
 
 
 def test_similar_pages_and_suggestions(client, corpus):
-    pid = corpus.store.cursor().execute("SELECT min(page_id) FROM pages").fetchone()[0]
+    pid = corpus.store.sql().row("SELECT min(page_id) FROM pages")[0]
     sim = client.get(f"/v1/pages/{pid}/similar", params={"k": 5}).json()
     assert len(sim["pages"]) == 5 and pid not in [p["page_id"] for p in sim["pages"]]
     scores = [p["score"] for p in sim["pages"]]

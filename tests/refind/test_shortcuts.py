@@ -84,8 +84,8 @@ def test_the_page_chosen_for_close_words_comes_first_and_says_why(birds):
     assert all(p["shortcut"] is None and p["explain"]["shortcut"] is None for p in after["pages"][1:])
     # the query log says why it was first
     birds.corpus.querylog.flush()
-    logged = birds.corpus.store.cursor().execute(
-        "SELECT rank, pinned FROM log_results WHERE query_id = ? ORDER BY rank", [after["query_id"]]).fetchall()
+    logged = birds.corpus.store.sql().rows(
+        "SELECT rank, pinned FROM log_results WHERE query_id = ? ORDER BY rank", [after["query_id"]])
     assert logged[0] == (1, f"shortcut:{before['query_id']}") and all(p is None for _, p in logged[1:])
     # the rest keeps its order; the total is the same (the page was a candidate already)
     off = search(birds, CLOSE, shortcuts=False)

@@ -165,8 +165,8 @@ def test_a_switch_killed_part_way_resumes_when_a_server_starts(int8_pool, tmp_pa
         proc.wait(timeout=60)
     with Engine(settings(data, int8_pool), int8_pool) as e:
         assert e.settings.models.active == TARGET
-        rows = dict(((m, (n, d)) for m, n, d in e.corpus.store.cursor().execute(
-            "SELECT model, count(*), count(DISTINCT chunk_id) FROM embeddings GROUP BY model").fetchall()))
+        rows = dict(((m, (n, d)) for m, n, d in e.corpus.store.sql().rows(
+            "SELECT model, count(*), count(DISTINCT chunk_id) FROM embeddings GROUP BY model")))
         assert rows == {OLD: (chunks, chunks), TARGET: (chunks, chunks)}
         ids = index_ids(e.corpus)
         assert ids[f"dense:{TARGET}"] == ids[f"vectors:{TARGET}"] == ids["store"]

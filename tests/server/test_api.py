@@ -39,8 +39,8 @@ def test_health_and_status(shared_client, demo_subset):
 
 def test_search_finds_a_page_by_what_it_says(shared_client, shared_corpus):
     # Take a real page of the fixture and search for words from the middle of one of its chunks.
-    pid, title = shared_corpus.store.cursor().execute(
-        "SELECT page_id, title FROM pages ORDER BY page_id LIMIT 1").fetchone()
+    pid, title = shared_corpus.store.sql().row(
+        "SELECT page_id, title FROM pages ORDER BY page_id LIMIT 1")
     chunk = shared_corpus.store.page_chunks(pid)[0]["text"]
     words = " ".join(chunk.split()[5:20])
     r = shared_client.post("/v1/search", json={"query": words, "k": 5})
@@ -97,11 +97,11 @@ def test_facets_list_what_the_filters_take(shared_client, shared_corpus, demo_su
     f = shared_client.get("/v1/facets").json()
     assert f["workspace"] == shared_corpus.settings.default_workspace
     assert f["pages"] == len(demo_subset) == sum(d["pages"] for d in f["domains"])
-    cur = shared_corpus.store.cursor()
-    lo, hi = cur.execute("SELECT min(last_seen), max(last_seen) FROM pages").fetchone()
+    sql = shared_corpus.store.sql()
+    lo, hi = sql.row("SELECT min(last_seen), max(last_seen) FROM pages")
     assert f["last_seen"] == {"min": lo.isoformat(), "max": hi.isoformat()}
-    by_entity = dict(cur.execute("""SELECT e.canonical, count(DISTINCT pe.page_id) FROM page_entities pe
-                                    JOIN entities e USING (entity_id) GROUP BY 1""").fetchall())
+    by_entity = dict(sql.rows("""SELECT e.canonical, count(DISTINCT pe.page_id) FROM page_entities pe
+                                 JOIN entities e USING (entity_id) GROUP BY 1"""))
     assert {e["canonical"]: e["pages"] for e in f["entities"]} == by_entity
     assert f["clusters"] == []  # none fitted yet
     # A domain it lists filters to exactly that many pages.

@@ -104,8 +104,8 @@ def test_every_client_operation_reaches_the_route_it_names_on_a_real_server(pool
         facts = rf.facts(workspace_id=ws, entity_id="yusuf_alderane", relation="held_role")
         assert facts.model_dump()    # the reply read as the client's model
     corpus.querylog.flush()
-    seen = {(m, r): st for m, r, st in corpus.store.cursor().execute(
-        "SELECT method, route, max(status) FROM log_access GROUP BY 1, 2").fetchall()}
+    seen = {(m, r): st for m, r, st in corpus.store.sql().rows(
+        "SELECT method, route, max(status) FROM log_access GROUP BY 1, 2")}
     corpus.close()
     for method, route in [("POST", "/v1/search"), ("POST", "/v1/compare"), ("POST", "/v1/feedback"),
                           ("GET", "/v1/feedback"), ("DELETE", "/v1/feedback"),

@@ -180,12 +180,12 @@ def test_search_page_and_keyboard(tab, server):
     deadline = time.monotonic() + 10
     clicks = []
     while not clicks and time.monotonic() < deadline:
-        clicks = corpus.store.cursor().execute(
-            "SELECT query_id FROM feedback WHERE page_id = ? AND kind = 'click'", [second["page_id"]]).fetchall()
+        clicks = corpus.store.sql().rows(
+            "SELECT query_id FROM feedback WHERE page_id = ? AND kind = 'click'", [second["page_id"]])
         time.sleep(0.05)
     assert len(clicks) == 1
     corpus.querylog.flush()
-    query = corpus.store.cursor().execute("SELECT query FROM log_queries WHERE query_id = ?", [clicks[0][0]]).fetchone()
+    query = corpus.store.sql().row("SELECT query FROM log_queries WHERE query_id = ?", [clicks[0][0]])
     assert query == ("sqlite transaction",)
     tab.keyboard.press("Escape")
     tab.wait_for_selector("#results li.result")
