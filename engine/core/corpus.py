@@ -134,8 +134,8 @@ class Corpus(IndexRepairs):
         it), so its reply's generation token covers the write."""
         try:
             self.follow()
-        except StoreUnavailable as exc:   # the write is committed: the follower applies it once it can
-            log.warning("a relation write's generation %d not applied yet: %s", generation, exc)
+        except Exception:   # the write is committed whatever happens here: the follower applies it once it can
+            log.exception("a relation write's generation %d is not applied by this replica yet", generation)
         self.applied_moved()
 
     def applied_moved(self) -> None:
