@@ -1,5 +1,5 @@
 """What a constraints search asks of the stored rows: its groups (conditions that must hold on one
-row of one relation) and the plan the enumeration (`indexes/enumeration.py`) turns into SQL."""
+row of one relation) and the plan the enumeration (`indexes/judging/`) turns into SQL."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -15,7 +15,7 @@ from pathlib import Path
 from indexes.relations import RelationStore
 from indexes.sources import Source, SourceError
 
-from indexes.enumeration import Enumerator
+from indexes.judging.enumeration import Enumerator
 
 from engine.relations.plan import Group
 from engine.relations.packs import Relation

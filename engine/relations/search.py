@@ -1,10 +1,11 @@
 """The relation search verb on the constraints path: constraints -> the closed set and its warrant.
 
 Stages, each visible in the reply: expansion (each constraint through the workspace vocabulary),
-enumeration (indexes/enumeration.py: set-based SQL), ranking (deterministic: optional groups satisfied,
-distance from each gte/lte threshold, entity id), and the warrant: matches with their rows and
-receipts, counts (with each constraint alone), the groups with their absence verdicts, the none /
-not_recorded / undetermined listings, the gaps, and the completeness licence.
+enumeration (indexes/judging/: set-based SQL, or NumPy over rows held in memory), ranking
+(deterministic: optional groups satisfied, distance from each gte/lte threshold, entity id), and the
+warrant: matches with their rows and receipts, counts (with each constraint alone), the groups with
+their absence verdicts, the none / not_recorded / undetermined listings, the gaps, and the
+completeness licence.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from engine.core.querylog import RELATION_SEARCH_ENDPOINT, LogEntry, QueryLog
 from engine.relations.ideas import answer_idea
 from engine.refind.search import SearchService
 from engine.relations.constraints import bind, parse_constraints, parse_span
-from indexes.enumeration import Enumerator
+from indexes.judging.enumeration import Enumerator
 from engine.relations.plan import Plan, make_groups
 from engine.relations.criteria import CODE as CRITERION_CODE
 from engine.relations.criteria import CriterionReader, read_criteria

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexes.enumeration import CAUSES, STATUS, Enumerator
+from indexes.judging.enumeration import Enumerator
+from indexes.judging.row_sql import CAUSES, STATUS
 
 from engine.relations.brief import BriefCompile
 from engine.relations.constraints import Bound

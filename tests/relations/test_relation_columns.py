@@ -1,4 +1,4 @@
-"""The enumeration judged over a relation's rows held in memory (indexes/relation_columns.py) gives
+"""The enumeration judged over a relation's rows held in memory (indexes/judging/held_columns.py, in_memory.py) gives
 exactly what its SQL gives: each relation's per-entity aggregate and the plan's statuses, column for
 column, over messy data — values the vocabulary cannot place, missing values, bare years, open and
 straddling periods, a row tied to nobody, a retired row, a withheld row, rows of document scopes —
@@ -17,7 +17,9 @@ from relations_helpers import c, export, load, load_body, new_workspace, role, s
 from engine.relations.constraints import bind, parse_constraints, parse_span
 from engine.relations.plan import Plan, make_groups
 from engine.relations.workspaces import open_space
-from indexes.relation_columns import Unsupported, compile_sql, evaluate, Tri
+from indexes.judging import statuses
+from indexes.judging.held_columns import Unsupported
+from indexes.judging.three_valued import Tri, compile_sql, evaluate
 
 SENIORITY = ["IC", "Manager", "Director", "VP", "SVP", "C-level", "Vice President", "Wizard", None]
 FUNCTION = ["Sales", "Marketing", "Finance", "Vertrieb", "Alchemy", None]
@@ -115,7 +117,7 @@ def _sorted(table: pa.Table) -> dict:
 @pytest.mark.parametrize("direct", [True, False], ids=["mixed-radix", "occurring"])
 def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, scopes, direct, monkeypatch):
     if not direct:   # every combination of inputs numbered as it occurs (what a wide one takes)
-        monkeypatch.setattr("indexes.relation_columns.DIRECT", 0)
+        monkeypatch.setattr("indexes.judging.three_valued.DIRECT", 0)
     client.corpus.relations.verdicts.clear()
     rstore, plan = _plan(client, workspace, PLANS[plan_no], as_of, scopes)
     en = rstore.enumerator(plan)
@@ -128,13 +130,13 @@ def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, sco
                 judged_all = False
                 continue
             assert judged is not None
-            agg, params = en._aggregate(rel)
+            agg, params = en.rows.aggregate(rel)
             assert _sorted(judged) == _sorted(en._arrow(agg, params)), rel.name
             en._tables[rel.name] = judged
-        sql, params = en._statement(cached_ok=False)
+        sql, params = statuses.statement(en.rows)
         expected = _sorted(en._arrow(sql, params))
         if judged_all:
-            assert _sorted(en._final(en._tables)) == expected
+            assert _sorted(statuses.final(en.rows, en._tables, en.universe())) == expected
         en.run()                                      # whichever way it runs, the statuses are the SQL's
         assert _sorted(en._arrow(f"SELECT * FROM {en.table}")) == expected
         assert len(expected["ent_no"][1]) > 0
@@ -151,8 +153,8 @@ def test_in_memory_judging_equals_the_sql(client, workspace, plan_no, as_of, sco
                     dims, sorted(combos))
 
         answers = [answer()]
-        assert (en._held is not None) == judged_all
-        en._held = None
+        assert (en.statuses.held is not None) == judged_all
+        en.statuses.held = None
         answers.append(answer())
         assert answers[0] == answers[1]
     finally:
@@ -251,11 +253,11 @@ def test_a_relation_with_no_rows_is_judged_as_in_sql(client, tmp_path):
     en = rstore.enumerator(plan)
     try:
         for rel in plan.relations:
-            agg, params = en._aggregate(rel)
+            agg, params = en.rows.aggregate(rel)
             assert _sorted(en.judged(rel)) == _sorted(en._arrow(agg, params))
             en._tables[rel.name] = en.judged(rel)
-        sql, params = en._statement(cached_ok=False)
-        assert _sorted(en._final(en._tables)) == _sorted(en._arrow(sql, params))
+        sql, params = statuses.statement(en.rows)
+        assert _sorted(statuses.final(en.rows, en._tables, en.universe())) == _sorted(en._arrow(sql, params))
     finally:
         en.drop()
 
@@ -263,7 +265,7 @@ def test_a_relation_with_no_rows_is_judged_as_in_sql(client, tmp_path):
 def test_after_a_write_the_columns_are_read_apart_and_searches_meanwhile_run_in_sql(client, workspace, monkeypatch):
     import threading
 
-    from indexes.relation_columns import RelationColumns
+    from indexes.judging.held_columns import RelationColumns
 
     rstore = client.corpus.relations
     cols = rstore.columns
@@ -333,7 +335,7 @@ class _Sized:
 def test_the_column_cache_reads_in_the_background_and_drops_a_read_a_write_overtook():
     import threading
 
-    from indexes.relation_columns import ColumnCache
+    from indexes.judging.column_cache import ColumnCache
 
     cache = ColumnCache(1)   # 1 MB
     gate = threading.Event()
