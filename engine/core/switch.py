@@ -7,7 +7,7 @@ The data dir keeps the switch in its store (the `meta` table, CorpusStore.settin
 runs after a switch (which wins over `[models] active` and the profile's embedder, for this data dir)
 and the one it is switching to. A crash at any point loses nothing: the target's missing vectors are
 the store's queue (Corpus.embed_missing), and a server started on a data dir with a switch under way
-resumes it (server/cli.py). Writes during the switch are encoded by the active embedder on the write
+resumes it (server/cli/operations.py). Writes during the switch are encoded by the active embedder on the write
 path and by the target in the background (Settings.background_models)."""
 from __future__ import annotations
 
