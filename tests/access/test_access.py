@@ -213,10 +213,16 @@ def test_a_document_scope_is_never_crossed_by_any_verb(acl):
 
 
 def test_facets_models_and_the_web_page_under_keys(acl):
-    """The page and its script load without a key (they hold no data); what they show comes from /v1,
+    """The page and its scripts load without a key (they hold no data); what they show comes from /v1,
     under the caller's grant: facets count only the pages a key may read, in workspaces it may read."""
-    for path in ("/", "/ui/app.js", "/ui/app.css"):
-        assert acl.get(path).status_code == 200, path
+    from server.web import WEB_DIR
+
+    modules = sorted(str(p.relative_to(WEB_DIR)) for p in WEB_DIR.rglob("*.js"))
+    assert {"app.js", "views/search.js", "views/compare.js"} <= set(modules)
+    for path in ("/", "/ui/app.css", *(f"/ui/{m}" for m in modules)):
+        got = acl.get(path)
+        assert got.status_code == 200, path
+        assert path.endswith((".css", "/")) or "javascript" in got.headers["content-type"], path  # a module's type
     assert "text/html" in acl.get("/").headers["content-type"]
     assert acl.get("/v1/facets").status_code == 401 and acl.get("/v1/models").status_code == 401
     whole = acl.get("/v1/facets", params={"workspace": "alpha"}, headers=auth(acl.alpha)).json()
