@@ -67,8 +67,13 @@ class Engine(RefindVerbs, PageVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, 
         generation (commands that only read keys or settings)."""
         self.owns_corpus = corpus is None
         self.corpus = corpus if corpus is not None else open_corpus(settings or load_settings(), pool, repair)
-        self.settings = self.corpus.settings
-        self.pages = SearchService(self.corpus)
+        c = self.corpus
+        self.settings = c.settings
+        # what the verbs use, handed to them here by name (engine/verbs/base.py) rather than reached
+        # through the corpus
+        self.store, self.querylog, self.keys = c.store, c.querylog, c.keys
+        self.relation_store, self.registry, self.pool = c.relations, c.registry, c.pool
+        self.pages = SearchService(c)
         self._evidence = None                       # the evidence searcher, made on first use
         self._embeds: dict[str, dict] = {}          # model -> its background embedding's state
         self._embed_threads: list[threading.Thread] = []
@@ -88,7 +93,7 @@ class Engine(RefindVerbs, PageVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, 
         if self.owns_corpus:
             self.corpus.close()
         else:
-            self.corpus.querylog.flush()
+            self.querylog.flush()
             self.corpus.flush()
 
     def load_model(self) -> None:
@@ -103,4 +108,4 @@ class Engine(RefindVerbs, PageVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, 
 
     def record(self, entry: LogEntry) -> None:
         """One row for the query log (written off the request path)."""
-        self.corpus.querylog.record(entry)
+        self.querylog.record(entry)

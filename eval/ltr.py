@@ -79,8 +79,8 @@ def candidates(engine: Engine, query: str, workspace: str, now: datetime) -> lis
         arms[arm] = (best, count, rank, top)
     meta = view.page_rows(names)
     terms = sorted(query_terms(query))
-    df = engine.corpus.sparse.doc_freqs(terms) if terms else {}
-    n = max(1, engine.corpus.sparse.count())
+    df, n = engine.term_stats(terms)
+    n = max(1, n)
     idf = {t: math.log(1 + n / (1 + df.get(t, 0))) for t in terms}
     total_idf = sum(idf.values()) or 1.0
     out = []

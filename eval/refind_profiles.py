@@ -48,14 +48,14 @@ def run_profile(profile: str, data_dir: Path) -> dict:
         t = time.perf_counter()
         visits = refind.prepare(engine)
         ingest_s = time.perf_counter() - t
-        chunks = engine.corpus.store.counts()["chunks"]
+        chunks = engine.counts()["chunks"]
         if settings.catch_up_model:
             stop = threading.Event()
             t = time.perf_counter()
             engine.corpus.embed_missing(model, progress=lambda done, total: done >= chunks // 2 and stop.set(),
                                         stop=stop)
             catch_up_s = time.perf_counter() - t
-            covered = engine.corpus.store.counts()["embeddings"].get(model, 0)
+            covered = engine.counts()["embeddings"].get(model, 0)
             half = {"covered": round(covered / chunks, 3),
                     "result": refind.evaluate(engine, visits, {"recency off": SETTINGS["recency off"]})}
             t = time.perf_counter()

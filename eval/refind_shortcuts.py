@@ -35,7 +35,6 @@ from pathlib import Path
 
 from engine.app import Engine
 from engine.core.settings import load_settings
-from engine.core.urls import normalize_url
 from engine.refind.search import SearchRequest
 
 from eval import refind
@@ -52,7 +51,7 @@ OFF = {"shortcuts": False}
 
 
 def target_page(engine: Engine, url: str) -> str:
-    pages = engine.corpus.store.pages_with_url(refind.WORKSPACE, normalize_url(url))
+    pages = engine.pages_with_url(url, refind.WORKSPACE)
     assert len(pages) == 1, (url, pages)
     return pages[0]
 

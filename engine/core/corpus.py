@@ -109,6 +109,26 @@ class Corpus(IndexRepairs):
         self.replica: Replica | None = None   # a replica's follower, once open_corpus starts it
 
     @property
+    def replica_name(self) -> str | None:
+        """This process's replica id, with the store shared (None with a DuckDB store)."""
+        return self.replica.id if self.replica is not None else None
+
+    def describe_replica(self) -> dict | None:
+        """A replica's id and how far it is behind the store (/healthz); None with a DuckDB store."""
+        return self.replica.describe() if self.replica is not None else None
+
+    def drop_vectors(self, model: str) -> int:
+        """Delete a model's vectors from the store and empty its dense index, under the write lock: the
+        number of vectors dropped."""
+        with self.write_lock:
+            dense = self.dense(model)
+            dense.reset()
+            dense.save(self.store.generation())
+            n = self.store.drop_embeddings(model)
+            self._dense.pop(model, None)
+        return n
+
+    @property
     def applied(self) -> int:
         """The store generation this process's indexes have applied: with a DuckDB store, whatever it
         committed (its writes reach the indexes under the write lock); a replica's, what it followed."""

@@ -10,30 +10,30 @@ from engine.verbs.base import Verbs
 
 class AccessVerbs(Verbs):
     def grant_for(self, authorization: str | None) -> Grant:
-        return access.grant_for(self.corpus.keys, authorization)
+        return access.grant_for(self.keys, authorization)
 
     def create_key(self, workspaces: list[str], scopes: list[str] | None = None, read_only: bool = False,
                    name: str | None = None, caller: Grant = OPEN) -> dict:
         access.require_admin(caller)
-        return access.create_key(self.corpus.keys, workspaces, scopes, read_only, name)
+        return access.create_key(self.keys, workspaces, scopes, read_only, name)
 
     def list_keys(self, caller: Grant = OPEN) -> list[dict]:
         access.require_admin(caller)
-        return access.list_keys(self.corpus.keys)
+        return access.list_keys(self.keys)
 
     def revoke_key(self, key_id: str, caller: Grant = OPEN) -> dict:
         access.require_admin(caller)
-        return access.revoke_key(self.corpus.keys, key_id)
+        return access.revoke_key(self.keys, key_id)
 
     def reopen_keys(self) -> None:
-        self.corpus.keys.reopen()
+        self.keys.reopen()
 
     @property
     def active_keys(self) -> int:
-        return self.corpus.keys.active
+        return self.keys.active
 
     def access_log(self, since: datetime | None = None, key_id: str | None = None, request_id: str | None = None,
                    limit: int = 100, caller: Grant = OPEN) -> list[dict]:
         caller.require_everywhere("the access log")
-        self.corpus.querylog.flush()
-        return self.corpus.querylog.tables.access(since, key_id, request_id, limit)
+        self.querylog.flush()
+        return self.querylog.tables.access(since, key_id, request_id, limit)

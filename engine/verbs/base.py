@@ -1,4 +1,4 @@
-"""What every verb class stands on: the corpus and page search the Engine built, the one place a
+"""What every verb class stands on: the services the Engine composed and handed to it, the one place a
 request's workspace is defaulted, and the read checks several verbs share."""
 from __future__ import annotations
 
@@ -10,15 +10,31 @@ from engine.core.corpus import Corpus
 from engine.core.settings import Settings
 
 if TYPE_CHECKING:
+    from indexes.keys import KeyStore
+    from indexes.relations import RelationStore
+    from indexes.store_protocol import Store
+    from models.embedder import EmbedderPool
+    from models.registry import ModelRegistry
+
+    from engine.core.querylog import QueryLog
     from engine.ingest.pipeline import IngestReport
     from engine.refind.search import SearchService
 
 
 class Verbs:
     """Built by the Engine (engine/app.py), which is composed of these classes; a verb of one class
-    may call another's (a document load ingests pages) through `self`."""
+    may call another's (a document load ingests pages) through `self`. What a verb uses the Engine
+    hands it once, by name: the store, the query log, the keys, the relation store, the model
+    registry and the embedders loaded, page search — and the corpus itself for what is the corpus's own (its indexes kept in
+    step: generations, repair, the embedders and their vectors)."""
     corpus: Corpus
     settings: Settings
+    store: Store
+    querylog: QueryLog
+    keys: KeyStore
+    relation_store: RelationStore
+    registry: ModelRegistry
+    pool: EmbedderPool
     pages: SearchService
     _embeds: dict[str, dict]      # model -> its background embedding's state (operations)
 
@@ -32,10 +48,10 @@ class Verbs:
         return caller.workspace(requested, self.default_workspace)
 
     def readable_page(self, grant: Grant, page_id: str) -> None:
-        access.readable_page(grant, self.corpus.store, page_id)
+        access.readable_page(grant, self.store, page_id)
 
     def readable_query(self, grant: Grant, query_id: str) -> None:
-        access.readable_query(grant, self.corpus.querylog, query_id)
+        access.readable_query(grant, self.querylog, query_id)
 
     def embedding(self, model: str) -> dict | None:
         """A background embedding's state: embedding (with done, total and percent), ready, failed, stopped."""

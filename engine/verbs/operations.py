@@ -44,15 +44,20 @@ class OperationsVerbs(Verbs):
             "data_dir": str(c.data_dir),
             "active_model": c.settings.models.active,
             "profile": c.settings.profile,
-            "counts": c.store.counts(),
+            "counts": self.store.counts(),
             "generations": c.consistency(),
             "repairs_at_open": [r.__dict__ for r in c.repairs],
-            "quarantine": c.store.quarantined(),
-            "query_log": c.querylog.stats(),
+            "quarantine": self.store.quarantined(),
+            "query_log": self.querylog.stats(),
             "reranker": c.reranker_status(),
             "device": c.device_status(),
             "query_runtime": self.query_runtime(),
         }
+
+    def counts(self, caller: Grant = OPEN) -> dict[str, Any]:
+        """Pages, chunks and each model's vectors over every workspace (what status counts)."""
+        caller.require_everywhere("counts over every workspace")
+        return self.store.counts()
 
     def applied_generation(self) -> int:
         """The store generation this process's indexes have applied (a reply's Refindery-Generation)."""
@@ -60,7 +65,7 @@ class OperationsVerbs(Verbs):
 
     def replica_id(self) -> str | None:
         """This process's replica id, with the store shared (None with a DuckDB store)."""
-        return self.corpus.replica.id if self.corpus.replica is not None else None
+        return self.corpus.replica_name
 
     def wait_applied(self, generation: int, timeout_s: float) -> bool:
         """Whether this process has applied `generation` within `timeout_s` (read your writes on any replica)."""
@@ -68,11 +73,9 @@ class OperationsVerbs(Verbs):
 
     def health(self) -> dict[str, Any]:
         """/healthz: up, the profile, and the generation applied (a replica: its id, how far behind the store)."""
-        c = self.corpus
-        out: dict[str, Any] = {"status": "ok", **self.profile(), "applied_generation": c.applied}
-        if c.replica is not None:
-            out["replica"] = c.replica.describe()
-        return out
+        out: dict[str, Any] = {"status": "ok", **self.profile(), "applied_generation": self.corpus.applied}
+        replica = self.corpus.describe_replica()
+        return out | ({"replica": replica} if replica is not None else {})
 
     def profile(self) -> dict[str, str]:
         """Which profile runs and its embedder (engine/core/profile.py): /healthz and /v1/models say it."""
@@ -81,9 +84,9 @@ class OperationsVerbs(Verbs):
     def query_runtime(self) -> dict[str, Any]:
         """How the active model encodes queries ("onnx" or "torch", and why torch when the ONNX path
         was tried), or not loaded yet."""
-        emb = self.corpus.pool.loaded().get(self.corpus.settings.models.active)
+        emb = self.pool.loaded().get(self.settings.models.active)
         if emb is None:
-            return {"model": self.corpus.settings.models.active, "loaded": False}
+            return {"model": self.settings.models.active, "loaded": False}
         out = {"model": emb.name, "loaded": True, "runtime": emb.query_runtime, "device": emb.device}
         return out | ({"note": emb.query_runtime_note} if emb.query_runtime_note else {})
 
@@ -93,7 +96,7 @@ class OperationsVerbs(Verbs):
 
     def declared_reranker(self, name: str) -> Path | None:
         """Where the model registry declares a reranker of this name to live (None: not declared)."""
-        reg = self.corpus.registry
+        reg = self.registry
         return reg.declared_path(name) if name in reg.names("reranker") else None
 
     def training_pairs(self, source: str, workspace: str, plan: NegativePlan | None = None, n: int = 400,
@@ -111,7 +114,7 @@ class OperationsVerbs(Verbs):
 
     def train_reranker(self, pairs: list[Pair], out_dir: Path, **kw) -> dict:
         """Train a cross-encoder on `pairs` into `out_dir` (engine/refind/reranker_training.py)."""
-        return train_reranker(self.corpus.registry, pairs, out_dir, **kw)
+        return train_reranker(self.registry, pairs, out_dir, **kw)
 
     def embed_model(self, model: str, progress: Callable[[int, int], None] | None = None,
                     background: bool = False) -> int:
@@ -124,7 +127,7 @@ class OperationsVerbs(Verbs):
         encoder = None
         if background:
             batch = self.settings.models.catch_up_batch
-            encoder = c.pool.background(model, self.settings.models.catch_up_threads)
+            encoder = self.pool.background(model, self.settings.models.catch_up_threads)
         n = c.embed_missing(model, batch=batch, progress=progress, stop=self._stop_embedding, encoder=encoder)
         c.sync([model])
         c.flush()
@@ -178,7 +181,7 @@ class OperationsVerbs(Verbs):
                 if fast and model == self.settings.catch_up_model:
                     self.embed_model(fast, background=True)
                 while not self._stop_embedding.is_set() and model in self.settings.background_models:
-                    generation = self.corpus.store.generation()
+                    generation = self.store.generation()
                     state["state"], state["done"], state["total"] = "embedding", 0, None
                     self.embed_model(model, progress, background=True)
                     if bar is not None:
@@ -190,7 +193,7 @@ class OperationsVerbs(Verbs):
                     state["state"] = "ready"
                     state["caught_up"] = utcnow().isoformat(timespec="seconds")
                     # the next write (a store generation) is the next pass; nothing to do meanwhile
-                    while model in self.settings.background_models and self.corpus.store.generation() == generation \
+                    while model in self.settings.background_models and self.store.generation() == generation \
                             and not self._stop_embedding.wait(0.5):
                         pass
                 state["follows_writes"] = False
@@ -244,18 +247,12 @@ class OperationsVerbs(Verbs):
         if model in self.settings.embedder_names or (state is not None and state["state"] == "embedding"):
             raise ModelInUse(f"{model!r} is in use here (active, being switched to or embedded, or kept up to date "
                              "on writes): it cannot be dropped", model=model)
-        c = self.corpus
-        with c.write_lock:
-            dense = c.dense(model)
-            dense.reset()
-            dense.save(c.store.generation())
-            n = c.store.drop_embeddings(model)
-            c._dense.pop(model, None)
+        n = self.corpus.drop_vectors(model)
         self._embeds.pop(model, None)
         return {"model": model, "dropped_vectors": n}
 
     def _embeddable(self, model: str) -> None:
-        reg = self.corpus.registry
+        reg = self.registry
         if model not in reg.names():
             raise ModelUnknown(f"no model {model!r} in the registry (known: {', '.join(reg.names())})", model=model)
         if reg.spec(model).kind != "embedder":
@@ -264,29 +261,29 @@ class OperationsVerbs(Verbs):
     def logged_searches(self, since: datetime, limit: int = 10_000) -> dict:
         """The searches logged since `since` (query id, request params, model), the pages each
         returned in order, and every feedback row (query id, page id, kind): what a replay reads."""
-        self.corpus.querylog.flush()
-        t = self.corpus.querylog.tables
+        self.querylog.flush()
+        t = self.querylog.tables
         return {"searches": t.searches_since(since, limit), "results": t.results_since(since),
                 "feedback": t.feedback()}
 
     def logged_stages(self, query_ids: list[str]) -> dict[str, dict]:
         """Per logged execution, its params and the pages of each stage in rank order (each arm's
         candidates, fused, reranked, results): what `eval stages` reads."""
-        self.corpus.querylog.flush()
-        return self.corpus.querylog.tables.stage_rows(query_ids)
+        self.querylog.flush()
+        return self.querylog.tables.stage_rows(query_ids)
 
     def logged_judgments(self, since: datetime) -> dict[str, tuple[str, list[str]]]:
         """The logged searches with feedback since `since`: query id -> (text, pages marked found / click)."""
-        self.corpus.querylog.flush()
-        return self.corpus.querylog.tables.judged_searches(since)
+        self.querylog.flush()
+        return self.querylog.tables.judged_searches(since)
 
     def logged_agreement(self, since: datetime) -> list[tuple]:
         """Every logged compare's agreement rows since `since` (model_a, model_b, k, jaccard, rbo_ext, tau)."""
-        self.corpus.querylog.flush()
-        return self.corpus.querylog.tables.agreement_since(since)
+        self.querylog.flush()
+        return self.querylog.tables.agreement_since(since)
 
     def prune_log(self, before: datetime) -> int:
-        return self.corpus.querylog.prune(before)
+        return self.querylog.prune(before)
 
     def reindex(self) -> dict:
         reports = self.corpus.reindex()

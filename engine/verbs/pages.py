@@ -59,7 +59,7 @@ class PageVerbs(Verbs):
                  caller: Grant = OPEN) -> dict:
         ws = self.workspace_for(caller, workspace)
         scopes = caller.document_scopes
-        return {"workspace": ws, "clusters": self.corpus.store.clusters(
+        return {"workspace": ws, "clusters": self.store.clusters(
             ws, include_tombstoned, list(scopes) if scopes is not None else None)}
 
     def refit_clusters(self, workspace: str | None = None, k: int | None = None, caller: Grant = OPEN) -> dict:

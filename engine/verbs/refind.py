@@ -45,9 +45,22 @@ class RefindVerbs(Verbs):
         self.readable_page(caller, page_id)
         return read_page(self.corpus, page_id)
 
+    def pages_with_url(self, url: str, workspace: str | None = None, caller: Grant = OPEN) -> list[str]:
+        """The ids of the workspace's pages at this URL (normalised as ingest does) that the caller reads."""
+        from engine.core.urls import normalize_url
+
+        ws = self.workspace_for(caller, workspace)
+        scopes = caller.document_scopes
+        return self.store.pages_with_url(ws, normalize_url(url), list(scopes) if scopes is not None else None)
+
+    def term_stats(self, terms: list[str]) -> tuple[dict[str, int], int]:
+        """The BM25 arm's document frequency of each term, and its number of documents (chunks), over
+        every workspace: what a learned ranker's features read (eval/ltr.py)."""
+        return (self.corpus.sparse.doc_freqs(terms) if terms else {}), self.corpus.sparse.count()
+
     def facets(self, workspace: str | None = None, caller: Grant = OPEN, limit: int = 50) -> dict:
         ws = self.workspace_for(caller, workspace)
-        return {"workspace": ws} | self.corpus.store.facets(ws, caller.document_scopes, limit)
+        return {"workspace": ws} | self.store.facets(ws, caller.document_scopes, limit)
 
     def models(self) -> list[dict]:
         rows = self.corpus.models_status()
@@ -64,8 +77,8 @@ class RefindVerbs(Verbs):
         another workspace's or scope's rankings."""
         self.readable_query(caller, query_id)
         self.readable_page(caller, page_id)
-        _, workspace, _ = self.corpus.querylog.origin_of(query_id)
-        meta = self.corpus.store.pages_by_id([page_id]).get(page_id)
+        _, workspace, _ = self.querylog.origin_of(query_id)
+        meta = self.store.pages_by_id([page_id]).get(page_id)
         if meta is not None and workspace is not None and meta.get("workspace_id") != workspace:
             raise PageNotFound(f"no page with id {page_id!r} in the query's workspace {workspace!r}", ref=page_id)
         return self.corpus.record_feedback(query_id, page_id, kind)
@@ -88,7 +101,7 @@ class RefindVerbs(Verbs):
         caller.require_write()
         if query_id is not None:
             self.readable_query(caller, query_id)
-            _, of_query, _ = self.corpus.querylog.origin_of(query_id)
+            _, of_query, _ = self.querylog.origin_of(query_id)
             ws = self.workspace_for(caller, workspace if workspace is not None else of_query)
             if ws != of_query:
                 raise QueryNotFound(f"no logged query with id {query_id!r} in workspace {ws!r}", ref=query_id)
@@ -97,5 +110,5 @@ class RefindVerbs(Verbs):
         if page_id is not None:
             self.readable_page(caller, page_id)
         scopes = caller.document_scopes
-        n = self.corpus.querylog.delete_feedback(ws, query_id, page_id, list(scopes) if scopes is not None else None)
+        n = self.querylog.delete_feedback(ws, query_id, page_id, list(scopes) if scopes is not None else None)
         return {"workspace": ws, "query_id": query_id, "page_id": page_id, "deleted": n}

@@ -37,27 +37,27 @@ class RelationVerbs(Verbs):
         # criteria are read by the model where one is configured, else by the embedder's thresholds
         reader = (ModelCriterionReader(c, self.pages, scopes, compiler) if compiler is not None and req.criteria
                   else CriterionReader(c, self.pages, scopes))
-        return RelationSearch(c.relations, c.querylog, compiler, self.pages, reader, scopes=scopes).search(req, routes)
+        return RelationSearch(self.relation_store, self.querylog, compiler, self.pages, reader, scopes=scopes).search(req, routes)
 
     def facts(self, req: relation_facts.FactsRequest, caller: Grant = OPEN) -> dict:
         caller.workspace(req.workspace_id, req.workspace_id)
-        return relation_facts.facts(self.corpus.relations, req, caller.document_scopes)
+        return relation_facts.facts(self.relation_store, req, caller.document_scopes)
 
     def correct(self, req: relation_facts.CorrectionRequest, caller: Grant = OPEN) -> dict:
         """Retire a row: the caller must write, and a key with document scopes retires only rows read
         from documents of its scopes (a row every key reads is not its to retire)."""
         caller.require_write()  # a read-only key is refused before the workspace is looked at
         caller.workspace(req.workspace_id, req.workspace_id)
-        return relation_facts.correct(self.corpus.relations, req, caller.document_scopes)
+        return relation_facts.correct(self.relation_store, req, caller.document_scopes)
 
     def region(self, req: relation_facts.RegionRequest, caller: Grant = OPEN) -> dict:
         caller.workspace(req.workspace_id, req.workspace_id)
-        return relation_facts.region(self.corpus.relations, req, caller.document_scopes)
+        return relation_facts.region(self.relation_store, req, caller.document_scopes)
 
     def audit_events(self, request_id: str, caller: Grant = OPEN) -> dict:
         """The events of a request that the caller may read: in its workspaces, and (for a key with
         document scopes) recording a search that read no document outside them."""
-        out = relation_facts.audit_events(self.corpus.relations, request_id)
+        out = relation_facts.audit_events(self.relation_store, request_id)
         out["events"] = [ev for ev in out["events"] if caller.may_read(ev["workspace_id"])
                          and access.within_scopes(caller, (ev.get("summary") or {}).get("document_scopes"))]
         if not out["events"]:
@@ -68,22 +68,22 @@ class RelationVerbs(Verbs):
         caller.require_write()
         if not caller.everywhere and body.workspace_id not in caller.workspaces:
             raise Forbidden("this key may create only the workspaces it names", key_id=caller.key_id)
-        return create_workspace(self.corpus.relations, body)
+        return create_workspace(self.relation_store, body)
 
     def has_relation_workspace(self, workspace_id: str) -> bool:
-        return self.corpus.relations.workspace(workspace_id) is not None
+        return self.relation_store.workspace(workspace_id) is not None
 
     def relation_workspaces(self, caller: Grant = OPEN) -> dict:
         """The relation workspaces the caller may read, each with what its constraints may say
         (relations, slots, operators, allowed values with counts): an agent's first call."""
-        rstore = self.corpus.relations
+        rstore = self.relation_store
         return {"workspaces": [schema_of(rstore, ws, caller.document_scopes) for ws in rstore.workspace_ids()
                                if caller.may_read(ws)],
                 "constraint": CONSTRAINT_HELP}
 
     def describe_relation_workspace(self, workspace_id: str, caller: Grant = OPEN) -> dict:
         caller.workspace(workspace_id, workspace_id)
-        out = describe_workspace(self.corpus.relations, workspace_id, caller.document_scopes)
+        out = describe_workspace(self.relation_store, workspace_id, caller.document_scopes)
         out["loads"] = [ld for ld in out["loads"] if self._load_visible(ld, caller)]
         return out
 
@@ -111,20 +111,20 @@ class RelationVerbs(Verbs):
         caller.workspace(workspace_id, workspace_id)
         scopes = caller.document_scopes
         roots = workspace_roots(self.settings.relations.source_dirs, self.corpus.data_dir, workspace_id,
-                                self.corpus.keys.closed) if confined else None
+                                self.keys.closed) if confined else None
         if isinstance(req, relation_documents.DocumentLoadRequest):
             return self._load_documents(workspace_id, req, roots, caller)
         if scopes is not None:
             raise Forbidden("a key with document scopes may load only documents of its scopes: the rows of a "
                             "SQL export are read by every key of the workspace")
-        return load(self.corpus.relations, workspace_id, req, roots)
+        return load(self.relation_store, workspace_id, req, roots)
 
     def sync_load(self, workspace_id: str, load_id: str, caller: Grant = OPEN, confined: bool = True) -> dict:
         """Run a load again from its stored body: for a folder of documents or records (a connected
         export) only what changed is re-read and superseded; a SQL load is re-read whole."""
         caller.require_write()
         caller.workspace(workspace_id, workspace_id)
-        spec = self.corpus.relations.load_spec(load_id)
+        spec = self.relation_store.load_spec(load_id)
         if spec is None or spec.get("workspace_id") != workspace_id or not self._load_visible(spec, caller):
             raise LoadNotFound(f"no load {load_id!r} in workspace {workspace_id!r}", ref=load_id)
         body = json.loads(spec["spec"]) if isinstance(spec["spec"], str) else spec["spec"]
@@ -139,7 +139,7 @@ class RelationVerbs(Verbs):
         leaves the relation side as it was; re-running the load finishes it (page upserts are idempotent)."""
         c = self.corpus
         scopes = caller.document_scopes
-        prep = relation_documents.prepare(c.relations, workspace_id, req, roots,
+        prep = relation_documents.prepare(self.relation_store, workspace_id, req, roots,
                                           compiler=c.brief_compiler() if req.model_reader else None, scopes=scopes)
         records = []
         for i, (d, page) in enumerate(zip(prep.changed, prep.pages())):
@@ -158,8 +158,8 @@ class RelationVerbs(Verbs):
                 if o.url:
                     pages[o.url] = o.page_id
         for url, scope in prep.removed_pages():   # that document's page, in its scope (another scope's stay)
-            found = c.store.pages_with_url(workspace_id, normalize_url(url), list(scopes) if scopes is not None else None)
-            for page_id, meta in c.store.pages_by_id(found).items():
+            found = self.store.pages_with_url(workspace_id, normalize_url(url), list(scopes) if scopes is not None else None)
+            for page_id, meta in self.store.pages_by_id(found).items():
                 if meta.get("scope") == scope:
                     delete_page(c, page_id)
-        return relation_documents.write(c.relations, prep, pages)
+        return relation_documents.write(self.relation_store, prep, pages)

@@ -26,7 +26,7 @@ def cmd_ingest(args) -> int:
         _print(summary)
         late = e.settings.catch_up_model
         if late:   # the quality profile wrote its fast embedder only: say who embeds the rest, and when
-            counts = e.corpus.store.counts()
+            counts = e.counts()
             waiting = counts["chunks"] - counts["embeddings"].get(late, 0)
             if waiting:
                 print(f"ingest: {waiting} chunks wait for {late}: `refindery serve` embeds them in its background "
