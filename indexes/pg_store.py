@@ -27,6 +27,7 @@ from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import pg_schema
+from .pg_lookups import PgLookups
 from .pg_reads import PgReads
 from .pg_writes import PgWrites
 from .sql import PgSql, Sql
@@ -86,7 +87,7 @@ def _call_each(callbacks: list[Callable], arg) -> None:
             log.exception("store: a follower of %r failed", arg)
 
 
-class PgCorpusStore(PgReads, PgWrites):
+class PgCorpusStore(PgReads, PgLookups, PgWrites):
     """The corpus store in a PostgreSQL database, named by a postgresql:// URL."""
 
     PAGE_ID_TABLES = ("chunks", "page_entities", "rel_documents", "criterion_judgments")

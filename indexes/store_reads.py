@@ -12,6 +12,12 @@ import numpy as np
 from .store_rows import ExistingPage, HotRead, IndexDoc, arrow_to_matrix, pylist, quarantined_answer
 
 
+def int_list(ids) -> str:
+    """Ids as a literal IN list: it lets DuckDB use the primary-key index (a semi-join on unnest()
+    scans); int() makes it safe to inline."""
+    return ",".join(str(int(i)) for i in ids)
+
+
 class DuckReads:
     """The read verbs. Uses the store's `cursor()` (this thread's) and `_con` (for a cursor of its own)."""
 
@@ -68,18 +74,12 @@ class DuckReads:
             p["entities"] = list(p["entities"] or [])
         return pages
 
-    @staticmethod
-    def _int_list(ids) -> str:
-        # A literal IN list lets DuckDB use the primary-key index (a semi-join on unnest() scans);
-        # int() makes it safe to inline.
-        return ",".join(str(int(i)) for i in ids)
-
     def chunk_pages(self, chunk_ids: list[int]) -> dict[int, str]:
         """chunk id -> page id, for the chunks that exist."""
         if not chunk_ids:
             return {}
         return dict(self.cursor().execute(
-            f"SELECT chunk_id, page_id FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})").fetchall())
+            f"SELECT chunk_id, page_id FROM chunks WHERE chunk_id IN ({int_list(chunk_ids)})").fetchall())
 
     def last_seen_of(self, page_ids: list[str]) -> dict[str, datetime]:
         if not page_ids:
@@ -93,7 +93,7 @@ class DuckReads:
             return {}
         res = self.cursor().execute(
             f"""SELECT chunk_id, page_id, ordinal, text, char_start, char_end, section_path, n_tokens
-               FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})""")
+               FROM chunks WHERE chunk_id IN ({int_list(chunk_ids)})""")
         cols = [d[0] for d in res.description]
         return {r[0]: dict(zip(cols, r)) for r in res.fetchall()}
 
@@ -103,7 +103,7 @@ class DuckReads:
         if not chunk_ids:
             return {}
         rows = self.cursor().execute(
-            f"SELECT chunk_id, text, section_path FROM chunks WHERE chunk_id IN ({self._int_list(chunk_ids)})").fetchall()
+            f"SELECT chunk_id, text, section_path FROM chunks WHERE chunk_id IN ({int_list(chunk_ids)})").fetchall()
         return {r[0]: (r[1], r[2]) for r in rows}
 
     def lead_chunks(self, page_ids: list[str]) -> dict[str, int]:

@@ -8,13 +8,14 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
+from .store_reads import int_list
 from .store_rows import (MAX_ALIASES, EntityRow, PageWrite, Touch, batch_entities, entity_table, merge_vectors,
                          relinked_pages)
 
 
 class DuckWrites:
     """The write verbs. Uses the store's `_writing()` (a transaction that moves the generation),
-    `transaction()` (one that does not), `_con` and `_write_lock` (for a workspace row) and `_int_list`."""
+    `transaction()` (one that does not), `_con` and `_write_lock` (for a workspace row)."""
 
     # An entity row is only ever updated by a write of its own namespace (workspace and scope): the ids
     # of two namespaces never meet (engine/core/identity.py), and the guard keeps it so regardless.
@@ -206,7 +207,7 @@ class DuckWrites:
         vectors = merge_vectors(writes)
         if kept and vectors:   # a kept chunk's vector of a model stays the one stored: never a second one
             have = set(con.execute(
-                f"SELECT model, chunk_id FROM embeddings WHERE chunk_id IN ({self._int_list(kept)})").fetchall())
+                f"SELECT model, chunk_id FROM embeddings WHERE chunk_id IN ({int_list(kept)})").fetchall())
             vectors = {m: ([i for i in ids if (m, i) not in have], [v for i, v in zip(ids, vecs) if (m, i) not in have])
                        for m, (ids, vecs) in vectors.items()}
         self._insert_vectors(con, vectors)

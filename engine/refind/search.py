@@ -7,13 +7,13 @@
 Filters are pushed into both arms (tantivy filter clauses; a FAISS IDSelector), never applied
 after the fact. Paging is the very last step, so pages never move between offsets.
 
-This module runs the arms and the stages in order; each stage is a module of its own: `fusion.py`,
-`rerank.py`, `rollup.py`, `ranking.py` (recency and order), `pinning.py`, `shortcuts.py`, `hydrate.py`,
-`explain.py`, over the records of `candidates.py`, timed by `timing.py`.
+This module runs the arms and the stages in order; each stage is a module of its own: `restriction.py`
+(the filters and scopes pushed into both arms), `fusion.py`, `rerank.py`, `rollup.py`, `ranking.py`
+(recency and order), `pinning.py`, `shortcuts.py`, `hydrate.py`, `explain.py`, over the records of
+`candidates.py`, timed by `timing.py`.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -23,13 +23,12 @@ import numpy as np
 
 from indexes.dense import set_search_threads, with_search_threads
 from indexes.backends import BackendUnavailable
-from indexes.sparse import SparseFilter
 from models.registry import ModelNotFound
 
 from engine.core.clock import utcnow
 from engine.core.corpus import Corpus, Coverage
 from engine.core.identity import named_workspace
-from engine.core.errors import EngineError, EntityNotFound, FilterTooBroad, IndexUnavailable, ModelUnavailable
+from engine.core.errors import EngineError, IndexUnavailable, ModelUnavailable
 from engine.core.querylog import LogEntry
 from engine.refind.candidates import ArmResults, Candidates, Restriction
 from engine.refind.fusion import fuse, merge_catching_up, rrf_arrays
@@ -39,6 +38,7 @@ from engine.refind.recency import recency_on
 from engine.refind.rollup import rollup_rows
 from engine.refind.hydrate import hydrate
 from engine.refind.rerank import rerank_chunks
+from engine.refind.restriction import restriction
 from engine.refind.shortcuts import Shortcut, Shortcuts
 # the wire schemas live in engine/refind/schema.py; the faces import the request and reply from here too
 from engine.refind.schema import (_REQUEST_SET, CatchUp, Params, SearchFilters, SearchRequest, SearchResponse,
@@ -72,44 +72,6 @@ class SearchService:
             p = self._params[key] = Params(**(self.defaults.model_dump() | dict(overrides)),
                                            workspace=key[1], explain=req.explain)
         return p
-
-    def restriction(self, workspace: str, filters: SearchFilters | None, snapshot=None,
-                    scopes: tuple[str, ...] | None = None) -> Restriction:
-        """`scopes`: the document scopes a key may read (None: every document). Like the filters they
-        are pushed into both arms: tantivy's scope term filter and the FAISS id selector."""
-        store = self.corpus.store
-        f = filters or SearchFilters()
-        entity_ids: list[str] = []
-        for ref in f.entity or []:
-            eids = store.resolve_entities(workspace, ref, list(scopes) if scopes is not None else None)
-            if not eids:
-                raise EntityNotFound(f"no entity {ref!r} in workspace {workspace!r}", ref=ref)
-            entity_ids += [e for e in eids if e not in entity_ids]
-        domains = tuple(d.strip().lower().removeprefix("www.") for d in (f.domain or []))
-        sparse = SparseFilter(workspace=workspace, domains=domains, after=f.after, before=f.before,
-                              cluster_ids=tuple(f.cluster_id or ()), entities=tuple(entity_ids),
-                              scopes=tuple(scopes) if scopes is not None else None,
-                              page_ids=tuple(dict.fromkeys(f.page_id)) if f.page_id is not None else None)
-        if f.is_empty() and scopes is None:
-            populated = self.corpus.populated_workspaces(snapshot)
-            if populated == {workspace}:  # the only workspace with pages: nothing to restrict, in either arm
-                # (a chunk written after this request's view is not in it, so rollup drops it)
-                return Restriction(dataclasses.replace(sparse, workspace=None), None, None)
-            # Otherwise the dense arm is restricted too — to nothing, for a workspace with no pages
-            # (an unrestricted FAISS search would answer from another workspace).
-            pages = (snapshot or self.corpus.hot()).workspace_page_ids(workspace) if workspace in populated else []
-        else:
-            pages = store.filtered_pages(workspace, domains, f.after, f.before, f.cluster_id or (), entity_ids,
-                                         scopes=list(scopes) if scopes is not None else None, page_ids=f.page_id)
-            cap = self.corpus.settings.search.filter_pushdown_cap
-            if not f.is_empty() and len(pages) > cap:  # a key's scopes are never refused for breadth
-                raise FilterTooBroad(
-                    f"the filter matches {len(pages)} pages, more than the push-down cap of {cap}; narrow it",
-                    matched_pages=len(pages), cap=cap)
-        # a backend that reads the filters as an expression (r.sparse) needs no chunk id list
-        dense_ids = ((snapshot or self.corpus.hot()).chunk_ids_of_pages(pages)
-                     if self.corpus.backend.dense_takes_id_lists else None)
-        return Restriction(sparse, dense_ids, set(pages))
 
     # The arms ---------------------------------------------------------------------------------
     def run_sparse(self, query: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float]:
@@ -202,7 +164,7 @@ class SearchService:
         p = self.params(req)
         if p.sparse_weight <= 0:
             return [], 0.0
-        return self.run_sparse(req.query, p, self.restriction(p.workspace, req.filters, scopes=scopes))
+        return self.run_sparse(req.query, p, restriction(self.corpus, p.workspace, req.filters, scopes=scopes))
 
     # The pipeline -------------------------------------------------------------------------------
     def search(self, req: SearchRequest, model: str | None = None, now: datetime | None = None,
@@ -264,10 +226,10 @@ class SearchService:
         timer = StageTimer()
         with timer("filters"):
             snapshot = self.corpus.chunk_page_snapshot()  # one generation check for the whole request
-            restriction = self.restriction(p.workspace, req.filters, snapshot, scopes)
+            restricted = restriction(self.corpus, p.workspace, req.filters, snapshot, scopes)
         coverage = (self.corpus.coverage(snapshot)
                     if model == self.corpus.settings.catch_up_model and p.dense_weight > 0 else None)
-        cands = self._candidates(req.query, model, p, restriction, sparse, snapshot, timer, coverage)
+        cands = self._candidates(req.query, model, p, restricted, sparse, snapshot, timer, coverage)
         trace.update(workspace=p.workspace, candidates=cands, scopes=scopes)
         ids, scores, rolled, rerank_scores = cands.ids, cands.scores, cands.rolled, {}   # best first, ties by chunk id
         if p.rerank:
@@ -280,7 +242,7 @@ class SearchService:
                 rolled = rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
-            found = pinned_pages(self.corpus.store, intent, p.workspace, restriction.page_ids,
+            found = pinned_pages(self.corpus.store, intent, p.workspace, restricted.page_ids,
                                  self.corpus.settings.search.pin_domain_max, scopes) if intent else []
             # a page written after this request's view waits for the next
             pinned = {pid: kind for pid, kind in found if pid in cands.view.row_of}
