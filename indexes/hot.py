@@ -267,12 +267,12 @@ def _build(read: HotRead, spill: _Spill | None = None) -> HotView:
                    seen_us=np.asarray(read.last_seen_us, dtype=np.int64), text_file=text_file, text_at=text_at)
 
 
-def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0, folder: Path | None = None) -> HotView:
-    """`old` brought to the read's generation: the changed pages' rows replaced (a deleted page's row
-    goes dead), their chunks dropped and read again; every other row and chunk is kept, never re-read.
-    Texts stay held while they fit `text_budget`; grown past it, they move to a text file in `folder`
-    (the new ones are appended to the file of a view that has one)."""
-    pages, chunks = read.pages, read.chunks
+def _pages_delta(old: HotView, read: HotRead) -> tuple:
+    """The page rows of `old` brought to the read: every changed page dropped first (a deleted page
+    stays dropped, its row dead), then each page read put back in its old row or a new one. (page
+    columns, row of each page, entity links, pages per workspace, dead rows, last seen in
+    microseconds, the changed pages' old rows.)"""
+    pages = read.pages
     cols = {c: list(v) for c, v in old.cols.items()}
     row_of = dict(old.row_of)
     ents = list(old.page_entities)
@@ -303,6 +303,16 @@ def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0, folder: Path
         row_of[pid] = r
         w = pages["workspace_id"][i]
         ws[w] = ws.get(w, 0) + 1
+    return cols, row_of, ents, ws, dead, seen_us, old_rows
+
+
+def _apply_delta(old: HotView, read: HotRead, text_budget: int = 0, folder: Path | None = None) -> HotView:
+    """`old` brought to the read's generation: the changed pages' rows replaced (a deleted page's row
+    goes dead), their chunks dropped and read again; every other row and chunk is kept, never re-read.
+    Texts stay held while they fit `text_budget`; grown past it, they move to a text file in `folder`
+    (the new ones are appended to the file of a view that has one)."""
+    chunks = read.chunks
+    cols, row_of, ents, ws, dead, seen_us, old_rows = _pages_delta(old, read)
     # Chunks: drop those of the changed pages' old rows, insert the fresh ones in order.
     chunk_ids, chunk_row, start, end = old.chunk_ids, old.chunk_row, old.chunk_start, old.chunk_end
     texts = old.chunk_text is not None and read.texts

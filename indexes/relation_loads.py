@@ -140,32 +140,8 @@ class LoadWriter:
             # scan's: a replica that replays the load numbers its rows alike (indexes/relation_log.py)
             data = data.append_column("__ord", pa.array(range(1, data.num_rows + 1), pa.int64()))
         con.register("load_src", data)
-        joins, select, withheld = [], [], []
-        hashed = [f"coalesce(trim(s.{quote(entity_column)}), '')"]
-        for slot in slots:
-            v = f"nullif(trim(s.{quote(slot.column)}), '')" if slot.column else "CAST(NULL AS VARCHAR)"
-            select.append(f"{v} AS v_{slot.name}")
-            if slot.column:
-                hashed.append(f"coalesce(trim(s.{quote(slot.column)}), '')")
-            if slot.type == "term":
-                if slot.axis is not None and slot.column:
-                    alias = f"voc_{slot.name}"
-                    con.register(alias, pa.table({
-                        "surface": list(slot.axis), "term": [t for t, _ in slot.axis.values()],
-                        "rung": pa.array([r for _, r in slot.axis.values()], pa.int32())}))
-                    joins.append(f"LEFT JOIN {alias} ON {alias}.surface = {norm_sql(v)}")
-                    select += [f"{alias}.term AS t_{slot.name}", f"{alias}.rung AS r_{slot.name}"]
-                else:
-                    select += [f"CAST(NULL AS VARCHAR) AS t_{slot.name}", f"CAST(NULL AS INTEGER) AS r_{slot.name}"]
-            elif slot.type == "number":
-                select.append(f"TRY_CAST({v} AS DOUBLE) AS n_{slot.name}")
-                withheld.append(f"CASE WHEN {v} IS NOT NULL AND TRY_CAST({v} AS DOUBLE) IS NULL "
-                                f"THEN '{slot.name}: not a number' END")
-            elif slot.type in ("month", "date"):
-                lo, hi = span_sql(v)
-                select += [f"{lo} AS lo_{slot.name}", f"{hi} AS hi_{slot.name}"]
-                withheld.append(f"CASE WHEN {v} IS NOT NULL AND ({lo}) IS NULL "
-                                f"THEN '{slot.name}: not a {slot.type}' END")
+        joins, select, withheld, hashed = _slot_sql(con, slots)
+        hashed.insert(0, f"coalesce(trim(s.{quote(entity_column)}), '')")
         withheld_sql = f"nullif(concat_ws('; ', {', '.join(withheld)}), '')" if withheld else "CAST(NULL AS VARCHAR)"
         cols = [c for c, _ in shape.columns()]
         entity = f"nullif(trim(s.{quote(entity_column)}), '')"
@@ -193,25 +169,7 @@ class LoadWriter:
             con.unregister("load_src")
             for j in joins:
                 con.unregister(j.split()[2])
-        # a correction outlives a re-load: the same source row, unchanged, comes back retired
-        con.execute(
-            f"UPDATE {table} SET retired = c.correction_id FROM rel_corrections c "
-            f"WHERE {table}.load_id = ? AND c.workspace_id = {table}.workspace_id AND c.relation = ? "
-            f"AND c.source_key = {table}.source_key AND c.row_key = {table}.row_key AND c.vhash = {table}.vhash",
-            [load_id, relation])
-        stats = con.execute(
-            f"SELECT count(*), count(*) FILTER (entity_id IS NULL), count(*) FILTER (withheld IS NOT NULL), "
-            f"count(DISTINCT entity_id), count(*) FILTER (retired IS NOT NULL) FROM {table} WHERE load_id = ?",
-            [load_id]).fetchall()[0]
-        unplaced = {}
-        for slot in slots:
-            if slot.type == "term" and slot.axis is not None and slot.column:
-                n = con.execute(f"SELECT count(*) FROM {table} WHERE load_id = ? AND v_{slot.name} IS NOT NULL "
-                                f"AND t_{slot.name} IS NULL", [load_id]).fetchall()[0][0]
-                if n:
-                    unplaced[slot.name] = n
-        return {"rows": stats[0], "entities": stats[3], "unattributed": stats[1], "withheld": stats[2],
-                "retired_by_corrections": stats[4], "unknown_surfaces": unplaced}
+        return _written(con, table, load_id, relation, slots)
 
     def name_entities(self, kind: str, rows: list[tuple],
                       scopes: tuple[str, ...] | None = None) -> tuple[int, dict[str | None, int]]:
@@ -292,3 +250,59 @@ class LoadWriter:
                              "SET version = rel_map_versions.version + 1", [self.workspace_id, scope])
         self.con.execute("INSERT INTO rel_loads VALUES (?, ?, ?, ?, ?, ?, ?)",
                          [self.load_id, self.workspace_id, now, source, fmt, json.dumps(spec), json.dumps(summary)])
+
+
+def _slot_sql(con, slots: list[SlotRead]) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Per slot of a load: its typed reading as SQL over the source row `s` — a term through the
+    vocabulary (a table registered on `con`, LEFT JOINed), a number, a span of days — and why a value
+    is withheld when it cannot be read as its type. (joins, select columns, withheld tests, the cells
+    the row's hash covers.)"""
+    joins, select, withheld, hashed = [], [], [], []
+    for slot in slots:
+        v = f"nullif(trim(s.{quote(slot.column)}), '')" if slot.column else "CAST(NULL AS VARCHAR)"
+        select.append(f"{v} AS v_{slot.name}")
+        if slot.column:
+            hashed.append(f"coalesce(trim(s.{quote(slot.column)}), '')")
+        if slot.type == "term":
+            if slot.axis is not None and slot.column:
+                alias = f"voc_{slot.name}"
+                con.register(alias, pa.table({
+                    "surface": list(slot.axis), "term": [t for t, _ in slot.axis.values()],
+                    "rung": pa.array([r for _, r in slot.axis.values()], pa.int32())}))
+                joins.append(f"LEFT JOIN {alias} ON {alias}.surface = {norm_sql(v)}")
+                select += [f"{alias}.term AS t_{slot.name}", f"{alias}.rung AS r_{slot.name}"]
+            else:
+                select += [f"CAST(NULL AS VARCHAR) AS t_{slot.name}", f"CAST(NULL AS INTEGER) AS r_{slot.name}"]
+        elif slot.type == "number":
+            select.append(f"TRY_CAST({v} AS DOUBLE) AS n_{slot.name}")
+            withheld.append(f"CASE WHEN {v} IS NOT NULL AND TRY_CAST({v} AS DOUBLE) IS NULL "
+                            f"THEN '{slot.name}: not a number' END")
+        elif slot.type in ("month", "date"):
+            lo, hi = span_sql(v)
+            select += [f"{lo} AS lo_{slot.name}", f"{hi} AS hi_{slot.name}"]
+            withheld.append(f"CASE WHEN {v} IS NOT NULL AND ({lo}) IS NULL "
+                            f"THEN '{slot.name}: not a {slot.type}' END")
+    return joins, select, withheld, hashed
+
+
+def _written(con, table: str, load_id: str, relation: str, slots: list[SlotRead]) -> dict:
+    """After a load's rows are in: the corrections that outlive a re-load applied (the same source
+    row, unchanged, comes back retired), and what was written counted."""
+    con.execute(
+        f"UPDATE {table} SET retired = c.correction_id FROM rel_corrections c "
+        f"WHERE {table}.load_id = ? AND c.workspace_id = {table}.workspace_id AND c.relation = ? "
+        f"AND c.source_key = {table}.source_key AND c.row_key = {table}.row_key AND c.vhash = {table}.vhash",
+        [load_id, relation])
+    stats = con.execute(
+        f"SELECT count(*), count(*) FILTER (entity_id IS NULL), count(*) FILTER (withheld IS NOT NULL), "
+        f"count(DISTINCT entity_id), count(*) FILTER (retired IS NOT NULL) FROM {table} WHERE load_id = ?",
+        [load_id]).fetchall()[0]
+    unplaced = {}
+    for slot in slots:
+        if slot.type == "term" and slot.axis is not None and slot.column:
+            n = con.execute(f"SELECT count(*) FROM {table} WHERE load_id = ? AND v_{slot.name} IS NOT NULL "
+                            f"AND t_{slot.name} IS NULL", [load_id]).fetchall()[0][0]
+            if n:
+                unplaced[slot.name] = n
+    return {"rows": stats[0], "entities": stats[3], "unattributed": stats[1], "withheld": stats[2],
+            "retired_by_corrections": stats[4], "unknown_surfaces": unplaced}

@@ -182,7 +182,20 @@ class DuckWrites:
             else:
                 con.execute("INSERT INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [p.page_id] + vals)
-        # Chunks that survive a change keep their id (and vectors); only place and section move.
+        self._write_chunks(con, writes, kept)
+        vectors = merge_vectors(writes)
+        if kept and vectors:   # a kept chunk's vector of a model stays the one stored: never a second one
+            have = set(con.execute(
+                f"SELECT model, chunk_id FROM embeddings WHERE chunk_id IN ({int_list(kept)})").fetchall())
+            vectors = {m: ([i for i in ids if (m, i) not in have], [v for i, v in zip(ids, vecs) if (m, i) not in have])
+                       for m, (ids, vecs) in vectors.items()}
+        self._insert_vectors(con, vectors)
+        self._write_entities(con, writes, ids)
+
+    @staticmethod
+    def _write_chunks(con, writes: list[PageWrite], kept: set[int]) -> None:
+        """The pages' chunks: those that survive a change keep their id (and vectors) — only place and
+        section move —, the others are inserted in one statement."""
         upd = [(c.ordinal, c.char_start, c.char_end, c.section_path, c.n_tokens, c.chunk_id)
                for w in writes for c in w.chunks if c.chunk_id in kept]
         if upd:
@@ -204,16 +217,12 @@ class DuckWrites:
             con.register("_fresh_chunks", tbl)
             con.execute("INSERT INTO chunks SELECT * FROM _fresh_chunks")
             con.unregister("_fresh_chunks")
-        vectors = merge_vectors(writes)
-        if kept and vectors:   # a kept chunk's vector of a model stays the one stored: never a second one
-            have = set(con.execute(
-                f"SELECT model, chunk_id FROM embeddings WHERE chunk_id IN ({int_list(kept)})").fetchall())
-            vectors = {m: ([i for i in ids if (m, i) not in have], [v for i, v in zip(ids, vecs) if (m, i) not in have])
-                       for m, (ids, vecs) in vectors.items()}
-        self._insert_vectors(con, vectors)
+
+    def _write_entities(self, con, writes: list[PageWrite], ids: list[str]) -> None:
+        """The pages' entity links replaced, and their entities written set-based, one statement each:
+        the first row of an entity in the batch names it (as one insert after another did), every row
+        adds its aliases."""
         con.execute("DELETE FROM page_entities WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-        # Entities and links set-based, one statement each: the first row of an entity in the batch
-        # names it (as one insert after another did), every row adds its aliases.
         entities, pairs = batch_entities(writes)
         if entities:
             rows = list(entities.values())

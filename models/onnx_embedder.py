@@ -176,14 +176,28 @@ def export(folder: Path, target: Path, variant: str = "int8", keep_fp32: tuple[s
         return _export(folder, target, variant, keep_fp32)
 
 
+def _quantized(optimized: Path, final: Path, keep_fp32: tuple[str, ...], name: str) -> Path:
+    """The optimised graph with its MatMul weights quantised to int8, per channel — but those
+    `keep_fp32` names, kept in float32."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _without_preprocessing_advice():
+        keep = kept_fp32(onnx.load(str(optimized), load_external_data=False).graph.node, tuple(keep_fp32))
+        if keep_fp32 and not keep:
+            raise ValueError(f"keep_fp32 {list(keep_fp32)} names no MatMul of {name}'s graph")
+        quantize_dynamic(str(optimized), str(final), weight_type=QuantType.QInt8, per_channel=True,
+                         nodes_to_exclude=keep,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True})
+    return final
+
+
 def _export(folder: Path, target: Path, variant: str, keep_fp32: tuple[str, ...]) -> Path:
     if variant not in VARIANTS:
         raise ValueError(f"unknown ONNX variant {variant!r} (one of {', '.join(VARIANTS)})")
     import warnings
 
-    import onnx
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -226,15 +240,7 @@ def _export(folder: Path, target: Path, variant: str, keep_fp32: tuple[str, ...]
         opt.save_model_to_file(str(optimized))
         final = optimized
         if variant == "int8":
-            final = Path(tmp) / "int8.onnx"
-            with _without_preprocessing_advice():
-                keep = kept_fp32(onnx.load(str(optimized), load_external_data=False).graph.node, tuple(keep_fp32))
-                if keep_fp32 and not keep:
-                    raise ValueError(f"keep_fp32 {list(keep_fp32)} names no MatMul of {folder.name}'s graph")
-                quantize_dynamic(str(optimized), str(final), weight_type=QuantType.QInt8, per_channel=True,
-                                 nodes_to_exclude=keep,
-                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
-                                                "MatMulConstBOnly": True})
+            final = _quantized(optimized, Path(tmp) / "int8.onnx", keep_fp32, folder.name)
         with open(final, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(final, target)

@@ -171,20 +171,77 @@ def validate(model, tokenizer, val: list[Pair], max_length: int, device: str) ->
             "pairwise_accuracy": round(float(wins) / total, 4) if total else None, "groups": len(rr)}
 
 
+def _cross_encoder(base_path: str | Path, cfg: TrainConfig, device: str):
+    """The encoder as a one-logit CrossEncoder on `device`: its top layers only when `cfg.layers`
+    says so, trained above `cfg.train_top_layers` only."""
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(base_path), num_labels=1, max_length=cfg.max_length, device=device,
+                      local_files_only=True)
+    if cfg.layers:
+        truncate_layers(ce.model, cfg.layers)
+    if cfg.train_top_layers is not None:
+        freeze_below(ce.model, cfg.train_top_layers)
+    ce.model.to(device)
+    return ce
+
+
+def _optimizer(model, cfg: TrainConfig) -> tuple:
+    """AdamW (no weight decay on biases and norms) and a linear schedule with warm-up."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [{"params": [p for n, p in named if not any(k in n for k in no_decay)], "weight_decay": cfg.weight_decay},
+              {"params": [p for n, p in named if any(k in n for k in no_decay)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    return opt, get_linear_schedule_with_warmup(opt, int(cfg.steps * cfg.warmup), cfg.steps)
+
+
+def _loss(model, tokenizer, picked: list, cfg: TrainConfig, device: str):
+    """One step's loss: listwise, a softmax over each list (its positive first), or BCE per pair."""
+    import torch
+
+    batch = [p for item in picked for p in item] if cfg.loss == "listwise" else picked
+    enc = tokenizer([p.query for p in batch], [p.passage for p in batch], padding=True,
+                    truncation="longest_first", max_length=cfg.max_length, return_tensors="pt").to(device)
+    logits = model(**enc).logits.reshape(-1)
+    if cfg.loss == "listwise":
+        scores = logits.view(len(picked), 1 + cfg.negatives)  # the positive is first in each list
+        return torch.nn.functional.cross_entropy(scores, torch.zeros(len(picked), dtype=torch.long, device=device))
+    return torch.nn.BCEWithLogitsLoss()(logits, torch.tensor([p.label for p in batch], dtype=logits.dtype,
+                                                              device=device))
+
+
+def _check_training(cfg: TrainConfig, pairs: list[Pair]) -> None:
+    if cfg.steps < 1:
+        raise ValueError("steps must be at least 1")
+    if not any(p.label > 0.5 for p in pairs) or not any(p.label <= 0.5 for p in pairs):
+        raise ValueError("training needs both positive and negative pairs")
+
+
+def _next_batch(order: list[int], source: list, per_step: int, rng: random.Random) -> list:
+    """The next `per_step` items of `source`, taken off `order` — refilled with a fresh shuffle of the
+    data (an epoch) whenever it runs short."""
+    if len(order) < per_step:
+        more = list(range(len(source)))
+        rng.shuffle(more)
+        order += more
+    picked = [source[i] for i in order[:per_step]]
+    del order[:per_step]
+    return picked
+
+
 def train_cross_encoder(base_path: str | Path, pairs: list[Pair], out_dir: str | Path,
                         config: TrainConfig | None = None) -> TrainResult:
     """Fine-tune `base_path` (a sentence-transformers or Hugging Face encoder folder) as a one-logit
     cross-encoder on `pairs` and save a CrossEncoder folder to `out_dir`."""
     import torch
-    from sentence_transformers import CrossEncoder
     from tqdm.auto import tqdm
-    from transformers import get_linear_schedule_with_warmup
 
     cfg = config or TrainConfig()
-    if cfg.steps < 1:
-        raise ValueError("steps must be at least 1")
-    if not any(p.label > 0.5 for p in pairs) or not any(p.label <= 0.5 for p in pairs):
-        raise ValueError("training needs both positive and negative pairs")
+    _check_training(cfg, pairs)
     device = resolve_device(cfg.device)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -192,26 +249,14 @@ def train_cross_encoder(base_path: str | Path, pairs: list[Pair], out_dir: str |
     rng = random.Random(cfg.seed)
 
     train, val = split_by_group(pairs, cfg.val_share, cfg.val_max_groups, cfg.seed)
-    ce = CrossEncoder(str(base_path), num_labels=1, max_length=cfg.max_length, device=device,
-                      local_files_only=True)
+    ce = _cross_encoder(base_path, cfg, device)
     model, tokenizer = ce.model, ce.tokenizer
-    if cfg.layers:
-        truncate_layers(model, cfg.layers)
-    if cfg.train_top_layers is not None:
-        freeze_below(model, cfg.train_top_layers)
-    model.to(device)
     if cfg.loss not in ("listwise", "bce"):
         raise ValueError(f"loss must be listwise or bce, not {cfg.loss!r}")
     lists = _lists(train, cfg.negatives, rng) if cfg.loss == "listwise" else []
     if cfg.loss == "listwise" and not lists:
         raise ValueError("listwise training needs queries with a positive and a negative")
-    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    params = [{"params": [p for n, p in named if not any(k in n for k in no_decay)], "weight_decay": cfg.weight_decay},
-              {"params": [p for n, p in named if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(params, lr=cfg.lr)
-    sched = get_linear_schedule_with_warmup(opt, int(cfg.steps * cfg.warmup), cfg.steps)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    opt, sched = _optimizer(model, cfg)
 
     history = []
     t0 = time.perf_counter()
@@ -224,22 +269,8 @@ def train_cross_encoder(base_path: str | Path, pairs: list[Pair], out_dir: str |
     source = lists if cfg.loss == "listwise" else train
     for step in range(1, cfg.steps + 1):
         model.train()
-        if len(order) < per_step:  # epochs: a fresh shuffle each pass over the data
-            more = list(range(len(source)))
-            rng.shuffle(more)
-            order += more
-        picked = [source[i] for i in order[:per_step]]
-        del order[:per_step]
-        batch = [p for item in picked for p in item] if cfg.loss == "listwise" else picked
-        enc = tokenizer([p.query for p in batch], [p.passage for p in batch], padding=True,
-                        truncation="longest_first", max_length=cfg.max_length, return_tensors="pt").to(device)
-        logits = model(**enc).logits.reshape(-1)
-        if cfg.loss == "listwise":
-            scores = logits.view(len(picked), 1 + cfg.negatives)  # the positive is first in each list
-            loss = torch.nn.functional.cross_entropy(scores, torch.zeros(len(picked), dtype=torch.long,
-                                                                         device=device))
-        else:
-            loss = loss_fn(logits, torch.tensor([p.label for p in batch], dtype=logits.dtype, device=device))
+        picked = _next_batch(order, source, per_step, rng)
+        loss = _loss(model, tokenizer, picked, cfg, device)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

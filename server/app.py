@@ -29,6 +29,31 @@ FLUSH_EVERY_S = 30.0
 ROUTERS = (ops, pages, search, clusters, relations, evidence, keys)
 
 
+async def _started(app: FastAPI, settings: Settings | None, embed: list[str] | None, freeze_heap: bool) -> Engine:
+    """The lifespan's start: the engine (opened here unless one was given), its active model loaded so
+    the first query does not wait for it, the background embeddings asked for (and a live switch
+    that was under way) resumed, and the heap frozen where the settings say so."""
+    if getattr(app.state, "engine", None) is None:
+        app.state.engine = await run_in_threadpool(Engine, settings or load_settings())
+    engine: Engine = app.state.engine
+    try:
+        await run_in_threadpool(engine.load_model)
+    except ModelUnavailable as exc:
+        log.warning("search will answer 503 until the model is installed: %s", exc)
+    except DeviceUnavailable as exc:
+        log.warning("whatever needs a model answers 503 device_unavailable: %s", exc)
+    target = engine.settings.switch_target   # a live switch under way when the data dir was closed: resumed
+    for name in [*(embed or ()), *([target] if target and target not in (embed or ()) else [])]:
+        try:
+            engine.embed_model_in_background(name, report=True)   # progress lines in the server's log
+        except Exception as exc:   # noqa: BLE001 — a model that cannot be embedded does not stop the server
+            log.warning("not embedding %s: %s", name, exc)
+    if freeze_heap and engine.settings.server.gc_freeze:
+        frozen = await run_in_threadpool(heap.freeze)
+        log.info("%d objects moved out of the garbage collector's scans", frozen)
+    return engine
+
+
 def create_app(settings: Settings | None = None, corpus: Corpus | None = None, engine: Engine | None = None,
                freeze_heap: bool = False, embed: list[str] | None = None) -> FastAPI:
     """`engine` (or a `corpus` to wrap): serve one already open (the CLI's MCP, tests, examples; its
@@ -40,24 +65,7 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        if getattr(app.state, "engine", None) is None:
-            app.state.engine = await run_in_threadpool(Engine, settings or load_settings())
-        engine: Engine = app.state.engine
-        try:  # load the active model now, so the first query is not the one that waits for it
-            await run_in_threadpool(engine.load_model)
-        except ModelUnavailable as exc:
-            log.warning("search will answer 503 until the model is installed: %s", exc)
-        except DeviceUnavailable as exc:
-            log.warning("whatever needs a model answers 503 device_unavailable: %s", exc)
-        target = engine.settings.switch_target   # a live switch under way when the data dir was closed: resumed
-        for name in [*(embed or ()), *([target] if target and target not in (embed or ()) else [])]:
-            try:
-                engine.embed_model_in_background(name, report=True)   # progress lines in the server's log
-            except Exception as exc:   # noqa: BLE001 — a model that cannot be embedded does not stop the server
-                log.warning("not embedding %s: %s", name, exc)
-        if freeze_heap and engine.corpus.settings.server.gc_freeze:
-            frozen = await run_in_threadpool(heap.freeze)
-            log.info("%d objects moved out of the garbage collector's scans", frozen)
+        engine = await _started(app, settings, embed, freeze_heap)
 
         async def flusher():
             while True:

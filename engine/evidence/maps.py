@@ -190,23 +190,8 @@ def _draw(corpus: Corpus, workspace: str, model: str, gen: int, notes_version: i
     titles = {pid: (title or url) for pid, url, title, _, _ in rows}
     urls = {pid: url for pid, url, _, _, _ in rows}
     df = Counter(w for t in titles.values() for w in set(content_words(t)))
-    by: dict[tuple[str, str | int], list[str]] = {}
     domains = {d for _, _, _, d, _ in rows}
-    folders = page_folders(urls, corpus.settings.evidence.folder_depth)
-    for pid, _url, _title, domain, cluster in rows:
-        if len(domains) > 1:
-            by.setdefault(("domain", domain or ""), []).append(pid)
-        by.setdefault(("folder", folders[pid]), []).append(pid)
-        if cluster is not None:
-            by.setdefault(("cluster", int(cluster)), []).append(pid)
-    # a folder is a group when it holds more than one page and is not its whole site (its domain's group)
-    sites = {}
-    for pid, _url, _title, domain, _ in rows:
-        sites.setdefault(domain or "", set()).add(pid)
-    for key in [k for k in by if k[0] == "folder"]:
-        pids = by[key]
-        if len(pids) < 2 or len(pids) == len(rows) or any(set(pids) == s for s in sites.values()):
-            del by[key]
+    by = _groups(rows, urls, domains, corpus.settings.evidence.folder_depth)
     maps.notes = corpus.map_notes.read(workspace)
     noted: dict[str, list[MapNote]] = {}
     for n in maps.notes:
@@ -236,7 +221,35 @@ def _draw(corpus: Corpus, workspace: str, model: str, gen: int, notes_version: i
         else:
             notes = noted.get(g.key, [])
         _write(root / g.path, _group_map(g, workspace, gen, titles, urls, notes, notes_version))
-    lines = [f"# Corpus overview: {inline(workspace)}", "", f"pages: {len(rows)} · domains: {len(domains)} · "
+    _write(root / maps.overview_path, _overview(maps, workspace, gen, len(rows), len(domains), notes_version))
+    return maps
+
+
+def _groups(rows: list[tuple], urls: dict[str, str], domains: set, folder_depth: int
+            ) -> dict[tuple[str, str | int], list[str]]:
+    """The pages by group: by domain (when there are several), by folder — one that holds more than
+    one page and is not its whole site (its domain's group) — and by cluster."""
+    by: dict[tuple[str, str | int], list[str]] = {}
+    folders = page_folders(urls, folder_depth)
+    for pid, _url, _title, domain, cluster in rows:
+        if len(domains) > 1:
+            by.setdefault(("domain", domain or ""), []).append(pid)
+        by.setdefault(("folder", folders[pid]), []).append(pid)
+        if cluster is not None:
+            by.setdefault(("cluster", int(cluster)), []).append(pid)
+    sites = {}
+    for pid, _url, _title, domain, _ in rows:
+        sites.setdefault(domain or "", set()).add(pid)
+    for key in [k for k in by if k[0] == "folder"]:
+        pids = by[key]
+        if len(pids) < 2 or len(pids) == len(rows) or any(set(pids) == s for s in sites.values()):
+            del by[key]
+    return by
+
+
+def _overview(maps: Maps, workspace: str, gen: int, pages: int, domains: int, notes_version: int) -> str:
+    """The corpus overview's text: the counts, and a table of the group maps."""
+    lines = [f"# Corpus overview: {inline(workspace)}", "", f"pages: {pages} · domains: {domains} · "
              f"folders: {sum(1 for g in maps.groups if g.kind == 'folder')} · "
              f"clusters: {sum(1 for g in maps.groups if g.kind == 'cluster')} · generation: {gen}"
              + (f" · notes written by searches: {len(maps.notes)} (version {notes_version})" if maps.notes else ""), ""]
@@ -246,8 +259,7 @@ def _draw(corpus: Corpus, workspace: str, model: str, gen: int, notes_version: i
         lines += ["| group | pages | label | map |", "|---|---|---|---|"]
         lines += [f"| {g.kind} {inline(str(g.value))} | {len(g.pages)} | {inline(g.label)} | {inline(g.path)} |"
                   for g in maps.groups]
-    _write(root / maps.overview_path, "\n".join(lines) + "\n")
-    return maps
+    return "\n".join(lines) + "\n"
 
 
 def _group_map(g: Group, workspace: str, gen: int, titles: dict, urls: dict, notes: list[MapNote],

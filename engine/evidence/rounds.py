@@ -198,26 +198,30 @@ class Run:
                 if p > src["p"]:
                     src.update(p=round(p, 4), confidence=level, signals=sig.as_dict())
                 continue
-            sn = hit.snippets[0] if hit.snippets else None
-            excerpt = (sn.text if sn else "")[: self.owner.settings.excerpt_chars]
-            self.lines += self.lines_of(excerpt)
-            route = ROUTES.get(spec.kind, "search_hit")
-            if self.first_via is None:
-                self.first_via = "map" if spec.kind == "map" else "raw"
-            self.sources[pid] = {
-                "page_id": pid, "path": hit.url, "title": hit.title, "domain": hit.domain, "type": "raw_copy",
-                "route": route,
-                "excerpt": excerpt, "section": " > ".join(sn.section_path) if sn else "",
-                "char_start": sn.char_start if sn else 0, "char_end": sn.char_end if sn else 0,
-                "confidence": level, "p": round(p, 4), "signals": sig.as_dict(), "round": self.n,
-                "kind": spec.kind, "found_by": spec.query, "within": spec.within.key if spec.within else None,
-                "sub_query": sub.index}
+            self.sources[pid] = self._source(hit, p, level, sig, spec, sub)
         rec = {"round": self.n, "sub_query": sub.index, "kind": spec.kind, "pattern": spec.query,
                "within": spec.within.key if spec.within else None, "matches": len(resp.pages),
                "sources": above, "new_sources": len(new_here)}
         sub.rounds.append(rec)
         self.patterns.append(rec)
         return rec
+
+    def _source(self, hit, p: float, level: str, sig, spec: RoundSpec, sub: Sub) -> dict:
+        """A source this call found first: its excerpt (counted against the line budget), the route and
+        round that found it, and its confidence with the signals behind it."""
+        sn = hit.snippets[0] if hit.snippets else None
+        excerpt = (sn.text if sn else "")[: self.owner.settings.excerpt_chars]
+        self.lines += self.lines_of(excerpt)
+        if self.first_via is None:
+            self.first_via = "map" if spec.kind == "map" else "raw"
+        return {
+            "page_id": hit.page_id, "path": hit.url, "title": hit.title, "domain": hit.domain, "type": "raw_copy",
+            "route": ROUTES.get(spec.kind, "search_hit"),
+            "excerpt": excerpt, "section": " > ".join(sn.section_path) if sn else "",
+            "char_start": sn.char_start if sn else 0, "char_end": sn.char_end if sn else 0,
+            "confidence": level, "p": round(p, 4), "signals": sig.as_dict(), "round": self.n,
+            "kind": spec.kind, "found_by": spec.query, "within": spec.within.key if spec.within else None,
+            "sub_query": sub.index}
 
     def explore(self, sub: Sub, rec: dict, spec: RoundSpec) -> None:
         """Insert a sibling round for the best new source's folder or cluster, or a map round when a

@@ -114,9 +114,9 @@ class EvidenceSearch(Planning):
         records them: only a key reading at least those scopes may read or extend it."""
         t0 = time.perf_counter()
         scopes = tuple(sorted(set(scopes))) if scopes else None
-        corpus, s = self.corpus, self.settings
+        s = self.settings
         workspace = named_workspace(req.workspace)
-        model = corpus.settings.models.active
+        model = self.corpus.settings.models.active
         max_rounds = req.max_rounds or s.max_rounds
         k = req.k or s.round_k
         budget = req.line_budget or s.line_budget
@@ -125,26 +125,7 @@ class EvidenceSearch(Planning):
         topic_slug = slug(req.topic) if req.topic else None
         query_id = uuid.uuid4().hex
 
-        dictionary = self.dictionary(workspace)
-        listed, unknown = self.resolve_pages(req.pages, workspace, scopes) if req.pages is not None else (None, [])
-        # a key with document scopes reads no map (they are drawn over every document); a request that
-        # names its pages needs none (the seed: skip the maps when the file list is already precise)
-        drawn = scopes is None and listed is None
-        maps = workspace_maps(corpus, workspace, model) if drawn else Maps(workspace, -1, "", 0)
-        embedder = corpus.embedder(model)
-
-        def unit(text: str) -> np.ndarray:
-            v = np.asarray(embedder.encode_query(text), dtype=np.float32)
-            n = float(np.linalg.norm(v))
-            return v / n if n else v
-
-        def similarity(parts: list[str]) -> list[float]:
-            vs = [unit(p) for p in parts]
-            return [float(vs[i] @ vs[i + 1]) for i in range(len(vs) - 1)]
-
-        dec = decompose(req.query, similarity, s.distinct_max) if req.decompose else None
-        sub_texts = dec.sub_queries if dec else [req.query]
-        subs, maps_accessed = self.prepare_subs(sub_texts, dictionary, maps, listed, unit)
+        listed, unknown, maps, dec, subs, maps_accessed = self._planned(req, workspace, model, scopes)
 
         packet_name, _ = names(session_id, topic_slug)
         # each workspace, and each set of scopes a key reads, has its own sessions (its own folder): an
@@ -184,6 +165,31 @@ class EvidenceSearch(Planning):
             paths = checkpoint(termination, written)
             call = state["calls"][slot]
         return self._reply(state, call, paths, query_id, session_id, run, t0)
+
+    def _planned(self, req: EvidenceRequest, workspace: str, model: str, scopes: tuple[str, ...] | None) -> tuple:
+        """What a call searches with: the pages it names (and those unknown), the maps — none for a key
+        with document scopes (they are drawn over every document) or a request that names its pages
+        (the seed: skip the maps when the file list is already precise) —, the question decomposed
+        when asked, and each sub-query prepared through the dictionary and the maps."""
+        dictionary = self.dictionary(workspace)
+        listed, unknown = self.resolve_pages(req.pages, workspace, scopes) if req.pages is not None else (None, [])
+        drawn = scopes is None and listed is None
+        maps = workspace_maps(self.corpus, workspace, model) if drawn else Maps(workspace, -1, "", 0)
+        embedder = self.corpus.embedder(model)
+
+        def unit(text: str) -> np.ndarray:
+            v = np.asarray(embedder.encode_query(text), dtype=np.float32)
+            n = float(np.linalg.norm(v))
+            return v / n if n else v
+
+        def similarity(parts: list[str]) -> list[float]:
+            vs = [unit(p) for p in parts]
+            return [float(vs[i] @ vs[i + 1]) for i in range(len(vs) - 1)]
+
+        dec = decompose(req.query, similarity, self.settings.distinct_max) if req.decompose else None
+        subs, maps_accessed = self.prepare_subs(dec.sub_queries if dec else [req.query], dictionary, maps, listed,
+                                                unit)
+        return listed, unknown, maps, dec, subs, maps_accessed
 
     def resolve_pages(self, items: list[str], workspace: str, scopes: tuple[str, ...] | None
                       ) -> tuple[list[str], list[str]]:

@@ -77,19 +77,7 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
         return bisect.bisect_left(tok_starts, char)
 
     blocks = _blocks(body)
-    strength: dict[int, int] = {}
-    headings: list[tuple[int, int, str]] = []  # (char start, level, text)
-    for b in blocks:
-        t = tok_at(b.start)
-        if b.heading_level:
-            headings.append((b.start, b.heading_level, b.heading))
-        if 0 < t < n:
-            strength[t] = max(strength.get(t, 0), HEADING if b.heading_level else PARAGRAPH)
-        if not b.heading_level:
-            for m in _SENTENCE.finditer(body, b.start, b.end):
-                ts = tok_at(m.end())
-                if 0 < ts < n and ts not in strength:
-                    strength[ts] = SENTENCE
+    strength, headings = _boundaries(body, blocks, tok_at, n)
     heading_starts = sorted(t for t, s in strength.items() if s == HEADING)
     # Token ranges covered by heading lines, to avoid emitting a chunk that is only headings: the
     # count of other tokens before each token, so "does [s, b) hold any" is one subtraction.
@@ -102,20 +90,7 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
         body_before[t + 1] = body_before[t] + (not in_heading[t])
     min_tokens = max(1, max_tokens // 4)
     sentence_starts = sorted(t for t, s in strength.items() if s >= SENTENCE)
-    # The heading trail after each heading, built once: a chunk's section is the trail of the last
-    # heading at or before its start (one lookup each, not a walk over every heading before it).
-    trails: list[list[str]] = []
-    trail: list[tuple[int, str]] = []
-    for _, level, text in headings:
-        while trail and trail[-1][0] >= level:
-            trail.pop()
-        trail.append((level, text))
-        trails.append([t for _, t in trail])
-    heading_chars = [start for start, _, _ in headings]
-
-    def section_at(char: int) -> list[str]:
-        i = bisect.bisect_right(heading_chars, char)
-        return list(trails[i - 1]) if i else []
+    section_at = _sections(headings)
 
     chunks: list[Chunk] = []
     s = 0
@@ -132,17 +107,7 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
                 break
             i += 1
         if e is None:
-            if limit == n:
-                e = n
-            else:
-                best, best_strength = None, 0
-                for t in range(limit, s + max_tokens // 2, -1):
-                    st = strength.get(t, 0)
-                    if st > best_strength:
-                        best, best_strength = t, st
-                        if st >= PARAGRAPH:
-                            break
-                e = best if best is not None else limit
+            e = n if limit == n else _best_break(strength, s, limit, max_tokens)
         cs, ce = offsets[s][0], offsets[e - 1][1]
         chunks.append(Chunk(len(chunks), body[cs:ce], cs, ce, section_at(cs), e - s))
         if e >= n:
@@ -154,3 +119,53 @@ def chunk_text(body: str, tokenizer, max_tokens: int = 256, overlap: int = 32) -
             j = bisect.bisect_left(sentence_starts, lo)
             s = sentence_starts[j] if j < len(sentence_starts) and sentence_starts[j] < e else lo
     return chunks
+
+
+def _boundaries(body: str, blocks: list, tok_at, n: int) -> tuple[dict[int, int], list[tuple[int, int, str]]]:
+    """Where a chunk may end, by token, with how strong a break it is (HEADING, PARAGRAPH, SENTENCE),
+    and the headings (char start, level, text)."""
+    strength: dict[int, int] = {}
+    headings: list[tuple[int, int, str]] = []
+    for b in blocks:
+        t = tok_at(b.start)
+        if b.heading_level:
+            headings.append((b.start, b.heading_level, b.heading))
+        if 0 < t < n:
+            strength[t] = max(strength.get(t, 0), HEADING if b.heading_level else PARAGRAPH)
+        if not b.heading_level:
+            for m in _SENTENCE.finditer(body, b.start, b.end):
+                ts = tok_at(m.end())
+                if 0 < ts < n and ts not in strength:
+                    strength[ts] = SENTENCE
+    return strength, headings
+
+
+def _sections(headings: list[tuple[int, int, str]]):
+    """A chunk's section: the heading trail of the last heading at or before its start — the trail
+    after each heading built once, so each chunk is one lookup, not a walk over every heading."""
+    trails: list[list[str]] = []
+    trail: list[tuple[int, str]] = []
+    for _, level, text in headings:
+        while trail and trail[-1][0] >= level:
+            trail.pop()
+        trail.append((level, text))
+        trails.append([t for _, t in trail])
+    heading_chars = [start for start, _, _ in headings]
+
+    def section_at(char: int) -> list[str]:
+        i = bisect.bisect_right(heading_chars, char)
+        return list(trails[i - 1]) if i else []
+    return section_at
+
+
+def _best_break(strength: dict[int, int], s: int, limit: int, max_tokens: int) -> int:
+    """The strongest break in the chunk's second half, the latest of equals (a paragraph or heading
+    ends the search); none: the chunk ends at `limit`."""
+    best, best_strength = None, 0
+    for t in range(limit, s + max_tokens // 2, -1):
+        st = strength.get(t, 0)
+        if st > best_strength:
+            best, best_strength = t, st
+            if st >= PARAGRAPH:
+                break
+    return best if best is not None else limit

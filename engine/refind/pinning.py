@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
+import numpy as np
+
 from engine.core.urls import InvalidURL, domain_of, is_bare_domain, is_public_suffix, normalize_url
 
 _URLISH = re.compile(r"^(?:https?://)?(?:www\.)?[a-z0-9.-]+\.[a-z]{2,63}(?::\d+)?/\S*$", re.I)
@@ -85,3 +87,17 @@ def pinned_pages(store, intent: PinIntent, workspace: str, allowed: set[str] | N
         found = [(pid, "domain") for pid in store.pages_of_domain(workspace, domain, limit, subdomains=True,
                                                                  scopes=within)]
     return [(pid, kind) for pid, kind in found if allowed is None or pid in allowed]
+
+
+def lead_first(order: list[str], total: int, pinned: dict[str, str], shortcut_page: str | None, view,
+               ranked_rows) -> tuple[list[str], int]:
+    """The ranking with its leaders first: a page whose URL the query is, then the shortcut's page,
+    then the other pins; `total` counts a pinned page once (`ranked_rows`: the view rows of the pages
+    ranked, which may hold it already)."""
+    lead = [pid for pid, kind in pinned.items() if kind == "url"]
+    lead += [shortcut_page] if shortcut_page is not None and shortcut_page not in lead else []
+    lead += [pid for pid in pinned if pid not in lead]
+    first = set(lead)
+    order = lead + [pid for pid in order if pid not in first]
+    rows = np.fromiter((view.row_of[pid] for pid in pinned), dtype=np.int64, count=len(pinned))
+    return order, total + len(pinned) - int(np.isin(rows, ranked_rows).sum())

@@ -32,7 +32,7 @@ from engine.core.errors import EngineError, IndexUnavailable, ModelUnavailable
 from engine.core.querylog import LogEntry
 from engine.refind.candidates import ArmResults, Candidates, Restriction
 from engine.refind.fusion import fuse, merge_catching_up, rrf_arrays
-from engine.refind.pinning import pin_intent, pinned_pages
+from engine.refind.pinning import lead_first, pin_intent, pinned_pages
 from engine.refind.ranking import page_levels, rank_pages, title_cover
 from engine.refind.recency import recency_on
 from engine.refind.rollup import rollup_rows
@@ -251,26 +251,13 @@ class SearchService:
             with timer("shortcuts"):
                 shortcut = trace["shortcut"] = self._shortcut(req.query, model, p, cands.view, rolled, scopes)
         with timer("decay"):
-            on = recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight)
-            # only the pages up to the slice's end are put in order (pinned ones may come out of them)
-            levels = page_levels(p, cands, rolled) if on and p.recency_mode == "band" else None
-            titles = ((*title_cover(req.query, cands.view, rolled.pages), p.recency_title_band)
-                      if levels is not None and p.recency_title_band > 0 else None)
-            ranked = rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
-                                p.recency_weight if on else 0.0,
-                                # (a shortcut's page may lie anywhere in the ranking: every page is put in order)
-                                top=None if shortcut else p.offset + p.k + len(pinned),
-                                levels=levels, band=p.recency_band, titles=titles)
+            ranked = self._ranked(req.query, p, cands, rolled, ids, scores, now,
+                                  # (a shortcut's page may lie anywhere in the ranking: every page is put in order)
+                                  None if shortcut else p.offset + p.k + len(pinned))
         order, total = ranked.page_ids, ranked.total
         if pinned or shortcut:
-            # a page whose URL the query is first, then the shortcut's page, then the other pins
-            lead = [pid for pid, kind in pinned.items() if kind == "url"]
-            lead += [shortcut.choice.page_id] if shortcut and shortcut.choice.page_id not in lead else []
-            lead += [pid for pid in pinned if pid not in lead]
-            first = set(lead)
-            order = lead + [pid for pid in order if pid not in first]
-            rows = np.fromiter((cands.view.row_of[pid] for pid in pinned), dtype=np.int64, count=len(pinned))
-            total += len(pinned) - int(np.isin(rows, rolled.pages).sum())   # a pinned page is counted once
+            order, total = lead_first(order, total, pinned, shortcut.choice.page_id if shortcut else None,
+                                      cands.view, rolled.pages)
         window = order[p.offset: p.offset + p.k]
         with timer("hydrate"):
             hits = hydrate(self.corpus, req.query, window, ranked, pinned, cands, rerank_scores, p, now, shortcut)
@@ -287,6 +274,19 @@ class SearchService:
                               catch_up=None if coverage is None else CatchUp(
                                   model=model, coverage=round(coverage.fraction, 4), waiting=coverage.left,
                                   stand_in=coverage.fast))
+
+    @staticmethod
+    def _ranked(query: str, p: Params, cands: Candidates, rolled, ids: np.ndarray, scores: np.ndarray,
+                now: datetime, top: int | None):
+        """The pages in order — recency off, banded by arm levels, or decayed (ranking.py) — the first
+        `top` of them at least (None: every page)."""
+        on = recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight)
+        levels = page_levels(p, cands, rolled) if on and p.recency_mode == "band" else None
+        titles = ((*title_cover(query, cands.view, rolled.pages), p.recency_title_band)
+                  if levels is not None and p.recency_title_band > 0 else None)
+        return rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
+                          p.recency_weight if on else 0.0, top=top, levels=levels, band=p.recency_band,
+                          titles=titles)
 
     def _candidates(self, query: str, model: str, p: Params, restriction: Restriction,
                     sparse: list[tuple[int, float]] | None, snapshot, timer: "StageTimer",

@@ -175,6 +175,32 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
     if model_relations and compiler is None:
         raise ReaderUnavailable("model_reader needs a compile model: set [compiler] base_url and model "
                                  "(or REFINDERY_COMPILER_BASE_URL)")
+    kind = _subject_kind(space, req, rules, model_relations)
+    reading = hashlib.sha256(json.dumps({
+        "documents": req.documents.model_dump(), "rules": [r.model_dump(by_alias=True) for r in rules],
+        "model": model_relations and compiler.describe()["model"], "model_relations": model_relations,
+        "packs": [p.name for p in space.packs]}, sort_keys=True).encode()).hexdigest()[:16]
+    docs = _documents(root, req, reading, scopes)
+    source_key = f"docs:{root.resolve()}"
+    # A document is (path in the folder, scope): a key with document scopes syncs only the documents
+    # of its scopes — another scope's (or an unscoped one every key reads) is as absent to it as one
+    # never loaded, so its load neither replaces nor relabels them but writes its own.
+    before = {(r["document"], r["scope"]): r for r in rstore.current_documents(workspace_id, source_key)
+              if scopes is None or r["scope"] in scopes}
+    changed = [d for d in docs if before.get((d.rel, d.scope), {}).get("fingerprint") != d.fingerprint]
+    present = {(d.rel, d.scope) for d in docs}
+    removed = [r for key, r in before.items() if key not in present]
+    prep = Prepared(space, req, root, source_key, kind, docs, changed, removed, scopes=scopes)
+    tool = reader_tool(space, [space.schema.relation(r) for r in model_relations]) if model_relations else None
+    prep.usage = {"calls": 0}
+    for d in changed:
+        _read_document(prep, d, rules, (compiler, tool, set(model_relations)) if tool is not None else None)
+    return prep
+
+
+def _subject_kind(space, req: DocumentLoadRequest, rules: list, model_relations: list[str]) -> str:
+    """The subject kind of the entities the documents are about: the one named, else the one kind the
+    relations read hold, else the workspace's one kind."""
     kinds = {space.schema.relation(r.relation).subject for r in rules}
     kinds |= {space.schema.relation(r).subject for r in model_relations}
     kind = req.documents.kind or (next(iter(kinds)) if len(kinds) == 1 else None)
@@ -183,6 +209,12 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
         kind = known[0] if len(known) == 1 else None
     if kind is None:
         raise LoadInvalid("documents: name the subject `kind` of the entities", reason="entities_kind_missing")
+    return kind
+
+
+def _documents(root: Path, req: DocumentLoadRequest, reading: str, scopes: tuple[str, ...] | None) -> list:
+    """Every document of the folder (hidden paths left out), parsed, with its entity, name and scope
+    read off it; a document of a scope the loading key does not hold is refused."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES
                    and not any(part.startswith(".") for part in p.relative_to(root).parts))
     if not files:
@@ -190,10 +222,6 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
                           reason="source_empty")
     if len(files) > MAX_DOCUMENTS:
         raise LoadInvalid(f"a document load reads at most {MAX_DOCUMENTS} documents", reason="too_many_documents")
-    reading = hashlib.sha256(json.dumps({
-        "documents": req.documents.model_dump(), "rules": [r.model_dump(by_alias=True) for r in rules],
-        "model": model_relations and compiler.describe()["model"], "model_relations": model_relations,
-        "packs": [p.name for p in space.packs]}, sort_keys=True).encode()).hexdigest()[:16]
     docs = []
     for f in files:
         d = parse(f, f.relative_to(root).as_posix())
@@ -209,49 +237,69 @@ def prepare(rstore: RelationStore, workspace_id: str, req: DocumentLoadRequest, 
             raise LoadInvalid(f"document {d.rel!r}: its scope holds a control character", reason="scope_invalid")
         d.fingerprint = f"{d.content_hash}:{reading}"
         docs.append(d)
-    source_key = f"docs:{root.resolve()}"
-    # A document is (path in the folder, scope): a key with document scopes syncs only the documents
-    # of its scopes — another scope's (or an unscoped one every key reads) is as absent to it as one
-    # never loaded, so its load neither replaces nor relabels them but writes its own.
-    before = {(r["document"], r["scope"]): r for r in rstore.current_documents(workspace_id, source_key)
-              if scopes is None or r["scope"] in scopes}
-    changed = [d for d in docs if before.get((d.rel, d.scope), {}).get("fingerprint") != d.fingerprint]
-    present = {(d.rel, d.scope) for d in docs}
-    removed = [r for key, r in before.items() if key not in present]
-    prep = Prepared(space, req, root, source_key, kind, docs, changed, removed, scopes=scopes)
-    tool = reader_tool(space, [space.schema.relation(r) for r in model_relations]) if model_relations else None
-    usage: dict = {"calls": 0}
-    for d in changed:
-        found, dropped = [], []
-        for rule in rules:
-            got, lost = READERS[rule.from_](d, rule)
-            found += got
-            dropped += [{**x, "relation": rule.relation, "reader": f"rule:{rule.from_}"} for x in lost]
-        if tool is not None:
-            try:
-                call = compiler.call(MODEL_SYSTEM, d.text, tool)
-            except Exception as exc:  # CompilerFailed: the endpoint refused or did not call the tool
-                raise CompileFailed(f"the model reader failed on document {d.rel!r}: {exc}",
-                                    compiler=compiler.describe()) from exc
-            prep.model = call.model
-            usage["calls"] += 1
-            for k, v in (call.usage or {}).items():
-                if isinstance(v, (int, float)):
-                    usage[k] = usage.get(k, 0) + v
-            got, lost = check_model_rows(space, d, set(model_relations), call.arguments)
-            found += got
-            dropped += [{**x, "reader": "model"} for x in lost]
-        if len(found) > MAX_ROWS_PER_DOCUMENT:
-            raise LoadInvalid(f"document {d.rel!r} yields {len(found)} rows; a document yields at most "
-                              f"{MAX_ROWS_PER_DOCUMENT}", reason="document_too_many_rows", document=d.rel)
-        counters: dict = {}
-        for row in found:
-            row.source_rel = d.rel
-            row.ordinal = counters[(row.reader, row.relation)] = counters.get((row.reader, row.relation), 0) + 1
-        prep.rows += found
-        prep.dropped += [{"document": d.rel, **x} for x in dropped]
-    prep.usage = usage
-    return prep
+    return docs
+
+
+def _write_relation(w: LoadWriter, prep: Prepared, rel, changed_keys: list[tuple], by_doc: dict, load_id: str
+                    ) -> dict | None:
+    """One relation's rows of the changed documents written (with a span receipt per slot), the rows
+    of the documents they replace superseded: its summary, or None when it has neither."""
+    space = prep.space
+    shape = space.shape(rel)
+    superseded = w.supersede_sources(shape, changed_keys)
+    rows = [r for r in prep.rows if r.relation == rel.name]
+    if not rows and not superseded:
+        return None
+    data = pa.table({
+        "__entity": pa.array([by_doc[r.source_rel].entity_id for r in rows], pa.string()),
+        "__key": pa.array([f"{r.reader}:{r.ordinal}" for r in rows], pa.string()),
+        "__source": pa.array([f"{prep.source_key}#doc:{r.source_rel}" for r in rows], pa.string()),
+        "__ord": pa.array(list(range(1, len(rows) + 1)), pa.int64()),
+        "__scope": pa.array([by_doc[r.source_rel].scope for r in rows], pa.string()),
+        **{f"s_{slot}": pa.array([r.slots[slot][0] if slot in r.slots else None for r in rows], pa.string())
+           for slot in rel.stored_slots}})
+    written = w.insert_rows(shape, rel.subject, rel.name, "__entity",
+                            slot_reads(space, rel, {s: f"s_{s}" for s in rel.stored_slots}), data,
+                            prep.source_key, None)
+    w.insert_spans([DocumentRow(f"{load_id}-{rel.name}-{i}", slot, r.source_rel, s, e, quote,
+                                by_doc[r.source_rel].content_hash, r.reader)
+                    for i, r in enumerate(rows, 1) for slot, (_, s, e, quote) in r.slots.items()])
+    return {"relation": rel.name, **written, "superseded": superseded}
+
+
+def _read_document(prep: Prepared, d, rules: list, model: tuple | None) -> None:
+    """One changed document's rows into `prep`: every rule's reader, then the model reader (`model`:
+    the compiler, its tool and the relations it reads; None: no model reader), numbered per reader
+    and relation; what a reader dropped, with why."""
+    found, dropped = [], []
+    for rule in rules:
+        got, lost = READERS[rule.from_](d, rule)
+        found += got
+        dropped += [{**x, "relation": rule.relation, "reader": f"rule:{rule.from_}"} for x in lost]
+    if model:
+        compiler, tool, model_relations = model
+        try:
+            call = compiler.call(MODEL_SYSTEM, d.text, tool)
+        except Exception as exc:  # CompilerFailed: the endpoint refused or did not call the tool
+            raise CompileFailed(f"the model reader failed on document {d.rel!r}: {exc}",
+                                compiler=compiler.describe()) from exc
+        prep.model = call.model
+        prep.usage["calls"] += 1
+        for k, v in (call.usage or {}).items():
+            if isinstance(v, (int, float)):
+                prep.usage[k] = prep.usage.get(k, 0) + v
+        got, lost = check_model_rows(prep.space, d, model_relations, call.arguments)
+        found += got
+        dropped += [{**x, "reader": "model"} for x in lost]
+    if len(found) > MAX_ROWS_PER_DOCUMENT:
+        raise LoadInvalid(f"document {d.rel!r} yields {len(found)} rows; a document yields at most "
+                          f"{MAX_ROWS_PER_DOCUMENT}", reason="document_too_many_rows", document=d.rel)
+    counters: dict = {}
+    for row in found:
+        row.source_rel = d.rel
+        row.ordinal = counters[(row.reader, row.relation)] = counters.get((row.reader, row.relation), 0) + 1
+    prep.rows += found
+    prep.dropped += [{"document": d.rel, **x} for x in dropped]
 
 
 def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
@@ -273,27 +321,10 @@ def write(rstore: RelationStore, prep: Prepared, pages: dict[str, str]) -> dict:
     with rstore.transaction(changes=[ws]) as con:
         w = LoadWriter(rstore, con, ws, load_id)
         for rel in space.schema.relations.values():
-            shape = space.shape(rel)
-            superseded = w.supersede_sources(shape, changed_keys)
-            rows = [r for r in prep.rows if r.relation == rel.name]
-            if not rows and not superseded:
-                continue
-            data = pa.table({
-                "__entity": pa.array([by_doc[r.source_rel].entity_id for r in rows], pa.string()),
-                "__key": pa.array([f"{r.reader}:{r.ordinal}" for r in rows], pa.string()),
-                "__source": pa.array([f"{prep.source_key}#doc:{r.source_rel}" for r in rows], pa.string()),
-                "__ord": pa.array(list(range(1, len(rows) + 1)), pa.int64()),
-                "__scope": pa.array([by_doc[r.source_rel].scope for r in rows], pa.string()),
-                **{f"s_{slot}": pa.array([r.slots[slot][0] if slot in r.slots else None for r in rows], pa.string())
-                   for slot in rel.stored_slots}})
-            written = w.insert_rows(shape, rel.subject, rel.name, "__entity",
-                                    slot_reads(space, rel, {s: f"s_{s}" for s in rel.stored_slots}), data,
-                                    prep.source_key, None)
-            w.insert_spans([DocumentRow(f"{load_id}-{rel.name}-{i}", slot, r.source_rel, s, e, quote,
-                                        by_doc[r.source_rel].content_hash, r.reader)
-                            for i, r in enumerate(rows, 1) for slot, (_, s, e, quote) in r.slots.items()])
-            summary["relations"].append({"relation": rel.name, **written, "superseded": superseded})
-            _maybe_crash(f"documents:{rel.name}")
+            written = _write_relation(w, prep, rel, changed_keys, by_doc, load_id)
+            if written is not None:
+                summary["relations"].append(written)
+                _maybe_crash(f"documents:{rel.name}")
         w.replace_documents(prep.source_key, [
             {"document": d.rel, "path": str(d.path), "entity_id": d.entity_id, "name": d.name,
              "content_hash": d.content_hash, "fingerprint": d.fingerprint, "url": prep.page_url(d),

@@ -79,72 +79,24 @@ def _maybe_crash(point: str) -> None:
 
 
 def _check(space: Space, req: LoadRequest, path: Path, roots: list[Path] | None) -> tuple[Source, dict]:
+    """The source opened and the load checked against it and the workspace's packs before anything is
+    written: (the source, the plan — each relation mapping with its relation, the entities with
+    their kind, each coverage declaration with its relation). LoadInvalid names what is wrong."""
     try:
         src = Source(path, req.format, roots)
     except SourceError as exc:
         raise LoadInvalid(str(exc), reason=exc.kind) from exc
-    plan: dict = {"relations": [], "entities": None, "coverage": []}
     try:
-        tables = set(src.tables())
-
-        def columns(table: str, where: str) -> set[str]:
-            if table not in tables:
-                raise LoadInvalid(f"{where}: the source has no table {table!r}", reason="load_table_unknown",
-                                  tables=sorted(tables))
-            try:
-                return set(src.columns(table))
-            except SourceError as exc:
-                raise LoadInvalid(f"{where}: {exc}", reason=exc.kind) from exc
-            except Exception as exc:  # a table DuckDB/sqlite cannot read (a view over a file it may not open)
-                raise LoadInvalid(f"{where}: cannot read {table!r} ({type(exc).__name__})",
-                                  reason="source_unreadable") from exc
-
-        def need(cols: set[str], col: str, table: str, where: str) -> None:
-            if col not in cols:
-                raise LoadInvalid(f"{where}: table {table!r} has no column {col!r}", reason="load_column_unknown",
-                                  columns=sorted(cols))
-
-        def relation(name: str, where: str) -> Relation:
-            rel = space.schema.relation(name)
-            if rel is None:
-                raise LoadInvalid(f"{where}: no pack of the workspace declares relation {name!r}",
-                                  reason="relation_unknown", relations=sorted(space.schema.relations))
-            return rel
-
-        for i, m in enumerate(req.relations):
-            where = f"relations[{i}]"
-            rel = relation(m.relation, where)
-            cols = columns(m.table, where)
-            need(cols, m.entity_column, m.table, where)
-            if m.key_column is not None:
-                need(cols, m.key_column, m.table, where)
-            for slot, col in m.slots.items():
-                if slot not in rel.stored_slots:
-                    raise LoadInvalid(f"{where}: relation {rel.name} declares no slot {slot!r} a load fills"
-                                      + (" (it is computed from the period)" if slot in rel.slots else ""),
-                                      reason="slot_computed" if slot in rel.slots else "slot_unknown",
-                                      slots=rel.stored_slots)
-                need(cols, col, m.table, where)
-            plan["relations"].append((m, rel))
-        kinds = {rel.subject for _, rel in plan["relations"]}
+        check = _Checker(space, src)
+        plan: dict = {"relations": [check.mapping(i, m) for i, m in enumerate(req.relations)],
+                      "entities": None, "coverage": []}
         if req.entities is not None:
-            e = req.entities
-            cols = columns(e.table, "entities")
-            need(cols, e.id_column, e.table, "entities")
-            if e.name_column:
-                need(cols, e.name_column, e.table, "entities")
-            kind = e.kind or (next(iter(kinds)) if len(kinds) == 1 else None)
-            if kind is None:
-                kinds_known = space.subject_kinds()
-                kind = kinds_known[0] if len(kinds_known) == 1 else None
-            if kind is None:
-                raise LoadInvalid("entities: name the subject `kind` of the entities", reason="entities_kind_missing")
-            plan["entities"] = (e, kind)
+            plan["entities"] = check.entities(req.entities, {rel.subject for _, rel in plan["relations"]})
         for i, c in enumerate(req.coverage):
             where = f"coverage[{i}]"
-            rel = relation(c.relation, where)
+            rel = check.relation(c.relation, where)
             if c.table is not None:
-                need(columns(c.table, where), c.entity_column, c.table, where)
+                check.need(check.columns(c.table, where), c.entity_column, c.table, where)
             plan["coverage"].append((c, rel))
         if not plan["relations"] and plan["entities"] is None and not plan["coverage"]:
             raise LoadInvalid("the load names no relation, entities or coverage", reason="load_empty")
@@ -152,6 +104,72 @@ def _check(space: Space, req: LoadRequest, path: Path, roots: list[Path] | None)
         src.close()
         raise
     return src, plan
+
+
+class _Checker:
+    """The checks of one load against its source's tables and columns and the workspace's packs."""
+
+    def __init__(self, space: Space, src: Source):
+        self.space, self.src = space, src
+        self.tables = set(src.tables())
+
+    def columns(self, table: str, where: str) -> set[str]:
+        if table not in self.tables:
+            raise LoadInvalid(f"{where}: the source has no table {table!r}", reason="load_table_unknown",
+                              tables=sorted(self.tables))
+        try:
+            return set(self.src.columns(table))
+        except SourceError as exc:
+            raise LoadInvalid(f"{where}: {exc}", reason=exc.kind) from exc
+        except Exception as exc:  # a table DuckDB/sqlite cannot read (a view over a file it may not open)
+            raise LoadInvalid(f"{where}: cannot read {table!r} ({type(exc).__name__})",
+                              reason="source_unreadable") from exc
+
+    @staticmethod
+    def need(cols: set[str], col: str, table: str, where: str) -> None:
+        if col not in cols:
+            raise LoadInvalid(f"{where}: table {table!r} has no column {col!r}", reason="load_column_unknown",
+                              columns=sorted(cols))
+
+    def relation(self, name: str, where: str) -> Relation:
+        rel = self.space.schema.relation(name)
+        if rel is None:
+            raise LoadInvalid(f"{where}: no pack of the workspace declares relation {name!r}",
+                              reason="relation_unknown", relations=sorted(self.space.schema.relations))
+        return rel
+
+    def mapping(self, i: int, m) -> tuple:
+        """relations[i]: its relation, and every column it names in its table (the slots only those
+        a load fills)."""
+        where = f"relations[{i}]"
+        rel = self.relation(m.relation, where)
+        cols = self.columns(m.table, where)
+        self.need(cols, m.entity_column, m.table, where)
+        if m.key_column is not None:
+            self.need(cols, m.key_column, m.table, where)
+        for slot, col in m.slots.items():
+            if slot not in rel.stored_slots:
+                raise LoadInvalid(f"{where}: relation {rel.name} declares no slot {slot!r} a load fills"
+                                  + (" (it is computed from the period)" if slot in rel.slots else ""),
+                                  reason="slot_computed" if slot in rel.slots else "slot_unknown",
+                                  slots=rel.stored_slots)
+            self.need(cols, col, m.table, where)
+        return m, rel
+
+    def entities(self, e, kinds: set[str]) -> tuple:
+        """The entities table's columns, and their subject kind: the one named, else the one kind the
+        load's relations (or the workspace) hold."""
+        cols = self.columns(e.table, "entities")
+        self.need(cols, e.id_column, e.table, "entities")
+        if e.name_column:
+            self.need(cols, e.name_column, e.table, "entities")
+        kind = e.kind or (next(iter(kinds)) if len(kinds) == 1 else None)
+        if kind is None:
+            kinds_known = self.space.subject_kinds()
+            kind = kinds_known[0] if len(kinds_known) == 1 else None
+        if kind is None:
+            raise LoadInvalid("entities: name the subject `kind` of the entities", reason="entities_kind_missing")
+        return e, kind
 
 
 def _read(src: Source, table: str, cols: list[str], key: str | None, where: str) -> pa.Table:

@@ -89,32 +89,12 @@ class RelationSearch:
             raise SearchRequestInvalid("send exactly one of `brief` and `constraints`")
         default_limit = COMPACT_LIMIT if req.detail == "compact" else FULL_LIMIT
         req = req.model_copy(update={"limit": req.limit if req.limit is not None else default_limit})
-        brief, as_of_source = None, "request" if req.as_of else None
-        if req.brief is not None:
-            if not space.schema.relations:   # nothing to compile to: no model call
-                brief = BriefCompile(read_compile_output(req.brief, space.schema, space.vocabulary, {}), None, {})
-                body = self._nothing_compiled(request_id, req, space, brief, as_of_source,
-                                              "workspace_declares_no_relation")
-                return self._projected(body, req, routes)
-            if self.compiler is None:
-                raise CompileUnavailable()
-            brief = compile_brief(self.compiler, req.brief, space)
-            if req.as_of is None and brief.compiled.as_of:   # a request's as_of wins over the brief's
-                req, as_of_source = req.model_copy(update={"as_of": brief.compiled.as_of}), "compiled"
-            if not brief.compiled.constraints:
-                body = self._nothing_compiled(request_id, req, space, brief, as_of_source)
-                return self._projected(body, req, routes)
-            constraints = parse_constraints([k.as_constraint() for k in brief.compiled.constraints])
-        else:
-            constraints = parse_constraints(req.constraints)
+        req, brief, as_of_source, constraints, why_empty = self._constraints_of(req, space)
+        if constraints is None:
+            body = self._nothing_compiled(request_id, req, space, brief, as_of_source, *why_empty)
+            return self._projected(body, req, routes)
         bound, gaps = bind(constraints, space.schema, space.vocabulary)
-        kinds = sorted({b.rel.subject for b in bound})
-        if len(kinds) > 1:
-            raise SearchConstraintInvalid("the constraints name relations of different subject kinds",
-                                          kinds=kinds)
-        if not kinds:
-            known = (space.schema.relation(c.relation) for c in constraints)
-            kinds = sorted({r.subject for r in known if r is not None}) or space.subject_kinds()
+        kinds = self._kinds(bound, constraints, space)
         groups = make_groups(bound)
         span = parse_span(req.as_of) if req.as_of else None
         plan = Plan(space, groups, bound, span, kinds)
@@ -135,6 +115,38 @@ class RelationSearch:
                                  self.close, routes, [unbound_line(g, space.schema) for g in gaps],
                                  scopes=len(self.scopes or ()))
         return body
+
+    def _constraints_of(self, req: RelationSearchRequest, space) -> tuple:
+        """The constraints a request sends, or those its brief compiles to (one model call): (the
+        request — with the brief's as_of when it names none —, the compile, where as_of came from, the
+        constraints, and — when they are None, nothing having compiled — why, for `_nothing_compiled`)."""
+        as_of_source = "request" if req.as_of else None
+        if req.brief is None:
+            return req, None, as_of_source, parse_constraints(req.constraints), ()
+        if not space.schema.relations:   # nothing to compile to: no model call
+            brief = BriefCompile(read_compile_output(req.brief, space.schema, space.vocabulary, {}), None, {})
+            return req, brief, as_of_source, None, ("workspace_declares_no_relation",)
+        if self.compiler is None:
+            raise CompileUnavailable()
+        brief = compile_brief(self.compiler, req.brief, space)
+        if req.as_of is None and brief.compiled.as_of:   # a request's as_of wins over the brief's
+            req, as_of_source = req.model_copy(update={"as_of": brief.compiled.as_of}), "compiled"
+        if not brief.compiled.constraints:
+            return req, brief, as_of_source, None, ()
+        return req, brief, as_of_source, parse_constraints([k.as_constraint() for k in brief.compiled.constraints]), ()
+
+    @staticmethod
+    def _kinds(bound: list, constraints: list, space) -> list[str]:
+        """The one subject kind the bound constraints name (a search over several is refused), or —
+        none bound — the kinds of the relations named, else every kind the workspace holds."""
+        kinds = sorted({b.rel.subject for b in bound})
+        if len(kinds) > 1:
+            raise SearchConstraintInvalid("the constraints name relations of different subject kinds",
+                                          kinds=kinds)
+        if not kinds:
+            known = (space.schema.relation(c.relation) for c in constraints)
+            kinds = sorted({r.subject for r in known if r is not None}) or space.subject_kinds()
+        return kinds
 
     def _read_criteria(self, en: Enumerator, req: RelationSearchRequest) -> list[dict]:
         """Read each criterion for the candidates the ordinary conditions leave (the matched), and

@@ -63,40 +63,20 @@ class Warrant:
         return out
 
     def build(self, request_id: str) -> dict:
-        req, groups = self.req, self.groups
+        req = self.req
         # the page first: its rows and receipts are read on another thread while this one counts
         page = self.page()
         self.page_numbers = {p["entity_id"]: p["ent_no"] for p in page}
-        delivery = deliver_rows_apart(self.rstore, self.en, page, groups)
+        delivery = deliver_rows_apart(self.rstore, self.en, page, self.groups)
         agg = self.tally()
 
         counts = {"universe": agg["universe"], "matched": agg["matched"], "none": agg["none"],
                   "not_recorded": agg["not_recorded"], "undetermined": agg["undetermined"],
                   "bound": agg["matched"] + agg["none"], "per_constraint": self.per_constraint(agg)}
-        matched_ids = self.en.matched_ids(MATCHED_IDS_MAX, self.restrict)
-        specs: dict[str, tuple] = {f"all:{s}": ("status", s) for s in STATUSES}
-        for g in groups:
-            rel = g.relation.name
-            specs.update({f"g{g.index}:{s}": ("unit", f"g{g.index}", s) for s in STATUSES})
-            specs[f"abs{g.index}:none"] = ("absent", rel)
-            specs[f"abs{g.index}:not_recorded"] = ("uncovered", rel)
-        self.listed = self.lists(specs)
-        entities = {"matched": matched_ids}
-        for s in STATUSES:
-            entities[s] = self.listed[f"all:{s}"]
-        listings = {s: [{"group": g.index, "relation": g.relation.name, "required": g.required,
-                         "entity_ids": self.listed[f"g{g.index}:{s}"], "total": agg[f"g{g.index}_{s}"]}
-                        for g in groups] for s in STATUSES}
-        groups_out = [self.group(g, agg) for g in groups]
-        matches = delivery.result()
+        entities, listings = self._listed(agg)
+        groups_out = [self.group(g, agg) for g in self.groups]
+        matches = self._matches(delivery)
         truncated = len(matches) < counts["matched"]
-        if self.criteria:
-            for m in matches:   # a match holds every criterion stated: the sentence that says so
-                m["criteria"] = [{"index": c["index"], **c["judgments"][m["entity_id"]].as_dict()}
-                                 for c in self.criteria]
-        provenance = {"declared": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "declared"),
-                      "extracted": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "extracted")
-                      + sum(len(m.get("criteria", [])) for m in matches)}
         body: dict[str, Any] = {
             "request_id": request_id,
             "workspace_id": req.workspace_id,
@@ -119,7 +99,45 @@ class Warrant:
             body["list_limit"] = req.list_limit
         if self.restrict is not None:
             body["entity_ids"] = self.restrict
-        body["provenance"] = provenance
+        body["provenance"] = {
+            "declared": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "declared"),
+            "extracted": sum(1 for m in matches for r in m["rows"] if r["provenance_kind"] == "extracted")
+            + sum(len(m.get("criteria", [])) for m in matches)}
+        self._closing(body, agg, truncated)
+        return body
+
+    def _listed(self, agg: dict) -> tuple[dict, dict]:
+        """The entity ids per overall status (the matched in ranking order) and, per status, each
+        group's bounded list with its total: every list read in one pass (`lists`)."""
+        matched_ids = self.en.matched_ids(MATCHED_IDS_MAX, self.restrict)
+        specs: dict[str, tuple] = {f"all:{s}": ("status", s) for s in STATUSES}
+        for g in self.groups:
+            rel = g.relation.name
+            specs.update({f"g{g.index}:{s}": ("unit", f"g{g.index}", s) for s in STATUSES})
+            specs[f"abs{g.index}:none"] = ("absent", rel)
+            specs[f"abs{g.index}:not_recorded"] = ("uncovered", rel)
+        self.listed = self.lists(specs)
+        entities = {"matched": matched_ids}
+        for s in STATUSES:
+            entities[s] = self.listed[f"all:{s}"]
+        listings = {s: [{"group": g.index, "relation": g.relation.name, "required": g.required,
+                         "entity_ids": self.listed[f"g{g.index}:{s}"], "total": agg[f"g{g.index}_{s}"]}
+                        for g in self.groups] for s in STATUSES}
+        return entities, listings
+
+    def _matches(self, delivery) -> list[dict]:
+        """The page's matches with their rows and receipts (read apart), each holding the sentence that
+        says it meets every criterion stated."""
+        matches = delivery.result()
+        if self.criteria:
+            for m in matches:
+                m["criteria"] = [{"index": c["index"], **c["judgments"][m["entity_id"]].as_dict()}
+                                 for c in self.criteria]
+        return matches
+
+    def _closing(self, body: dict, agg: dict, truncated: bool) -> None:
+        """What the reply ends with: the gaps, the coverage licence, the map version, what a brief
+        compiled to, and — with criteria — their blocks, the close matches and the reading left."""
         compiled = self.brief.as_dict() if self.brief is not None else None
         body["gaps"] = {"unbound": [g.as_dict() for g in self.gaps],
                         "dropped": compiled["dropped"] if compiled else [],
@@ -128,18 +146,18 @@ class Warrant:
         body["map_version"] = self.en.plan.space.map_version
         if compiled is not None:
             body["compiled"] = compiled
-        if self.criteria:
-            body["criteria"] = [self.criterion_block(c) for c in self.criteria]
-            body["close"] = {"matches": self.close}
-            if self.spent is not None:
-                body["spent"] = self.spent
-            unread = sum(1 for c in self.criteria for j in c["judgments"].values() if j.state == "not_read")
-            if unread:
-                body["reading"] = {"read_this_call": sum(c["read_now"] for c in self.criteria), "remaining": unread,
-                                   "running": self.criteria[0].get("running", 0),
-                                   "next": "call again with the same request at once: reads run only while a "
-                                           "call is open (those running now finish behind it; nothing new starts)"}
-        return body
+        if not self.criteria:
+            return
+        body["criteria"] = [self.criterion_block(c) for c in self.criteria]
+        body["close"] = {"matches": self.close}
+        if self.spent is not None:
+            body["spent"] = self.spent
+        unread = sum(1 for c in self.criteria for j in c["judgments"].values() if j.state == "not_read")
+        if unread:
+            body["reading"] = {"read_this_call": sum(c["read_now"] for c in self.criteria), "remaining": unread,
+                               "running": self.criteria[0].get("running", 0),
+                               "next": "call again with the same request at once: reads run only while a "
+                                       "call is open (those running now finish behind it; nothing new starts)"}
 
     def criterion_block(self, c: dict) -> dict:
         """A criterion's own working: its facet, how many candidates it was read for, what the
@@ -172,10 +190,8 @@ class Warrant:
         combinations are few; Python sums them): the partition, each group's and each lone
         constraint's, the absence split, the row counters, and the reasons an entity is
         undetermined or not recorded."""
-        en, groups = self.en, self.groups
-        flags = en.flag_sets
+        en = self.en
         dims, res = en.combinations()
-        sums = list(en.counter_sql())
         combos = [(dict(zip(dims, row[:len(dims)])), row[len(dims)], row[len(dims) + 1:]) for row in res]
         agg: dict[str, Any] = {"universe": sum(n for _, n, _ in combos)}
         code = STATUS
@@ -183,51 +199,21 @@ class Warrant:
         def count(test) -> int:
             return sum(n for d, n, _ in combos if test(d))
 
-        def bit(d: dict, rel: str, flag: str) -> bool:
-            if not flags[rel].has(flag):
-                return False
-            k, i = flags[rel].bit(flag)
-            return bool((d[f"dm_{rel}_{k}"] >> i) & 1)
-
         for st in ("matched", *STATUSES):
             agg[st] = count(lambda d, st=st: d["status"] == code[st])
-        for g in groups:
+        for g in self.groups:
             n, rel = f"g{g.index}", g.relation.name
             agg[f"{n}_covered"] = count(lambda d: d[f"cov_{rel}"])
             for st in ("matched", *STATUSES):
                 agg[f"{n}_{st}"] = count(lambda d, st=st: d[n] == code[st])
             agg[f"{n}_recorded"] = count(lambda d: d[f"live_{rel}"])
             agg[f"{n}_absent"] = count(lambda d: d[f"cov_{rel}"] and not d[f"live_{rel}"])
-            und = lambda d: d[n] == code["undetermined"]  # noqa: E731
-            for c in CAUSES:
-                agg[f"{n}_why_{c}"] = any(d["status"] == code["undetermined"] and und(d) and bit(d, rel, f"{n}_c_{c}")
-                                          for d, _, _ in combos)
-            agg[f"{n}_why_nr"] = any(d["status"] == code["not_recorded"] and d[n] == code["not_recorded"]
-                                     for d, _, _ in combos)
-            for b in g.bound:
-                if b.is_period:
-                    continue
-                z = f"{n}_z{b.index}"
-                agg[f"{n}_unrec_{b.index}"] = any((und(d) or not g.required) and bit(d, rel, z) for d, _, _ in combos)
-                if b.kind == "term":   # only a term's value can be one the vocabulary cannot place
-                    agg[f"{n}_unpl_{b.index}"] = any(
-                        d["status"] != code["matched"] and d[n] == code["none"] and bit(d, rel, f"{n}_u{b.index}")
-                        for d, _, _ in combos)
+            agg.update(_why(en.flag_sets[rel], g, [d for d, _, _ in combos]))
         for b in self.bound:
             n = f"s{b.index}"
             for st in ("matched", *STATUSES):
                 agg[f"{n}_{st}"] = count(lambda d, st=st: d[n] == code[st])
-        totals = {c: sum(int(v[i] or 0) for _, _, v in combos) for i, c in enumerate(sums)}
-        for g in groups:
-            n = f"g{g.index}"
-            agg[f"{n}_active"] = totals[f"{n}_active"]
-            agg[f"{n}_inactive"] = totals.get(f"{n}_inactive", 0)
-            agg[f"{n}_unplaceable"] = totals.get(f"{n}_unplaceable", 0)
-            every = agg[f"{n}_active"] + agg[f"{n}_inactive"] + agg[f"{n}_unplaceable"]
-            # a relation with a tenure whose every row states its start has no undated row
-            agg[f"{n}_undated"] = totals.get(f"{n}_undated", 0 if g.relation.period else every)
-        for b in self.bound:
-            agg[f"s{b.index}_active"] = totals[f"s{b.index}_active"]
+        agg.update(_row_totals(self.groups, self.bound, combos, list(en.counter_sql())))
         return agg
 
     def per_constraint(self, agg: dict) -> list[dict]:
@@ -336,3 +322,47 @@ class Warrant:
         """A row the loader could tie to no entity that does not fail the group: whoever it was
         about is in no list."""
         return self.en.unattributed_open(g.relation, g.bound)
+
+
+def _why(flags, g: Group, dims: list[dict]) -> dict[str, bool]:
+    """Whether any entity of a group is undetermined for each cause, not recorded, missing a value of
+    each constraint, or holding a value the vocabulary cannot place — read off the detail masks of
+    the combinations (`flags`: the group's relation's)."""
+    code = STATUS
+    n, rel = f"g{g.index}", g.relation.name
+
+    def bit(d: dict, flag: str) -> bool:
+        if not flags.has(flag):
+            return False
+        k, i = flags.bit(flag)
+        return bool((d[f"dm_{rel}_{k}"] >> i) & 1)
+
+    und = lambda d: d[n] == code["undetermined"]  # noqa: E731
+    out = {f"{n}_why_{c}": any(d["status"] == code["undetermined"] and und(d) and bit(d, f"{n}_c_{c}")
+                               for d in dims) for c in CAUSES}
+    out[f"{n}_why_nr"] = any(d["status"] == code["not_recorded"] and d[n] == code["not_recorded"] for d in dims)
+    for b in g.bound:
+        if b.is_period:
+            continue
+        out[f"{n}_unrec_{b.index}"] = any((und(d) or not g.required) and bit(d, f"{n}_z{b.index}") for d in dims)
+        if b.kind == "term":   # only a term's value can be one the vocabulary cannot place
+            out[f"{n}_unpl_{b.index}"] = any(
+                d["status"] != code["matched"] and d[n] == code["none"] and bit(d, f"{n}_u{b.index}") for d in dims)
+    return out
+
+def _row_totals(groups: list[Group], bound: list[Bound], combos: list[tuple], sums: list[str]) -> dict[str, int]:
+    """The row counters summed over every entity: per group its rows active, inactive, unplaceable
+    and undated at as_of; per lone constraint its active rows."""
+    totals = {c: sum(int(v[i] or 0) for _, _, v in combos) for i, c in enumerate(sums)}
+    out: dict[str, int] = {}
+    for g in groups:
+        n = f"g{g.index}"
+        out[f"{n}_active"] = totals[f"{n}_active"]
+        out[f"{n}_inactive"] = totals.get(f"{n}_inactive", 0)
+        out[f"{n}_unplaceable"] = totals.get(f"{n}_unplaceable", 0)
+        every = out[f"{n}_active"] + out[f"{n}_inactive"] + out[f"{n}_unplaceable"]
+        # a relation with a tenure whose every row states its start has no undated row
+        out[f"{n}_undated"] = totals.get(f"{n}_undated", 0 if g.relation.period else every)
+    for b in bound:
+        out[f"s{b.index}_active"] = totals[f"s{b.index}_active"]
+    return out

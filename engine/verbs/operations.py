@@ -157,48 +157,17 @@ class OperationsVerbs(Verbs):
         if follow:
             state["follows_writes"] = True
 
-        bar: Progress | None = None
-
-        def progress(done: int, total: int) -> None:
-            nonlocal bar
-            state["done"], state["total"] = done, total
-            if report and total:
-                if bar is None:
-                    bar = Progress(f"embed {model} (in the background)", total, "chunks", lines=True)
-                bar.update(done - bar.done)
+        progress = _Progress(state, model, report)
 
         def run() -> None:
-            nonlocal bar
             try:
                 background_priority(self.settings.models.catch_up_nice)
                 if not follow:
                     self.embed_model(model, progress, background=True)
                     state["state"] = "stopped" if self._stop_embedding.is_set() else "ready"
-                    if bar is not None:
-                        bar.close()
+                    progress.close()
                     return
-                fast = self.settings.fast_model
-                if fast and model == self.settings.catch_up_model:
-                    self.embed_model(fast, background=True)
-                while not self._stop_embedding.is_set() and model in self.settings.background_models:
-                    generation = self.store.generation()
-                    state["state"], state["done"], state["total"] = "embedding", 0, None
-                    self.embed_model(model, progress, background=True)
-                    if bar is not None:
-                        bar.close()
-                        bar = None
-                    if not self._stop_embedding.is_set() and switch.try_swap(self.corpus, model):
-                        state["switched"] = utcnow().isoformat(timespec="seconds")
-                        log.warning("switched the active embedder to %s", model)
-                    state["state"] = "ready"
-                    state["caught_up"] = utcnow().isoformat(timespec="seconds")
-                    # the next write (a store generation) is the next pass; nothing to do meanwhile
-                    while model in self.settings.background_models and self.store.generation() == generation \
-                            and not self._stop_embedding.wait(0.5):
-                        pass
-                state["follows_writes"] = False
-                if self._stop_embedding.is_set():
-                    state["state"] = "stopped"
+                self._follow_writes(model, state, progress)
             except Exception as exc:   # noqa: BLE001 — said in the state (and the log), not lost in a thread
                 log.exception("embedding %s failed", model)
                 state["state"], state["error"] = "failed", f"{type(exc).__name__}: {exc}"
@@ -207,6 +176,32 @@ class OperationsVerbs(Verbs):
         self._embed_threads.append(t)
         t.start()
         return self.embedding(model)
+
+    def _follow_writes(self, model: str, state: dict, progress: "_Progress") -> None:
+        """A followed model's thread: the catch-up model's fast stand-in first gets what it lacks; then,
+        pass after pass, what the model lacks is embedded, a switch's target swapped in once it lacks
+        nothing, and the next pass waits for the next write (a store generation) — until the model is
+        no longer followed or the engine closes."""
+        fast = self.settings.fast_model
+        if fast and model == self.settings.catch_up_model:
+            self.embed_model(fast, background=True)
+        while not self._stop_embedding.is_set() and model in self.settings.background_models:
+            generation = self.store.generation()
+            state["state"], state["done"], state["total"] = "embedding", 0, None
+            self.embed_model(model, progress, background=True)
+            progress.close()
+            if not self._stop_embedding.is_set() and switch.try_swap(self.corpus, model):
+                state["switched"] = utcnow().isoformat(timespec="seconds")
+                log.warning("switched the active embedder to %s", model)
+            state["state"] = "ready"
+            state["caught_up"] = utcnow().isoformat(timespec="seconds")
+            # the next write (a store generation) is the next pass; nothing to do meanwhile
+            while model in self.settings.background_models and self.store.generation() == generation \
+                    and not self._stop_embedding.wait(0.5):
+                pass
+        state["follows_writes"] = False
+        if self._stop_embedding.is_set():
+            state["state"] = "stopped"
 
     # A live switch of the embedder (engine/core/switch.py) ----------------------------------------
     def switch_status(self) -> dict:
@@ -295,3 +290,24 @@ class OperationsVerbs(Verbs):
     @property
     def data_dir(self) -> Path:
         return self.corpus.data_dir
+
+
+class _Progress:
+    """A background embedding's progress: into its state and — `report` — a line on stderr every few
+    seconds (the server's log), a bar per pass."""
+
+    def __init__(self, state: dict, model: str, report: bool):
+        self.state, self.model, self.report = state, model, report
+        self.bar: Progress | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        self.state["done"], self.state["total"] = done, total
+        if self.report and total:
+            if self.bar is None:
+                self.bar = Progress(f"embed {self.model} (in the background)", total, "chunks", lines=True)
+            self.bar.update(done - self.bar.done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

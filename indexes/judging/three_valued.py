@@ -94,68 +94,78 @@ def _tokens(sql: str) -> list[str]:
 
 def compile_sql(sql: str):
     """The SQL (identifiers, integers, TRUE/FALSE, NOT/AND/OR, IS [NOT] TRUE/FALSE/NULL, =, <>,
-    parentheses; SQL's precedence) as a function of an environment of named values."""
-    toks = _tokens(sql)
-    pos = 0
+    parentheses; SQL's precedence) as a tree `evaluate` runs over an environment of named values."""
+    return _Parser(sql).tree()
 
-    def peek():
-        return toks[pos] if pos < len(toks) else None
 
-    def take(expected=None):
-        nonlocal pos
-        tok = peek()
-        if tok is None or (expected is not None and tok.upper() != expected):
-            raise Unsupported(f"expected {expected} in {sql!r}")
-        pos += 1
+class _Parser:
+    """Recursive descent over `_tokens(sql)`, one method per precedence level, loosest first."""
+
+    def __init__(self, sql: str):
+        self.sql, self.toks, self.pos = sql, _tokens(sql), 0
+
+    def tree(self):
+        node = self.disjunction()
+        if self.pos != len(self.toks):
+            raise Unsupported(f"trailing {self.toks[self.pos:]} in {self.sql!r}")
+        return node
+
+    def peek(self) -> str:
+        return self.toks[self.pos] if self.pos < len(self.toks) else ""
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.peek()
+        if not tok or (expected is not None and tok.upper() != expected):
+            raise Unsupported(f"expected {expected} in {self.sql!r}")
+        self.pos += 1
         return tok
 
-    def disjunction():
-        parts = [conjunction()]
-        while (peek() or "").upper() == "OR":
-            take()
-            parts.append(conjunction())
-        return parts[0] if len(parts) == 1 else ("or", parts)
+    def _joined(self, word: str, kind: str, part):
+        parts = [part()]
+        while self.peek().upper() == word:
+            self.take()
+            parts.append(part())
+        return parts[0] if len(parts) == 1 else (kind, parts)
 
-    def conjunction():
-        parts = [negation()]
-        while (peek() or "").upper() == "AND":
-            take()
-            parts.append(negation())
-        return parts[0] if len(parts) == 1 else ("and", parts)
+    def disjunction(self):
+        return self._joined("OR", "or", self.conjunction)
 
-    def negation():
-        if (peek() or "").upper() == "NOT":
-            take()
-            return ("not", negation())
-        return comparison()
+    def conjunction(self):
+        return self._joined("AND", "and", self.negation)
 
-    def comparison():
-        left = postfix()
-        if peek() in ("=", "<>"):
-            op = take()
-            return (op, left, postfix())
+    def negation(self):
+        if self.peek().upper() == "NOT":
+            self.take()
+            return ("not", self.negation())
+        return self.comparison()
+
+    def comparison(self):
+        left = self.postfix()
+        if self.peek() in ("=", "<>"):
+            op = self.take()
+            return (op, left, self.postfix())
         return left
 
-    def postfix():
-        node = atom()
-        while (peek() or "").upper() == "IS":
-            take()
-            negated = (peek() or "").upper() == "NOT"
+    def postfix(self):
+        node = self.atom()
+        while self.peek().upper() == "IS":
+            self.take()
+            negated = self.peek().upper() == "NOT"
             if negated:
-                take()
-            what = take().upper()
+                self.take()
+            what = self.take().upper()
             if what not in ("TRUE", "FALSE", "NULL"):
-                raise Unsupported(f"IS {what} in {sql!r}")
+                raise Unsupported(f"IS {what} in {self.sql!r}")
             node = ("is", what, node)
             if negated:
                 node = ("not", node)
         return node
 
-    def atom():
-        tok = take()
+    def atom(self):
+        tok = self.take()
         if tok == "(":
-            node = disjunction()
-            take(")")
+            node = self.disjunction()
+            self.take(")")
             return node
         if tok.isdigit():
             return ("int", int(tok))
@@ -163,13 +173,8 @@ def compile_sql(sql: str):
         if up in ("TRUE", "FALSE"):
             return ("const", TRUE if up == "TRUE" else FALSE)
         if up in _KEYWORDS or tok in ("(", ")", "=", "<>"):
-            raise Unsupported(f"unexpected {tok} in {sql!r}")
+            raise Unsupported(f"unexpected {tok} in {self.sql!r}")
         return ("name", tok)
-
-    tree = disjunction()
-    if pos != len(toks):
-        raise Unsupported(f"trailing {toks[pos:]} in {sql!r}")
-    return tree
 
 
 def evaluate(tree, env: dict):

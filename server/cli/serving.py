@@ -23,22 +23,8 @@ def cmd_serve(args) -> int:
     from ..app import create_app
 
     settings = _settings(args)
-    try:
-        running = owners.find(settings.data_dir)
-    except owners.Untrusted as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if running is not None:
-        print(f"error: the data dir {settings.data_dir} is already served ({running.describe()}); other "
-              "refindery commands go through that server. Stop it to serve this data dir again.", file=sys.stderr)
-        return 2
-    # the data dir's lock before any socket: a second serve is refused here, before it could take
-    # (or unlink) the socket of a first that is still starting
-    try:
-        held = owners.lock(settings.data_dir)
-    except owners.Busy as exc:
-        print(f"error: {exc}; other refindery commands go through that server once it is up. Stop it to serve "
-              "this data dir again.", file=sys.stderr)
+    held = _claim(settings)
+    if held is None:
         return 2
     if args.check:
         os.close(held)
@@ -87,6 +73,29 @@ def cmd_serve(args) -> int:
     finally:
         owners.withdraw(settings.data_dir, own_path)
     return 0
+
+
+def _claim(settings) -> int | None:
+    """The data dir's lock, taken before any socket (a second serve is refused here, before it could
+    take — or unlink — the socket of a first that is still starting); None, with the error printed,
+    when a server holds the data dir or is starting on it."""
+    from .. import owner as owners
+
+    try:
+        running = owners.find(settings.data_dir)
+    except owners.Untrusted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    if running is not None:
+        print(f"error: the data dir {settings.data_dir} is already served ({running.describe()}); other "
+              "refindery commands go through that server. Stop it to serve this data dir again.", file=sys.stderr)
+        return None
+    try:
+        return owners.lock(settings.data_dir)
+    except owners.Busy as exc:
+        print(f"error: {exc}; other refindery commands go through that server once it is up. Stop it to serve "
+              "this data dir again.", file=sys.stderr)
+        return None
 
 
 def _announce(owner) -> None:
