@@ -4,22 +4,14 @@ evaluation on test collections: ir, run, stages, evidence, refind, replay); `tun
 `reranker` (training a cross-encoder on judgments, mined pairs and feedback) in cli_reranker.py."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from engine.core.settings import ModelsSettings, Settings, load_settings
+from engine.core.settings import ModelsSettings, load_settings
 
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    profile = getattr(args, "profile", None)
-    return load_settings(args.config, **({"profile": profile} if profile else {}))
-
-
-def _print(obj) -> None:
-    print(json.dumps(obj, indent=2, default=str))
+from eval import cli_reranker, cli_tune
+from eval.cli_common import _print, _settings
 
 
 def cmd_eval(args) -> int:
@@ -205,8 +197,6 @@ def _eval_replay(args, settings) -> int:
 
 def register(sub) -> None:
     """Add `eval`, `tune` and `reranker` to the `refindery` subcommands."""
-    from eval import cli_reranker, cli_tune
-
     _eval_command(sub)
     cli_tune.add(sub)
     cli_reranker.add(sub)

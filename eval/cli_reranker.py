@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.core.access import OPEN
 
-from eval.cli import _print, _settings
+from eval.cli_common import _print, _settings
 from eval.paths import DEFAULT_SQUAD_PATH
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from eval.cli import _print, _settings
+from eval.cli_common import _print, _settings
 
 
 def cmd_tune(args) -> int:
