@@ -72,7 +72,7 @@ class Engine(RefindVerbs, PageVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, 
         # what the verbs use, handed to them here by name (engine/verbs/base.py) rather than reached
         # through the corpus
         self.store, self.querylog, self.keys = c.store, c.querylog, c.keys
-        self.relation_store, self.registry, self.pool = c.relations, c.registry, c.pool
+        self.relation_store, self.registry, self.pool, self.sparse = c.relations, c.registry, c.pool, c.sparse
         self.pages = SearchService(c)
         self._evidence = None                       # the evidence searcher, made on first use
         self._embeds: dict[str, dict] = {}          # model -> its background embedding's state

@@ -109,6 +109,12 @@ class Corpus(IndexRepairs):
         self.replica: Replica | None = None   # a replica's follower, once open_corpus starts it
 
     @property
+    def dense_takes_id_lists(self) -> bool:
+        """Whether the dense arm reads a search's filters as a list of chunk ids (FAISS) rather than as
+        the filter expression itself (Milvus)."""
+        return self.backend.dense_takes_id_lists
+
+    @property
     def replica_name(self) -> str | None:
         """This process's replica id, with the store shared (None with a DuckDB store)."""
         return self.replica.id if self.replica is not None else None

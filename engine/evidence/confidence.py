@@ -73,11 +73,11 @@ def candidate_chunks(hit) -> list[int]:
     return [c.chunk_id for c in hit.explain.chunks] if hit.explain else [sn.chunk_id for sn in hit.snippets]
 
 
-def chunk_cosines(corpus, model: str, vector: np.ndarray, chunk_ids: list[int]) -> dict[int, float]:
+def chunk_cosines(store, model: str, vector: np.ndarray, chunk_ids: list[int]) -> dict[int, float]:
     """Cosine of `vector` (unit length) to each chunk's stored vector."""
     if not chunk_ids:
         return {}
-    ids, vecs = corpus.store.embeddings_for(model, sorted(set(chunk_ids)))
+    ids, vecs = store.embeddings_for(model, sorted(set(chunk_ids)))
     if not len(ids):
         return {}
     norms = np.linalg.norm(vecs, axis=1)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from indexes.backends import SparseArm
 from indexes.sparse import stems
 
-from engine.core.corpus import Corpus
 from engine.core.settings import EvidenceSettings
 from engine.evidence.confidence import Concept
 from engine.evidence.decompose import content_words
@@ -19,8 +19,9 @@ from engine.evidence.rounds import RoundSpec, Sub, _replace_span, bridged, forms
 
 
 class Planning:
-    """What EvidenceSearch (engine/evidence/search.py) plans with: its corpus and [evidence] settings."""
-    corpus: Corpus
+    """What EvidenceSearch (engine/evidence/search.py) plans with: the BM25 arm's document frequencies
+    and its [evidence] settings."""
+    sparse: SparseArm
     settings: EvidenceSettings
 
     def plan(self, query: str, matches: list[Match]) -> deque:
@@ -44,7 +45,7 @@ class Planning:
         protected = {s for m in matches for s in stems(m.entry.term)}
         droppable = [w for w in dict.fromkeys(words) if (stems(w) or [w])[0] not in protected]
         if len(words) >= 3 and droppable:
-            df = self.corpus.sparse.doc_freqs(droppable)
+            df = self.sparse.doc_freqs(droppable)
             rare = min(droppable, key=lambda w: (df[w], -len(w), w))
             q = re.sub(rf"\b{re.escape(rare)}\b", "", q1, count=1, flags=re.I)
             q = " ".join(q.split())

@@ -13,8 +13,9 @@ from typing import Protocol
 import numpy as np
 
 from indexes.sparse import stems
+from indexes.store_protocol import Store
 
-from engine.core.corpus import Corpus
+from engine.core.querylog import QueryLog
 from engine.core.settings import EvidenceSettings
 from engine.evidence.confidence import Calibration, Concept, candidate_chunks, chunk_cosines, signals
 from engine.evidence.dictionary import Match
@@ -100,7 +101,8 @@ def bridged(query: str, matches: list[Match]) -> str:
 
 class RoundOwner(Protocol):
     """What a call's rounds use of the searcher that runs them (EvidenceSearch)."""
-    corpus: Corpus
+    store: Store
+    querylog: QueryLog
     pages: SearchService
     settings: EvidenceSettings
     calibration: Calibration
@@ -168,8 +170,8 @@ class Run:
         resp = self.owner.pages.search(req, log=False, trace=trace, scopes=self.scopes)
         entry = self.owner.pages.log_entry("evidence_round", req, resp, trace)
         entry.params |= {"evidence_query_id": self.query_id, "round": self.n}
-        self.owner.corpus.querylog.record(entry)
-        cosines = chunk_cosines(self.owner.corpus, self.model, sub.vector,
+        self.owner.querylog.record(entry)
+        cosines = chunk_cosines(self.owner.store, self.model, sub.vector,
                                 [c for h in resp.pages for c in candidate_chunks(h)])
         cal = self.owner.calibration
         new_here, above = [], 0

@@ -59,14 +59,16 @@ class PacketNotFound(EngineError):
 PackAxes = Callable[[list[str]], list[tuple[str, VocabularyAxis]]]
 
 
-def workspace_dictionary(corpus: Corpus, workspace: str, pack_axes: PackAxes, packs: list[str]) -> Dictionary:
-    """The workspace's own dictionary plus the vocabularies of `packs` (["workspace"]: those of the
-    relation workspace of the same id, if there is one; ["*"]: every pack) — 422 when unreadable."""
+def workspace_dictionary(relation_store, dictionary_dir, workspace: str, pack_axes: PackAxes, packs: list[str]
+                         ) -> Dictionary:
+    """The workspace's own dictionary (in `dictionary_dir`) plus the vocabularies of `packs`
+    (["workspace"]: those of the relation workspace of the same id, if there is one; ["*"]: every
+    pack) — 422 when unreadable."""
     if packs == ["workspace"]:
-        rel = corpus.relations.workspace(workspace)
+        rel = relation_store.workspace(workspace)
         packs = list(rel["packs"]) if rel else []
     try:
-        return load_dictionary(corpus.settings.dictionary_dir, workspace, pack_axes(packs) if packs else [])
+        return load_dictionary(dictionary_dir, workspace, pack_axes(packs) if packs else [])
     except DictionaryError as exc:
         raise DictionaryInvalid(f"the dictionary of workspace {workspace!r} cannot be read: {exc}",
                                 workspace=workspace) from exc
@@ -89,6 +91,9 @@ class EvidenceSearch(Planning):
         """`pack_axes`: the relation packs' vocabularies (from the Engine); `settings` overrides the
         corpus's [evidence] settings."""
         self.corpus = corpus
+        # the corpus's parts a call uses, named once here
+        self.store, self.sparse, self.querylog = corpus.store, corpus.sparse, corpus.querylog
+        self.map_notes, self.relation_store = corpus.map_notes, corpus.relations
         self.pages = pages
         self.pack_axes = pack_axes
         self.settings = settings or corpus.settings.evidence
@@ -105,7 +110,8 @@ class EvidenceSearch(Planning):
 
     # Preparation -------------------------------------------------------------------------------
     def dictionary(self, workspace: str) -> Dictionary:
-        return workspace_dictionary(self.corpus, workspace, self.pack_axes, list(self.settings.packs))
+        return workspace_dictionary(self.relation_store, self.corpus.settings.dictionary_dir, workspace, self.pack_axes,
+                                    list(self.settings.packs))
 
     # The verb ----------------------------------------------------------------------------------
     def search(self, req: EvidenceRequest, scopes: tuple[str, ...] | None = None) -> EvidenceResponse:
@@ -245,7 +251,7 @@ class EvidenceSearch(Planning):
             rows.append({"group_key": g.key if g is not None else "found:retrieval", "page_id": src["page_id"],
                          "url": src["path"], "title": src["title"], "sub_query": sub.query, "vector": sub.vector,
                          "confidence": src["confidence"], "session_id": session_id, "query_id": query_id})
-        version = self.corpus.map_notes.write(workspace, rows, utcnow())
+        version = self.map_notes.write(workspace, rows, utcnow())
         out = {"granted": True, "version": version or None, "notes": len(rows)}
         if rows:
             maps = workspace_maps(self.corpus, workspace, run.model)   # drawn again with the notes
@@ -282,7 +288,7 @@ class EvidenceSearch(Planning):
             appendix_path=app_rel, reports_written=1 + (app is not None), sources_found=len(sources),
             new_sources=len(call["sources"]), confidence=conf, key_themes=themes, navigation=nav, summary=summary)
         timings = {"total": round((time.perf_counter() - t0) * 1000, 3)}
-        corpus.querylog.record(LogEntry(
+        self.querylog.record(LogEntry(
             query_id=query_id, endpoint="evidence", workspace=state["workspace"], query=call["query"],
             params=run.req.model_dump(mode="json", exclude_none=True) | {"session_id": session_id},
             models=[run.model], timings=timings, total=nav["raw_files_scanned"], returned=len(call["sources"]),

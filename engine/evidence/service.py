@@ -31,7 +31,8 @@ def read_packet(corpus: Corpus, session_id: str, topic: str | None, part: str, w
 
 def show_dictionary(corpus: Corpus, workspace: str, pack_axes: PackAxes, limit: int = 1000) -> dict:
     packs = list(corpus.settings.evidence.packs)
-    return describe(workspace_dictionary(corpus, workspace, pack_axes, packs), workspace, limit)
+    return describe(workspace_dictionary(corpus.relations, corpus.settings.dictionary_dir, workspace, pack_axes, packs),
+                    workspace, limit)
 
 
 def set_dictionary(corpus: Corpus, workspace: str, fmt: str, text: str) -> dict:

@@ -52,18 +52,20 @@ class CompareResponse(BaseModel):
 
 
 def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...] | None = None) -> CompareResponse:
-    corpus = service.corpus
+    """The pipeline once per embedder over one shared BM25 arm, with the agreement of each pair of
+    lists; one log entry for the whole comparison (the page search's own store, registry and log)."""
+    registry = service.registry
     t0 = time.perf_counter()
     query_id = uuid.uuid4().hex
     search_req = SearchRequest(**req.model_dump(exclude={"models", "rbo_p"}))
     p = service.params(search_req)
-    counts = corpus.store.counts()
+    counts = service.store.counts()
     for m in req.models:
-        if m not in corpus.registry.names():
-            raise ModelUnknown(f"no model {m!r} in the registry (known: {', '.join(corpus.registry.names())})",
+        if m not in registry.names():
+            raise ModelUnknown(f"no model {m!r} in the registry (known: {', '.join(registry.names())})",
                                model=m)
         try:
-            spec = corpus.registry.spec(m)
+            spec = registry.spec(m)
         except Exception as exc:
             raise ModelUnavailable(str(exc), model=m) from exc
         if spec.kind != "embedder":
@@ -85,7 +87,7 @@ def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...]
     except Exception as exc:
         entry.error_type = getattr(exc, "type", type(exc).__name__)
         entry.error_title = str(exc)
-        corpus.querylog.record(entry)
+        service.querylog.record(entry)
         raise
     k = p.k
     agree = []
@@ -105,6 +107,6 @@ def compare(service: SearchService, req: CompareRequest, scopes: tuple[str, ...]
     entry.timings = {r.model: r.timings_ms for r in runs} | timings
     entry.total = max((r.total for r in runs), default=0)
     entry.returned = sum(len(r.pages) for r in runs)
-    corpus.querylog.record(entry)
+    service.querylog.record(entry)
     return CompareResponse(query_id=query_id, query=req.query, k=k, sparse_shared=True, runs=runs,
                            agreement=agree, timings_ms=timings)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.core.corpus import Corpus
 from engine.refind.candidates import Candidates
 from engine.refind.explain import page_explain
 from engine.refind.fusion import Fused
@@ -14,21 +13,21 @@ from engine.refind.schema import _PAGE_HITS, PageHit, Params
 from engine.refind.shortcuts import Shortcut
 
 
-def hydrate(corpus: Corpus, query: str, window: list[str], ranked: RankedPages, pinned: dict[str, str],
+def hydrate(store, snippets_n: int, query: str, window: list[str], ranked: RankedPages, pinned: dict[str, str],
             cands: Candidates, rerank_scores: dict[int, float], p: Params, now: datetime,
             shortcut: Shortcut | None = None) -> list[PageHit]:
-    """The returned pages only, read in full: their rows, their top chunks as snippets (with the
-    highlighted query words), and explain when asked; `shortcut`: the choice that put a page first."""
+    """The returned pages only, read in full: their rows, their top `snippets_n` chunks as snippets (with
+    the highlighted query words; read from `store` where the view does not hold their texts), and explain
+    when asked; `shortcut`: the choice that put a page first."""
     meta = cands.view.page_rows(window)
     by_id = {pid: sp for pid in window if (sp := ranked.page(pid)) is not None}
-    snippets_n = corpus.settings.search.snippets_per_page
     # a page pinned without a matched passage (a bare domain, a URL) shows how it begins
     unranked = [pid for pid in window if pid not in by_id]
-    lead = corpus.store.lead_chunks(unranked) if unranked and snippets_n else {}
+    lead = store.lead_chunks(unranked) if unranked and snippets_n else {}
     shown = [c for pid in window if pid in by_id for c in by_id[pid].chunk_ids[:snippets_n]] + list(lead.values())
     chunk_meta, offsets = cands.view.snippets(shown)   # texts in memory or on file when the view holds them
     if chunk_meta is None:
-        chunk_meta = corpus.store.snippet_chunks(shown)
+        chunk_meta = store.snippet_chunks(shown)
     fused_by_id: dict[int, Fused] = {f.chunk_id: f for f in cands.fused} if p.explain else {}
     terms = query_terms(query) if p.highlight else frozenset()
     marked = [c for c in shown if c in chunk_meta]

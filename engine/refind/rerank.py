@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from models.reranker import RerankerUnavailable, load_reranker
 
-from engine.core.corpus import Corpus
 from engine.core.devices import on_device
 from engine.core.errors import RerankerNotConfigured
+from engine.core.settings import ModelsSettings
 from engine.refind.candidates import Candidates
 from engine.refind.fusion import extra_arm
 from engine.refind.schema import Params
 
 
-def rerank_chunks(corpus: Corpus, query: str, p: Params, cands: Candidates) -> tuple[dict[int, float], dict[int, float]]:
-    """The cross-encoder over the top rerank_n candidate chunks: (chunk scores, rerank scores). With
-    rerank on, the ranked candidate set is the reranked chunks."""
+def rerank_chunks(store, registry, models: ModelsSettings, query: str, p: Params, cands: Candidates
+                  ) -> tuple[dict[int, float], dict[int, float]]:
+    """The cross-encoder (`models.reranker`, from the registry) over the top rerank_n candidate chunks,
+    their texts read from `store`: (chunk scores, rerank scores). With rerank on, the ranked candidate
+    set is the reranked chunks."""
     top = [f for f in cands.fused if f.chunk_id in cands.chunk_page][: p.rerank_n]
-    texts = corpus.store.chunks_by_id([f.chunk_id for f in top])
+    texts = store.chunks_by_id([f.chunk_id for f in top])
     try:
-        with on_device(corpus.settings.models.device):
-            rr = load_reranker(corpus.registry, corpus.settings.models.reranker, corpus.settings.models.device)
+        with on_device(models.device):
+            rr = load_reranker(registry, models.reranker, models.device)
     except RerankerUnavailable as exc:
         raise RerankerNotConfigured(str(exc)) from exc
     scores = rr.score(query, [texts[f.chunk_id]["text"] for f in top])

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from models.reranker_train import Pair
 
-from engine.core.corpus import Corpus
 from engine.refind.search import SearchRequest, SearchService
 
 # A sentence ends at . ! or ? before white space and a word (either case: some collections are
@@ -40,8 +39,8 @@ class NegativePlan:
 class PassageIndex:
     """A workspace's passages (chunks) in memory: page -> chunks, for positives and random negatives."""
 
-    def __init__(self, corpus: Corpus, workspace: str):
-        rows = corpus.store.workspace_chunks(workspace)
+    def __init__(self, store, workspace: str):
+        rows = store.workspace_chunks(workspace)
         self.by_page: dict[str, list[dict]] = {}
         self.url_page: dict[str, str] = {}
         self.title: dict[str, str | None] = {}
@@ -107,14 +106,13 @@ def _with_negatives(group: str, query: str, positives: list[tuple[str, str]], ex
     return pairs
 
 
-def judgment_pairs(corpus: Corpus, coll, workspace: str, plan: NegativePlan | None = None,
+def judgment_pairs(service: SearchService, store, coll, workspace: str, plan: NegativePlan | None = None,
                    max_positives: int = 4, seed: int = 13) -> list[Pair]:
     """Pairs from a collection's relevance judgments; `coll` (eval.collections.Collection) must be
     ingested into `workspace` with the URLs `refindery eval` gives its documents."""
     plan = plan or NegativePlan()
     rng = random.Random(seed)
-    index = PassageIndex(corpus, workspace)
-    service = SearchService(corpus)
+    index = PassageIndex(store, workspace)
     prefix = f"https://ir.example/{coll.name}/"
     relevant: dict[str, list[str]] = {}
     for q in coll.qrels:
@@ -139,14 +137,13 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENT.split(text) if s.strip()]
 
 
-def mined_pairs(corpus: Corpus, workspace: str, n: int = 400, plan: NegativePlan | None = None,
+def mined_pairs(service: SearchService, store, workspace: str, n: int = 400, plan: NegativePlan | None = None,
                 seed: int = 13) -> list[Pair]:
     """Up to `n` queries mined from the workspace's passages, half heading/title -> passage, half
     sentence -> the passage without that sentence (whichever a passage offers)."""
     plan = plan or NegativePlan()
     rng = random.Random(seed)
-    index = PassageIndex(corpus, workspace)
-    service = SearchService(corpus)
+    index = PassageIndex(store, workspace)
     chunks = [(pid, ch) for pid in index.pages for ch in index.by_page[pid]]
     rng.shuffle(chunks)
     pairs: list[Pair] = []
@@ -184,19 +181,19 @@ def mined_pairs(corpus: Corpus, workspace: str, n: int = 400, plan: NegativePlan
     return pairs
 
 
-def feedback_pairs(corpus: Corpus, workspace: str, plan: NegativePlan | None = None, seed: int = 13) -> list[Pair]:
+def feedback_pairs(service: SearchService, store, querylog, workspace: str, plan: NegativePlan | None = None,
+                   seed: int = 13) -> list[Pair]:
     """Pairs from the query log: `found` / `click` feedback makes the page a positive for the logged
     query, `irrelevant` makes it a negative; hard and random negatives are added as elsewhere."""
     plan = plan or NegativePlan()
     rng = random.Random(seed)
-    index = PassageIndex(corpus, workspace)
-    rows = corpus.querylog.tables.feedback_with_queries(workspace)
+    index = PassageIndex(store, workspace)
+    rows = querylog.tables.feedback_with_queries(workspace)
     by_query: dict[tuple[str, str], dict[str, set[str]]] = {}
     for qid, query, page_id, kind in rows:
         if page_id in index.by_page:
             by_query.setdefault((qid, query), {"pos": set(), "neg": set()})[
                 "neg" if kind == "irrelevant" else "pos"].add(page_id)
-    service = SearchService(corpus)
     pairs: list[Pair] = []
     for (qid, query), sets in by_query.items():
         pos = sorted(sets["pos"] - sets["neg"])

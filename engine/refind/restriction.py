@@ -49,5 +49,5 @@ def restriction(corpus: Corpus, workspace: str, filters: SearchFilters | None, s
                 matched_pages=len(pages), cap=cap)
     # a backend that reads the filters as an expression (r.sparse) needs no chunk id list
     dense_ids = ((snapshot or corpus.hot()).chunk_ids_of_pages(pages)
-                 if corpus.backend.dense_takes_id_lists else None)
+                 if corpus.dense_takes_id_lists else None)
     return Restriction(sparse, dense_ids, set(pages))

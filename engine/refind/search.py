@@ -50,6 +50,9 @@ class SearchService:
     def __init__(self, corpus: Corpus, search_settings=None):
         """`search_settings` overrides the corpus's [search] defaults (replay under another config)."""
         self.corpus = corpus
+        # the corpus's parts a search reads, named once here (the corpus keeps them in step)
+        self.store, self.sparse, self.querylog = corpus.store, corpus.sparse, corpus.querylog
+        self.registry = corpus.registry
         self.defaults = search_settings or corpus.settings.search
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-arm",
                                         initializer=set_search_threads,
@@ -77,7 +80,7 @@ class SearchService:
     def run_sparse(self, query: str, p: Params, r: Restriction) -> tuple[list[tuple[int, float]], float]:
         t = time.perf_counter()
         try:
-            hits = self.corpus.sparse.search(query, p.sparse_top_n, r.sparse, p.bm25_k3)
+            hits = self.sparse.search(query, p.sparse_top_n, r.sparse, p.bm25_k3)
         except BackendUnavailable as exc:
             raise IndexUnavailable(str(exc), index="sparse") from exc
         return hits, (time.perf_counter() - t) * 1000
@@ -178,13 +181,13 @@ class SearchService:
             resp = self._search(req, model, now, sparse, trace, scopes)
         except EngineError as exc:
             if log:
-                self.corpus.querylog.record(LogEntry(
+                self.querylog.record(LogEntry(
                     query_id=uuid.uuid4().hex, endpoint="search", workspace=req.workspace, query=req.query,
                     params=req.model_dump(mode="json", exclude_none=True), models=[model or self.corpus.settings.models.active],
                     error_type=exc.type, error_title=exc.title, scopes=_scope_list(scopes)))
             raise
-        if log and self.corpus.querylog.enabled:   # the entry's rows are built only for a log that keeps them
-            self.corpus.querylog.record(self.log_entry("search", req, resp, trace))
+        if log and self.querylog.enabled:   # the entry's rows are built only for a log that keeps them
+            self.querylog.record(self.log_entry("search", req, resp, trace))
         return resp
 
     def log_entry(self, endpoint: str, req: SearchRequest, resp: "SearchResponse", trace: dict,
@@ -234,7 +237,8 @@ class SearchService:
         ids, scores, rolled, rerank_scores = cands.ids, cands.scores, cands.rolled, {}   # best first, ties by chunk id
         if p.rerank:
             with timer("rerank"):
-                chunk_scores, rerank_scores = rerank_chunks(self.corpus, req.query, p, cands)
+                chunk_scores, rerank_scores = rerank_chunks(self.store, self.registry, self.corpus.settings.models,
+                                                             req.query, p, cands)
                 reranked = trace["reranked"] = sorted(chunk_scores.items(), key=lambda t: (-t[1], t[0]))
                 ids = np.array([c for c, _ in reranked], dtype=np.int64)
                 scores = np.array([s for _, s in reranked], dtype=np.float64)
@@ -242,7 +246,7 @@ class SearchService:
                 rolled = rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
-            found = pinned_pages(self.corpus.store, intent, p.workspace, restricted.page_ids,
+            found = pinned_pages(self.store, intent, p.workspace, restricted.page_ids,
                                  self.corpus.settings.search.pin_domain_max, scopes) if intent else []
             # a page written after this request's view waits for the next
             pinned = {pid: kind for pid, kind in found if pid in cands.view.row_of}
@@ -260,7 +264,8 @@ class SearchService:
                                       cands.view, rolled.pages)
         window = order[p.offset: p.offset + p.k]
         with timer("hydrate"):
-            hits = hydrate(self.corpus, req.query, window, ranked, pinned, cands, rerank_scores, p, now, shortcut)
+            hits = hydrate(self.store, self.corpus.settings.search.snippets_per_page, req.query, window, ranked,
+                           pinned, cands, rerank_scores, p, now, shortcut)
         suggestions = None
         if p.suggestions and order:
             with timer("suggestions"):

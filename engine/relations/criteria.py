@@ -62,6 +62,8 @@ class CriterionReader:
         """`scopes`: read only documents of these scopes (a key's grant); judgments are kept apart
         per set of scopes, so no reader sees a judgment drawn from documents it may not read."""
         self.corpus = corpus
+        # the corpus's parts a reader uses, named once here
+        self.store, self.relation_store, self.registry = corpus.store, corpus.relations, corpus.registry
         self.pages = pages
         self.scopes = tuple(sorted(set(scopes))) if scopes else None
         self.settings = corpus.settings.criteria
@@ -73,7 +75,7 @@ class CriterionReader:
         if self._cross is _UNSET:
             try:
                 with on_device(self.corpus.settings.models.device):   # a missing device is refused, not skipped
-                    self._cross = load_reranker(self.corpus.registry, self.corpus.settings.models.reranker,
+                    self._cross = load_reranker(self.registry, self.corpus.settings.models.reranker,
                                                 self.corpus.settings.models.device)
             except RerankerUnavailable:
                 self._cross = None
@@ -95,7 +97,7 @@ class CriterionReader:
         or added document changes it. Entities linked to no page are absent."""
         if not entity_ids:
             return {}
-        return self.corpus.store.entity_document_keys(workspace_id, entity_ids,
+        return self.store.entity_document_keys(workspace_id, entity_ids,
                                                       list(self.scopes) if self.scopes else None)
 
     def judge(self, workspace_id: str, criterion: str, entity_id: str) -> Judgment:
@@ -155,7 +157,7 @@ class CriterionReader:
         key = self.key(criterion)
         docs = self.doc_keys(workspace_id, entity_ids)
         out: dict[str, Judgment] = {}
-        rstore = self.corpus.relations
+        rstore = self.relation_store
         stored = {(row[0], row[1]): row for row in rstore.records.judgments(workspace_id, key, list(docs))} if docs else {}
         fresh: list[tuple[Judgment, str]] = []
         for eid in entity_ids:

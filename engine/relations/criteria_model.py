@@ -145,7 +145,7 @@ class ModelCriterionReader(CriterionReader):
 
     # Facets ----------------------------------------------------------------------------------
     def facets_of(self, workspace_id: str, criterion: str) -> tuple[list[Facet], dict]:
-        rstore = self.corpus.relations
+        rstore = self.relation_store
         text = " ".join(criterion.split())
         stored = rstore.records.criterion_facets(text, self.compiler.model)
         if stored is not None:
@@ -162,7 +162,7 @@ class ModelCriterionReader(CriterionReader):
     # Judgments -------------------------------------------------------------------------------
     def _read_one(self, workspace_id: str, criterion: str, facets: list[Facet], keys: list[str],
                   entity_id: str, doc: str) -> list[Judgment]:
-        pages = self.corpus.store.entity_pages(workspace_id, entity_id, list(self.scopes) if self.scopes else None,
+        pages = self.store.entity_pages(workspace_id, entity_id, list(self.scopes) if self.scopes else None,
                                                self.settings.model_chars)
         listing = "\n".join(f"{i}. {f.facet} ({f.types or 'substance'})" for i, f in enumerate(facets))
         docs = "\n\n".join(f"[document {i + 1}: {url}]\n{body}" for i, (_, url, _, body) in enumerate(pages))
@@ -191,7 +191,7 @@ class ModelCriterionReader(CriterionReader):
             out.append(j)
         now = utcnow()
         for key, j in zip(keys, out):
-            self.corpus.relations.records.replace_judgments(workspace_id, key, [
+            self.relation_store.records.replace_judgments(workspace_id, key, [
                 [j.entity_id, doc, j.state, j.quote, j.page_id, j.url, j.chunk_id, j.char_start, j.char_end,
                  j.score]], now)
         return out
@@ -202,7 +202,7 @@ class ModelCriterionReader(CriterionReader):
         each one model call for every facet; returns (per-facet judgments, reads started now)."""
         keys = [self.key(f.facet) for f in facets]
         docs = self.doc_keys(workspace_id, ids)
-        rstore = self.corpus.relations
+        rstore = self.relation_store
         stored = [{(r[0], r[1]): r for r in rstore.records.judgments(workspace_id, k, list(docs))} if docs else {}
                   for k in keys]
         out: list[dict] = [{} for _ in facets]

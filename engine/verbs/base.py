@@ -10,6 +10,7 @@ from engine.core.corpus import Corpus
 from engine.core.settings import Settings
 
 if TYPE_CHECKING:
+    from indexes.backends import SparseArm
     from indexes.keys import KeyStore
     from indexes.relations import RelationStore
     from indexes.store_protocol import Store
@@ -25,7 +26,7 @@ class Verbs:
     """Built by the Engine (engine/app.py), which is composed of these classes; a verb of one class
     may call another's (a document load ingests pages) through `self`. What a verb uses the Engine
     hands it once, by name: the store, the query log, the keys, the relation store, the model
-    registry and the embedders loaded, page search — and the corpus itself for what is the corpus's own (its indexes kept in
+    registry, the embedders loaded, the BM25 arm, page search — and the corpus itself for what is the corpus's own (its indexes kept in
     step: generations, repair, the embedders and their vectors)."""
     corpus: Corpus
     settings: Settings
@@ -35,6 +36,7 @@ class Verbs:
     relation_store: RelationStore
     registry: ModelRegistry
     pool: EmbedderPool
+    sparse: SparseArm
     pages: SearchService
     _embeds: dict[str, dict]      # model -> its background embedding's state (operations)
 

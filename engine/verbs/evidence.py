@@ -33,7 +33,7 @@ class EvidenceVerbs(Verbs):
         model = model or self.settings.models.active
         vec = self.corpus.embedder(model).encode_query(text)
         vec = vec / (np.linalg.norm(vec) or 1.0)
-        return chunk_cosines(self.corpus, model, vec, chunk_ids)
+        return chunk_cosines(self.store, model, vec, chunk_ids)
 
     def evidence(self, req: evidence.EvidenceRequest, caller: Grant = OPEN) -> evidence.EvidenceResponse:
         """`map_write` writes into the workspace's maps: it needs a caller that may write."""

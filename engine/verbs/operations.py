@@ -105,11 +105,11 @@ class OperationsVerbs(Verbs):
         hard negatives from hybrid search), `mined` (sentences of the workspace's pages), `feedback`
         (found / click / irrelevant in the query log)."""
         if source == "judgments":
-            return judgment_pairs(self.corpus, collection, workspace, plan, seed=seed)
+            return judgment_pairs(self.pages, self.store, collection, workspace, plan, seed=seed)
         if source == "mined":
-            return mined_pairs(self.corpus, workspace, n=n, plan=plan, seed=seed)
+            return mined_pairs(self.pages, self.store, workspace, n=n, plan=plan, seed=seed)
         if source == "feedback":
-            return feedback_pairs(self.corpus, workspace, plan=plan, seed=seed)
+            return feedback_pairs(self.pages, self.store, self.querylog, workspace, plan=plan, seed=seed)
         raise ValueError(f"unknown pair source {source!r}")
 
     def train_reranker(self, pairs: list[Pair], out_dir: Path, **kw) -> dict:

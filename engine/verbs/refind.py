@@ -56,7 +56,7 @@ class RefindVerbs(Verbs):
     def term_stats(self, terms: list[str]) -> tuple[dict[str, int], int]:
         """The BM25 arm's document frequency of each term, and its number of documents (chunks), over
         every workspace: what a learned ranker's features read (eval/ltr.py)."""
-        return (self.corpus.sparse.doc_freqs(terms) if terms else {}), self.corpus.sparse.count()
+        return (self.sparse.doc_freqs(terms) if terms else {}), self.sparse.count()
 
     def facets(self, workspace: str | None = None, caller: Grant = OPEN, limit: int = 50) -> dict:
         ws = self.workspace_for(caller, workspace)

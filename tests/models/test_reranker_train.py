@@ -40,9 +40,11 @@ def mining_corpus(pool, tmp_path_factory):
 
 def test_mined_pairs_are_headings_and_cut_sentences_with_hard_negatives_from_other_pages(mining_corpus):
     from engine.refind.rerank_pairs import NegativePlan, PassageIndex, mined_pairs
+    from engine.refind.search import SearchService
 
-    pairs = mined_pairs(mining_corpus, "default", n=20, plan=NegativePlan(hard=2, random=1), seed=3)
-    index = PassageIndex(mining_corpus, "default")
+    pairs = mined_pairs(SearchService(mining_corpus), mining_corpus.store, "default", n=20,
+                        plan=NegativePlan(hard=2, random=1), seed=3)
+    index = PassageIndex(mining_corpus.store, "default")
     page_of = {ch["text"]: pid for pid, chs in index.by_page.items() for ch in chs}
     groups: dict[str, list] = {}
     for p in pairs:
@@ -65,7 +67,8 @@ def test_mined_pairs_are_headings_and_cut_sentences_with_hard_negatives_from_oth
         assert [p.source for p in negs].count("hard") == 2 and [p.source for p in negs].count("random") == 1
         assert all(page_of.get(p.passage) != own for p in negs)  # never a passage of the same page
     assert sources == {"mined-heading", "mined-sentence"}
-    again = mined_pairs(mining_corpus, "default", n=20, plan=NegativePlan(hard=2, random=1), seed=3)
+    again = mined_pairs(SearchService(mining_corpus), mining_corpus.store, "default", n=20,
+                        plan=NegativePlan(hard=2, random=1), seed=3)
     assert again == pairs  # deterministic with a seed
 
 
@@ -79,7 +82,7 @@ def test_feedback_pairs_come_from_the_query_log(mining_corpus):
     glacier, bike = by_url["https://notes.example/1"], by_url["https://notes.example/3"]
     mining_corpus.record_feedback(res.query_id, glacier, "found")
     mining_corpus.record_feedback(res.query_id, bike, "irrelevant")
-    pairs = feedback_pairs(mining_corpus, "default", seed=1)
+    pairs = feedback_pairs(SearchService(mining_corpus), mining_corpus.store, mining_corpus.querylog, "default", seed=1)
     pos = [p for p in pairs if p.label == 1.0]
     assert [p.source for p in pos] == ["feedback"] and "Glaciers retreat" in pos[0].passage
     assert pos[0].query == "how glaciers melt and retreat"
@@ -93,6 +96,7 @@ def test_judgment_pairs_use_the_collection_qrels(mining_corpus, tmp_path):
 
     from engine.app import Engine
     from engine.refind.rerank_pairs import judgment_pairs
+    from engine.refind.search import SearchService
     from eval import collections, run
 
     coll = collections.Collection(
@@ -101,7 +105,7 @@ def test_judgment_pairs_use_the_collection_qrels(mining_corpus, tmp_path):
         [ir_measures.Qrel("q1", "d2", 1), ir_measures.Qrel("q2", "d1", 2), ir_measures.Qrel("q2", "d0", 0)])
     run.ingest(Engine(corpus=mining_corpus), coll, "tiny")
     mining_corpus.sync()
-    pairs = judgment_pairs(mining_corpus, coll, "tiny", seed=0)
+    pairs = judgment_pairs(SearchService(mining_corpus), mining_corpus.store, coll, "tiny", seed=0)
     pos = {p.group: p.passage for p in pairs if p.label == 1.0}
     assert set(pos) == {"tiny:q1", "tiny:q2"}
     assert pos["tiny:q1"].startswith("A starter is flour") and pos["tiny:q2"].startswith("Glaciers retreat")
