@@ -111,7 +111,7 @@ class Corpus(IndexRepairs):
     @property
     def dense_takes_id_lists(self) -> bool:
         """Whether the dense arm reads a search's filters as a list of chunk ids (FAISS) rather than as
-        the filter expression itself (Milvus)."""
+        the filter expression itself (a backend that filters by expression)."""
         return self.backend.dense_takes_id_lists
 
     @property
