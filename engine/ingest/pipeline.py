@@ -94,6 +94,9 @@ class Ingester:
         models/ray_embed.py embeds on Ray); `batch_chunks`: chunks per batch (default the setting);
         `caller`: whose grant decides each page's scope (Engine.ingest has checked its workspace)."""
         self.corpus = corpus
+        # the corpus's parts the writer writes, named once here (the corpus's write lock and its
+        # indexes' maintenance stay the corpus's)
+        self.store, self.sparse = corpus.store, corpus.sparse
         self.caller = caller
         self.settings = corpus.settings
         self.encode = encode or (lambda model, texts: corpus.embedder(model).encode_documents(texts))
@@ -114,7 +117,7 @@ class Ingester:
         saves them periodically instead of once per request; a crash before that is repaired)."""
         report = IngestReport()
         t0 = time.perf_counter()
-        self.corpus.store.ensure_workspace(self.workspace)
+        self.store.ensure_workspace(self.workspace)
         bar = Progress("ingest", total, "pages") if self.progress else None
         # chunks embedded, told as they are (a batch of pages takes a while on a small machine)
         self._tick = (lambda n: bar.update(0, **{"chunks embedded": n})) if bar is not None and self._local else None
@@ -130,7 +133,7 @@ class Ingester:
             if flush:
                 self.corpus.flush()
         report.seconds = time.perf_counter() - t0
-        report.generation = self.corpus.store.generation()
+        report.generation = self.store.generation()
         report.outcomes.sort(key=lambda o: o.index)
         return report
 
@@ -184,10 +187,10 @@ class Ingester:
         chunks: dict[str, list[ChunkRow]] = {}
         # (the embedders of the write path: a catch-up model is left to the background, engine/core/catch_up.py)
         vectors: dict[str, dict[int, np.ndarray]] = {m: {} for m in corpus.settings.write_models}
-        before = corpus.store.existing_pages(by_page)
+        before = self.store.existing_pages(by_page)
         self._embed(self._new_chunks(by_page, before, chunks, now), vectors)
         with corpus.write_lock:
-            existing = corpus.store.existing_pages(by_page)   # again: another writer may have been first
+            existing = self.store.existing_pages(by_page)   # again: another writer may have been first
             writes: list[PageWrite] = []
             touches: list[Touch] = []
             outcomes: list[PageOutcome] = []
@@ -222,7 +225,7 @@ class Ingester:
                     w.vectors[model] = {cid: by_id[cid] for cid in new}
             report.chunks_embedded += fresh
             _maybe_crash("before_store", self._batch_no)
-            gen = corpus.store.apply(writes, touches)
+            gen = self.store.apply(writes, touches)
             _maybe_crash("after_store", self._batch_no)
             rejected = self._apply_to_indexes(writes, touches, existing, gen)
             _maybe_crash("after_indexes", self._batch_no)
@@ -311,8 +314,8 @@ class Ingester:
             corpus.applied_moved()
             return rejected
         pages = [w.page.page_id for w in writes] + [t.page_id for t in touches]
-        docs = [d for batch in corpus.store.index_docs(pages) for d in batch]
-        rejected = corpus.sparse.replace_pages(pages, docs, gen)
+        docs = [d for batch in self.store.index_docs(pages) for d in batch]
+        rejected = self.sparse.replace_pages(pages, docs, gen)
         _maybe_crash("after_sparse", self._batch_no)
         gone = [cid for w in writes if w.page.page_id in existing
                 for cid in existing[w.page.page_id].chunk_ids - {c.chunk_id for c in w.chunks}]
