@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from indexes.store import CorpusStore
     from models.embedder import Embedder
 
+    from engine.core.querylog import QueryLog
+
 log = logging.getLogger("refindery.corpus")
 
 
@@ -41,6 +43,7 @@ class IndexRepairs:
     vectors_added: int
     applied: int   # the store generation every index has applied (follow; a replica's /healthz)
     replicated: bool   # the store is shared with other processes: indexes move by `follow` only
+    querylog: QueryLog   # a deleted page's feedback goes with it
 
     # Consistency ---------------------------------------------------------------------------------
     def sync(self, models: list[str] | None = None) -> list[RepairReport]:
@@ -180,6 +183,25 @@ class IndexRepairs:
             dense.add(*self.store.embeddings_for(model, missing.tolist()))
         if pages:   # a backend holding filter fields beside the vectors re-reads the changed pages'
             dense.refresh_pages(pages)
+
+    def delete_page(self, page_id: str) -> bool:
+        """Remove a page from the store and every index, and the feedback on it (the judgments go
+        with it, the shortcuts to it too). False if it does not exist."""
+        with self.write_lock:
+            old = self.store.existing_pages([page_id]).get(page_id)
+            if old is None:
+                return False
+            gen = self.store.apply([], [], [page_id])
+            if self.replicated:
+                self.follow()
+                self.applied_moved()
+            else:
+                self.sparse.replace_pages([page_id], [], gen)
+                for model in self.embedder_names:
+                    self.dense(model).remove(sorted(old.chunk_ids))
+                    self.maintain_dense(model)
+        self.querylog.forget_pages([page_id])
+        return True
 
     def sync_pages(self, generation: int) -> None:
         """After a store write that changed pages' filter fields only (clusters, entity links):

@@ -44,6 +44,9 @@ class Replica:
     def __init__(self, corpus, address: str | None = None):
         """`corpus`: the Corpus it follows (engine/core/corpus.py, which imports this module)."""
         self.corpus = corpus
+        # the corpus's parts the follower reads, named once here: the shared store (its notices and
+        # generations), the BM25 arm's generation, the relation tables' replay
+        self.store, self.sparse, self.relations = corpus.store, corpus.sparse, corpus.relations
         self.id = replica_id(corpus.data_dir)
         self.address = address
         self._wake = threading.Event()
@@ -57,8 +60,8 @@ class Replica:
         self._thread = threading.Thread(target=self._run, name="replica-follower", daemon=True)
 
     def start(self) -> "Replica":
-        self.corpus.store.on_generation(lambda _g: self._wake.set())
-        self.corpus.store.on_vectors(self._vectors_heard)
+        self.store.on_generation(lambda _g: self._wake.set())
+        self.store.on_vectors(self._vectors_heard)
         self._report(force=True)
         self._thread.start()
         return self
@@ -103,7 +106,7 @@ class Replica:
         stored without a new generation, at most every VECTORS_EVERY_S (a background embedding stores a
         batch every few seconds; each look compares every vector id of the model) — ; returns the
         applied generation."""
-        if self.corpus.store.generation() > self.corpus.applied:
+        if self.store.generation() > self.corpus.applied:
             self.corpus.follow()
         now = time.monotonic()
         if self._vector_models and now - self._vectors_at >= VECTORS_EVERY_S:
@@ -128,11 +131,11 @@ class Replica:
         self._report(force=True)
 
     def _report(self, force: bool = False) -> None:
-        applied = min(self.corpus.applied, self.corpus.sparse.generation)
+        applied = min(self.corpus.applied, self.sparse.generation)
         last, at = self._reported
         now = time.monotonic()
         if force or (applied != last and now - at >= REPORT_EVERY_S) or now - at >= 30 * REPORT_EVERY_S:
-            self.corpus.store.report_applied(self.id, applied, self.address)
+            self.store.report_applied(self.id, applied, self.address)
             self._reported = (applied, now)
 
     # Read your writes --------------------------------------------------------------------------
@@ -150,7 +153,7 @@ class Replica:
 
     def describe(self) -> dict:
         """What /healthz says of this replica."""
-        rel = self.corpus.relations.shared
+        rel = self.relations.shared
         return {"id": self.id, "applied_generation": self.corpus.applied,
                 **({"relations_applied": rel.applied} if rel is not None else {}),
                 "follow_errors": self.errors, **({"last_error": self.last_error} if self.last_error else {})}

@@ -335,22 +335,3 @@ class Ingester:
         for model in corpus.embedder_names:
             corpus.maintain_dense(model)
         return rejected
-
-
-def delete_page(corpus: Corpus, page_id: str) -> bool:
-    """Remove a page from the store and every index, and the feedback on it. False if it does not exist."""
-    with corpus.write_lock:
-        old = corpus.store.existing_pages([page_id]).get(page_id)
-        if old is None:
-            return False
-        gen = corpus.store.apply([], [], [page_id])
-        if corpus.replicated:
-            corpus.follow()
-            corpus.applied_moved()
-        else:
-            corpus.sparse.replace_pages([page_id], [], gen)
-            for model in corpus.embedder_names:
-                corpus.dense(model).remove(sorted(old.chunk_ids))
-                corpus.maintain_dense(model)
-    corpus.querylog.forget_pages([page_id])   # the judgments on it go with it (the shortcuts to it too)
-    return True

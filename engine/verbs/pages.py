@@ -7,7 +7,7 @@ from engine.core.access import OPEN, Grant
 from engine.core.errors import PageNotFound
 from engine.ingest.clusters import refit_clusters
 from engine.ingest.entities import EntityUpsert, upsert_entity
-from engine.ingest.pipeline import Ingester, IngestReport, delete_page
+from engine.ingest.pipeline import Ingester, IngestReport
 from engine.verbs.base import Verbs
 
 
@@ -44,7 +44,7 @@ class PageVerbs(Verbs):
     def delete_page(self, page_id: str, caller: Grant = OPEN) -> dict:
         caller.require_write()
         self.readable_page(caller, page_id)
-        if not delete_page(self.corpus, page_id):
+        if not self.corpus.delete_page(page_id):
             raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
         return {"page_id": page_id, "deleted": True}
 

@@ -10,7 +10,6 @@ from engine.core import access
 from engine.core.access import OPEN, Forbidden, Grant
 from engine.core.errors import LoadInvalid, LoadNotFound
 from engine.core.urls import normalize_url
-from engine.ingest.pipeline import delete_page
 from engine.ingest.records import PageInput, describe_validation_error
 from engine.relations import documents as relation_documents
 from engine.relations import facts as relation_facts
@@ -161,5 +160,5 @@ class RelationVerbs(Verbs):
             found = self.store.pages_with_url(workspace_id, normalize_url(url), list(scopes) if scopes is not None else None)
             for page_id, meta in self.store.pages_by_id(found).items():
                 if meta.get("scope") == scope:
-                    delete_page(c, page_id)
+                    c.delete_page(page_id)
         return relation_documents.write(self.relation_store, prep, pages)

@@ -50,12 +50,11 @@ def test_each_replica_applies_every_others_writes_and_never_skips_one(pool, tmp_
         assert _urls(a, "python list comprehension") == _urls(b, "python list comprehension") != []
 
         # a rewrite through one (chunks kept, dropped and added) and a delete through the other
-        from engine.ingest.pipeline import delete_page
         first = records[0]
         ingest(a.corpus, [{**first, "body_text": first["body_text"] + "\n\nAn added paragraph about gannets.",
                            "seen_at": "2027-01-01T00:00:00Z"}])
         gone = sorted(set(b.corpus.store.changed_pages_since(0)))[0]
-        assert delete_page(b.corpus, gone)
+        assert b.corpus.delete_page(gone)
         gen = b.corpus.store.generation()
         assert a.wait_applied(gen, WAIT_S) and b.wait_applied(gen, WAIT_S)
         for e in (a, b):

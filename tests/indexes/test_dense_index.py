@@ -82,8 +82,6 @@ def test_hnsw_asks_for_compaction_past_a_fifth_dead(tmp_path):
 def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(store_backend, make_corpus):
     from conftest import index_ids, ingest, page
 
-    from engine.ingest.pipeline import delete_page
-
     corpus = make_corpus(index={"dense_kind": "auto", "hnsw_above": 5})
     assert corpus.dense("all-minilm-l6-v2").kind == "flat"  # empty store: below the line
     rep = ingest(corpus, [page(f"https://example.org/{i}", f"Page {i} tells of harbour number {i}.")
@@ -101,16 +99,16 @@ def test_auto_kind_switches_to_hnsw_by_corpus_size_and_stays_consistent(store_ba
     assert ids["store"] == ids["dense:all-minilm-l6-v2"]
     # Deletes and changes go through tombstones (and a compaction once a fifth is dead).
     for o in rep.outcomes[:3]:
-        assert delete_page(again, o.page_id)
+        assert again.delete_page(o.page_id)
     ingest(again, [page("https://example.org/7", "Page seven now tells of a lighthouse keeper.")])
     ids = index_ids(again)
     assert ids["store"] == ids["sparse"] == ids["dense:all-minilm-l6-v2"]
     top = again.dense("all-minilm-l6-v2").search(again.embedder().encode_query("lighthouse keeper"), 1)[0][0]
     assert again.store.chunks_by_id([top])[top]["text"] == "Page seven now tells of a lighthouse keeper."
     assert again.dense("all-minilm-l6-v2").kind == "hnsw"  # 5 left: at the line
-    assert delete_page(again, rep.outcomes[3].page_id)  # 4 = 80% of 5: stays (the band between)
+    assert again.delete_page(rep.outcomes[3].page_id)  # 4 = 80% of 5: stays (the band between)
     assert again.dense("all-minilm-l6-v2").kind == "hnsw"
-    assert delete_page(again, rep.outcomes[4].page_id)  # 3: below the band, flat again
+    assert again.delete_page(rep.outcomes[4].page_id)  # 3: below the band, flat again
     assert again.dense("all-minilm-l6-v2").kind == "flat" and again.dense("all-minilm-l6-v2").count() == 3
     again.flush()
     again.close()

@@ -94,15 +94,14 @@ def test_older_content_does_not_overwrite_newer(make_corpus):
 
 
 def test_a_deleted_page_is_in_no_index(make_corpus):
-    from engine.ingest.pipeline import delete_page
 
     corpus = make_corpus()
     ingest(corpus, [page("https://example.org/keep", "Pelicans are large water birds."),
                     page("https://example.org/drop", "Flamingos stand on one leg.")])
     pid = next(p for p, u in corpus.store.sql().rows("SELECT page_id, url FROM pages")
                if u.endswith("drop"))
-    assert delete_page(corpus, pid) is True
-    assert delete_page(corpus, pid) is False
+    assert corpus.delete_page(pid) is True
+    assert corpus.delete_page(pid) is False
     assert corpus.store.page(pid) is None
     ids = index_ids(corpus)
     assert ids["store"] == ids["sparse"] == ids["dense:all-minilm-l6-v2"] == ids["vectors:all-minilm-l6-v2"]

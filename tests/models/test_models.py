@@ -115,14 +115,12 @@ def test_search_with_a_missing_model_is_503(tmp_path):
 def test_hnsw_index_handles_change_and_delete(make_corpus):
     from conftest import index_ids, ingest, page
 
-    from engine.ingest.pipeline import delete_page
-
     corpus = make_corpus(index={"dense_kind": "hnsw"})
     rep = ingest(corpus, [page(f"https://example.org/{i}", f"Page {i} is about the number {i} and seabirds.")
                           for i in range(6)])
     ingest(corpus, [page("https://example.org/0", "Page zero now talks about lighthouses.",
                          seen_at="2026-07-01T00:00:00Z")])
-    assert delete_page(corpus, rep.outcomes[1].page_id)
+    assert corpus.delete_page(rep.outcomes[1].page_id)
     ids = index_ids(corpus)
     assert ids["store"] == ids["sparse"] == ids["dense:all-minilm-l6-v2"]
     vec = corpus.embedder().encode_query("lighthouses")

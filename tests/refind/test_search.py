@@ -435,13 +435,12 @@ def test_a_workspace_without_pages_answers_nothing_even_beside_the_only_populate
 @pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
 def test_deleting_a_page_takes_it_from_both_arms_and_a_restart_repairs_what_an_index_missed(store_backend, make, pool):
     from engine.core.corpus import open_corpus
-    from engine.ingest.pipeline import delete_page
 
     corpus = make()
     rep = ingest(corpus, [page("https://d.example/keep", "Kittiwakes nest on narrow cliff ledges."),
                           page("https://d.example/drop", "Kittiwakes and fulmars share the cliff ledges.")])
     keep, drop = rep.outcomes[0].page_id, rep.outcomes[1].page_id
-    assert delete_page(corpus, drop)
+    assert corpus.delete_page(drop)
     with TestClient(create_app(corpus.settings, corpus)) as c:
         for weights in ({"sparse_weight": 0}, {"dense_weight": 0}):
             assert [p["page_id"] for p in search(c, query="kittiwakes fulmars cliff", **weights)["pages"]] == [keep]
