@@ -53,9 +53,10 @@ class RefindVerbs(Verbs):
         scopes = caller.document_scopes
         return self.store.pages_with_url(ws, normalize_url(url), list(scopes) if scopes is not None else None)
 
-    def term_stats(self, terms: list[str]) -> tuple[dict[str, int], int]:
+    def term_stats(self, terms: list[str], caller: Grant = OPEN) -> tuple[dict[str, int], int]:
         """The BM25 arm's document frequency of each term, and its number of documents (chunks), over
         every workspace: what a learned ranker's features read (eval/ltr.py)."""
+        caller.require_everywhere("term statistics over every workspace")
         return (self.sparse.doc_freqs(terms) if terms else {}), self.sparse.count()
 
     def facets(self, workspace: str | None = None, caller: Grant = OPEN, limit: int = 50) -> dict:

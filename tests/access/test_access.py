@@ -256,3 +256,27 @@ def test_every_call_is_audited_with_its_key_route_workspace_and_outcome(acl):
     assert (log["hidden"]["route"], log["hidden"]["status"]) == ("/v1/pages/{page_id}", 404)
     assert (log["forbidden"]["key_id"], log["forbidden"]["status"]) == (reader_id, 403)
     assert acl.get("/v1/audit/access", headers=auth(acl.alpha)).status_code == 403
+
+
+def test_the_engine_verbs_faces_call_for_counts_urls_and_term_statistics_keep_the_walls(acl):
+    """counts and term_stats read every workspace: only a key for every workspace and scope may; a
+    page's URL is found only in the caller's workspaces and scopes (another's is as if absent)."""
+    from engine.core.access import Forbidden, Grant
+    from engine.core.errors import EngineError
+
+    engine = acl.app.state.engine
+    everyone = Grant("admin")
+    alpha, team_a = Grant("k1", workspaces=("alpha",)), Grant("k2", workspaces=("alpha",), scopes=("team-a",))
+    assert engine.counts(everyone)["pages"] == 4
+    assert engine.term_stats(["json"], everyone)[1] > 0
+    for narrow in (alpha, team_a):
+        with pytest.raises(Forbidden):
+            engine.counts(narrow)
+        with pytest.raises(Forbidden):
+            engine.term_stats(["json"], narrow)
+    assert engine.pages_with_url("https://a.example/team-b", "alpha", alpha) == [acl.by_url["https://a.example/team-b"]]
+    assert engine.pages_with_url("https://a.example/team-b", "alpha", team_a) == []   # another scope's page
+    assert engine.pages_with_url("https://a.example/team-a", "alpha", team_a) == [acl.by_url["https://a.example/team-a"]]
+    with pytest.raises(EngineError) as refused:   # another workspace: as if absent
+        engine.pages_with_url("https://b.example/secret", "beta", alpha)
+    assert refused.value.status == 404
