@@ -90,6 +90,7 @@ def _call_each(callbacks: list[Callable], arg) -> None:
 class PgCorpusStore(PgReads, PgLookups, PgWrites):
     """The corpus store in a PostgreSQL database, named by a postgresql:// URL."""
 
+    kind = "postgres"
     PAGE_ID_TABLES = ("chunks", "page_entities", "rel_documents", "criterion_judgments")
 
     def __init__(self, url: str, scratch_dir: Path | str | None = None, connect_timeout_s: float = 10.0,

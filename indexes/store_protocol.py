@@ -23,6 +23,7 @@ class Store(Protocol):
     dropped or added vectors and pruned change rows); reads see whole writes only."""
 
     PAGE_ID_TABLES: tuple[str, ...]     # tables that name a page by its id (kept in step by rekey)
+    kind: str                           # "duckdb" or "postgres": which store this is
 
     @property
     def scratch_dir(self) -> Path: ...  # where this process may keep files of its own

@@ -18,7 +18,7 @@ from engine.core.settings import Settings, load_settings
 
 from .auth import BodyLimit, JsonBodyCheck, KeyAuth
 from .errors import ERROR_RESPONSES, install_error_handlers
-from .generations import Generations
+from .generations import Generations, Waiters
 from .http import clusters, evidence, keys, ops, pages, relations, search
 from .mcp import build_mcp
 from .web import mount_web
@@ -89,9 +89,12 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
     app.state.owner_socket = None   # `refindery serve` sets the data dir's own socket (server/owner.py)
     # /mcp reads its JSON in the MCP SDK: the routes' body check goes in front of it (innermost: after the key)
     app.add_middleware(JsonBodyCheck, paths=("/mcp", "/mcp/"))
+    # Starlette runs the middleware added last first: the key check (KeyAuth) runs before Generations,
+    # so a request without a valid key has its 401 before it could wait for a generation
+    app.state.waiters = Waiters()   # requests waiting for a generation (/healthz: waiting_for_generation)
+    app.add_middleware(Generations, engine_of=lambda: app.state.engine, waiters=app.state.waiters)
     app.add_middleware(KeyAuth, engine_of=lambda: app.state.engine,
                        owner_socket_of=lambda: app.state.owner_socket)
-    app.add_middleware(Generations, engine_of=lambda: app.state.engine)   # after the key: a 401 waits for nothing
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.engine.settings.server.max_body_bytes)
     for module in ROUTERS:
         app.include_router(module.router)

@@ -141,7 +141,30 @@ class KeyAuth:
         self.app = app
         self.engine_of = engine_of  # () -> the Engine, once the app's lifespan has built it
         self.owner_socket_of = owner_socket_of  # () -> the path of the data dir's own socket, if served
-        self.limiter: RateLimiter | None = None
+        self.limiter: RateLimiter | None = None    # per key
+        self.failures: RateLimiter | None = None   # requests refused for their key, per peer address
+
+    @staticmethod
+    def _new_limiter(engine) -> RateLimiter:
+        s = engine.settings.server
+        return RateLimiter(s.rate_limit_per_minute, s.rate_limit_burst)
+
+    def _failed_attempt(self, scope, engine) -> float:
+        """Count a request refused for its key (none, or not valid) against its peer address, in a bucket
+        of the same size as a key's: 0 while under it, else the seconds until the next may be tried."""
+        if self.failures is None:
+            self.failures = self._new_limiter(engine)
+        if len(self.failures.buckets) > 100_000:   # many addresses: start over rather than grow
+            self.failures.buckets.clear()
+        return self.failures.take(_peer(scope))
+
+    @staticmethod
+    async def _rate_limited(send, engine, wait: float, whose: str) -> None:
+        s = engine.settings.server
+        retry = max(1, int(wait + 0.999))
+        await refuse(send, 429, {
+            "type": "rate_limited", "title": f"requests {whose} are over {s.rate_limit_per_minute} a "
+            f"minute; retry in {retry} s", "retry_after_s": retry}, [(b"retry-after", str(retry).encode())])
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
@@ -168,21 +191,20 @@ class KeyAuth:
                 grant = Grant(None) if on_owner_socket(scope, self.owner_socket_of()) else \
                     dataclasses.replace(engine.grant_for(headers.get("authorization")), seen=[])
             except EngineError as exc:
+                if exc.status == 401 and (retry := self._failed_attempt(scope, engine)):
+                    return await self._rate_limited(send_with_id, engine, retry, "from this address are refused "
+                                                    "for want of a valid key")
                 extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
                 return await refuse(send_with_id, exc.status, exc.public_body(), extra)
             except StoreUnavailable as exc:   # the keys could not be read: nothing was done
                 return await refuse(send_with_id, 503, {"type": "store_unavailable", "title": str(exc)},
                                     [(b"retry-after", b"1")])
             if grant.key_id is not None:
-                s = engine.settings.server
                 if self.limiter is None:
-                    self.limiter = RateLimiter(s.rate_limit_per_minute, s.rate_limit_burst)
+                    self.limiter = self._new_limiter(engine)
                 wait = self.limiter.take(grant.key_id)
                 if wait > 0:
-                    retry = max(1, int(wait + 0.999))
-                    return await refuse(send_with_id, 429, {
-                        "type": "rate_limited", "title": f"this key is over {s.rate_limit_per_minute} requests a "
-                        f"minute; retry in {retry} s", "retry_after_s": retry}, [(b"retry-after", str(retry).encode())])
+                    return await self._rate_limited(send_with_id, engine, wait, "from this key")
             scope[SCOPE_KEY] = grant
             await self.app(scope, receive, send_with_id)
         finally:
@@ -194,6 +216,11 @@ class KeyAuth:
                 query_id=request_id, endpoint="http", workspace=workspace, query=None, params={}, models=[],
                 call_only=True, access=[(utcnow(), key_id, scope.get("method"), route, workspace,
                                          outcome["status"], round((time.perf_counter() - t0) * 1000, 3))]))
+
+
+def _peer(scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if isinstance(client, (tuple, list)) and client else "-"
 
 
 def current_grant(request: Request) -> Grant:

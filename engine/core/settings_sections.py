@@ -283,6 +283,10 @@ class StoreSettings(BaseModel):
     # how long a request sent with Refindery-Min-Generation waits for this replica to apply that
     # generation before a 503 not_caught_up
     catch_up_wait_s: float = Field(5.0, ge=0, le=60)
+    # how many such requests may wait at once on one replica, and for one key: past either, a 503
+    # not_caught_up at once (a wait holds no worker, but each holds a connection and a timer)
+    catch_up_max_waiters: int = Field(32, ge=0, le=10_000)
+    catch_up_max_waiters_per_key: int = Field(4, ge=0, le=10_000)
 
 
 class RelationsSettings(BaseModel):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import Depends
+from fastapi import Depends, Request
 
 from engine.app import Engine
 from engine.core.access import Grant
@@ -15,10 +15,12 @@ router = router(tags=["ops"])
 
 
 @router.get("/healthz")
-def healthz(e: Engine = Depends(engine)) -> dict:
-    """Up, which profile it runs (default or quality) with the embedder that profile makes active, and
-    the store generation it has applied (a replica of a PostgreSQL store: its id too)."""
-    return e.health()
+def healthz(request: Request, e: Engine = Depends(engine)) -> dict:
+    """Up, which profile it runs (default or quality) with the embedder that profile makes active, the
+    store generation it has applied (a replica of a PostgreSQL store: its id too), and how many
+    requests wait for a later one now (Refindery-Min-Generation)."""
+    waiters = getattr(request.app.state, "waiters", None)
+    return e.health() | {"waiting_for_generation": waiters.count() if waiters is not None else 0}
 
 
 @router.get("/v1/status")

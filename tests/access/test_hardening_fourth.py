@@ -1,0 +1,113 @@
+"""The fourth hardening pass (issue 70) on the wire: the key check comes before any wait for a
+generation, waits are capped per replica and per key, a refused key is rate limited per address,
+and a generation header in another script's digits is a 422."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conftest import page
+
+FUTURE = "999999999"
+
+
+def h(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    """A DuckDB server with one key (no model is loaded: none of these requests needs one)."""
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    client = make_client(tmp_path / "data", server={"rate_limit_per_minute": 60, "rate_limit_burst": 5})
+    client.key = create_key(client.corpus.keys, ["*"])["token"]
+    yield client
+    client.corpus.close()
+
+
+def test_a_request_without_a_key_is_refused_before_it_could_wait_for_a_generation(keyed):
+    """Issue 70, row 1: the generation header was honoured before the key check, so a keyless caller
+    could hold a worker for catch_up_wait_s (a 503 not_caught_up, where the key check says 401)."""
+    for headers in ({}, h("rfk_not-a-key")):
+        r = keyed.post("/v1/search", json={"query": "x"}, headers={**headers, "Refindery-Min-Generation": FUTURE})
+        assert r.status_code == 401, r.text
+        assert r.headers["www-authenticate"] == "Bearer"
+    # an open path ignores the header (it is read-your-writes for keyed calls, not a way to wait)
+    r = keyed.get("/healthz", headers={"Refindery-Min-Generation": FUTURE})
+    assert r.status_code == 200 and r.json()["waiting_for_generation"] == 0
+    # a keyed caller is answered as before: the generation a DuckDB store has not committed is a 503 at once
+    r = keyed.post("/v1/search", json={"query": "x"}, headers={**h(keyed.key), "Refindery-Min-Generation": FUTURE})
+    assert r.status_code == 503 and r.json()["detail"]["type"] == "not_caught_up"
+    # the refusals are in the audit, with no key
+    keyed.corpus.querylog.flush()
+    rows = keyed.corpus.store.sql().rows("SELECT key_id, status FROM log_access WHERE route = '/v1/search'")
+    assert sorted(r[1] for r in rows if r[0] is None) == [401, 401]
+
+
+def test_requests_refused_for_their_key_are_rate_limited_per_address(keyed):
+    codes = [keyed.get("/v1/clusters", headers=h("rfk_guess")).status_code for _ in range(7)]
+    assert codes[:5] == [401] * 5 and codes[5:] == [429, 429]
+    r = keyed.get("/v1/clusters", headers=h("rfk_guess"))
+    assert r.json()["detail"]["type"] == "rate_limited" and int(r.headers["retry-after"]) >= 1
+    # a valid key from the same address still goes through
+    assert keyed.get("/v1/clusters", headers=h(keyed.key)).status_code == 200
+
+
+@pytest.mark.parametrize("value", ["\u00b9\u00b2", "\u00b3", "12\u00b2"])
+def test_a_generation_in_superscript_digits_is_a_422_not_a_500(keyed, value):
+    r = keyed.post("/v1/search", json={"query": "x"},
+                   headers={**h(keyed.key), "Refindery-Min-Generation": value.encode("latin-1")})
+    assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error", r.text
+
+
+def _replica(pool, data_dir, url, **store):
+    from engine.app import Engine
+    from engine.core.settings import load_settings
+
+    return Engine(load_settings(data_dir=str(data_dir), models={"device": "cpu"},
+                                store={"url": url, **store}), pool)
+
+
+def test_waits_for_a_generation_are_capped_per_key_and_per_replica(pool, tmp_path, postgres_url):
+    """A replica holds at most catch_up_max_waiters_per_key requests of one key waiting for a
+    generation (and catch_up_max_waiters in all): the next is a 503 not_caught_up at once, naming the
+    cap, while the first still waits."""
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+
+    b = _replica(pool, tmp_path / "b", postgres_url, catch_up_wait_s=20, catch_up_max_waiters_per_key=1)
+    assert b.corpus.store.kind == "postgres"
+    try:
+        app = create_app(engine=b)
+        with TestClient(app) as cb:
+            cb.post("/v1/pages", json={"pages": [page("https://example.org/g", "Gannets dive deep.")]})
+            far = str(b.corpus.store.generation() + 1)
+            first: dict = {}
+            waiting = threading.Thread(target=lambda: first.update(r=cb.post(
+                "/v1/search", json={"query": "gannets"}, headers={"Refindery-Min-Generation": far})))
+            waiting.start()
+            deadline = time.monotonic() + 60
+            while app.state.waiters.count() < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert cb.get("/healthz").json()["waiting_for_generation"] == 1
+            r = cb.post("/v1/search", json={"query": "gannets"}, headers={"Refindery-Min-Generation": far})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert r.json()["detail"]["type"] == "not_caught_up"
+            assert r.json()["detail"]["reason"] == "this key has too many requests waiting for a generation"
+            assert waiting.is_alive()   # the first one still waits: the refusal did not wait for it
+            # the generation arrives: the waiting request is answered
+            cb.post("/v1/pages", json={"pages": [page("https://example.org/t", "Terns hover.")]})
+            waiting.join(60)
+            assert first["r"].status_code == 200
+            assert app.state.waiters.count() == 0
+            b.settings.store.catch_up_max_waiters = 0   # the replica's cap: none may wait
+            r = cb.post("/v1/search", json={"query": "gannets"},
+                        headers={"Refindery-Min-Generation": str(b.corpus.store.generation() + 5)})
+            assert r.json()["detail"]["reason"] == "too many requests wait for a generation on this replica"
+    finally:
+        b.close()
