@@ -27,10 +27,11 @@ from engine.verbs.relations import CONSTRAINT_HELP, RelationVerbs  # noqa: F401 
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
+    from engine.core.private import UntrustedDataDir
     from indexes.store import StoreError
     from models.registry import ModelNotFound
 
-    return EngineError, ModelNotFound, StoreError
+    return EngineError, ModelNotFound, StoreError, UntrustedDataDir
 
 
 # Failures a face reports as one line (a refusal, a model not installed, a store that cannot open),

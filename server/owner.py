@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from engine.core.private import make_private
+from engine.core.private import UntrustedDataDir, check_data_dir, make_private, open_private
+from engine.core.private import trusted_uids as _trusted
 
 OWNER_FILE = "server.json"
 SOCKET_NAME = "refindery.sock"
@@ -105,13 +106,9 @@ def _private_folder(path: Path) -> bool:
 
 
 def trusted_uids(data_dir: Path | str) -> set[int]:
-    """Whose files the CLI trusts: its own user's; root also trusts the data dir's owner (whose
-    server it is talking to)."""
-    uids = {os.geteuid()}
-    if os.geteuid() == 0:
-        with contextlib.suppress(OSError):
-            uids.add(os.stat(data_dir).st_uid)
-    return uids
+    """Whose files the CLI trusts: its own user's and root's — never the data dir's owner's merely for
+    owning it (root would then send its pages, queries and new keys to another user's server)."""
+    return _trusted()
 
 
 def check_trust(path: Path | str, uids: set[int], kind: str) -> None:
@@ -168,6 +165,10 @@ def find(data_dir: Path | str) -> Owner | None:
     """The server that owns `data_dir` now, or None (no file; its process gone; its socket silent).
     Untrusted when server.json or its socket is not this user's own (check_trust): checked before
     anything is sent."""
+    try:
+        data_dir = check_data_dir(data_dir)   # another user's data dir: refused before anything is read
+    except UntrustedDataDir as exc:
+        raise Untrusted(str(exc)) from exc
     target = Path(data_dir) / OWNER_FILE
     if not os.path.lexists(target):
         return None
@@ -191,7 +192,7 @@ def lock(data_dir: Path | str) -> int:
     """Take the data dir's serve lock (held until this process exits; the descriptor is returned):
     Busy when another process holds it, naming that process. The data dir is made private first."""
     make_private(data_dir)
-    fd = os.open(Path(data_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = open_private(Path(data_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT)   # a link there: refused, not followed
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -253,7 +254,7 @@ def publish(data_dir: Path | str, sock_path: str, http: str | None) -> Owner:
                   datetime.now(timezone.utc).isoformat(timespec="seconds"))
     target = Path(data_dir) / OWNER_FILE
     tmp = target.with_name(f".{OWNER_FILE}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(owner), indent=2) + "\n")
     os.chmod(tmp, 0o600)

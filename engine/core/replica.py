@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from engine.core.private import write_private
 from indexes.store_rows import StoreUnavailable
 
 log = logging.getLogger("refindery.replica")
@@ -34,7 +35,7 @@ def replica_id(data_dir: Path) -> str:
         if text:
             return text
     rid = f"r-{uuid.uuid4().hex[:12]}"
-    path.write_text(rid + "\n")
+    write_private(path, rid + "\n")
     return rid
 
 
