@@ -79,6 +79,8 @@ class Engine(RefindVerbs, PageVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, 
         self._embeds: dict[str, dict] = {}          # model -> its background embedding's state
         self._embed_threads: list[threading.Thread] = []
         self._stop_embedding = threading.Event()
+        # another replica swapped the embedder: what this one wrote meanwhile gets the new one's vectors
+        c.on_switched = lambda model: self.embed_model_in_background(model)
 
     # Lifetime ------------------------------------------------------------------------------------
     def __enter__(self) -> "Engine":

@@ -14,6 +14,9 @@ import duckdb
 from .store_rows import StoreBusy, StoreError
 
 
+LOCKED_DOWN = {"enable_external_access": False, "lock_configuration": True}
+
+
 class DuckFile:
     kind = "duckdb"   # which store this is (tests assert it: a setting ignored would pass them otherwise)
 
@@ -21,7 +24,9 @@ class DuckFile:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._con = duckdb.connect(str(self.path))
+            # no file but this one, and no setting changed later: the SQL run here includes replayed
+            # relation writes (indexes/relation_log.py) and SQL generated from requests (relation search)
+            self._con = duckdb.connect(str(self.path), config=LOCKED_DOWN)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreBusy(self.path, str(exc)) from exc

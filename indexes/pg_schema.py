@@ -126,6 +126,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             created_at timestamp NOT NULL)""",
         "CREATE INDEX criterion_facets_key ON criterion_facets (criterion, model)",
     ]),
+    (7, "the API key that sent each judgment (whom its shortcut serves)", [
+        "ALTER TABLE feedback ADD COLUMN IF NOT EXISTS key_id text",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

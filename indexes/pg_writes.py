@@ -29,6 +29,26 @@ class PgWrites:
                 if value is not None:
                     con.execute("INSERT INTO meta VALUES (%s, %s)", [f"setting:{key}", value])
 
+    def touch_feedback(self) -> int:
+        """Mark the feedback (judgments, the shortcuts' choices) changed, at a new generation: every
+        replica re-reads it once it has applied that generation (feedback_stamp)."""
+        with self._write() as (con, gen):
+            con.execute("INSERT INTO meta VALUES ('feedback_version', %s) ON CONFLICT (key) DO UPDATE "
+                        "SET value = excluded.value", [str(gen)])
+            return gen
+
+    def feedback_stamp(self) -> str | None:
+        """The generation of the feedback's last change (touch_feedback), None before any."""
+        with self._borrow() as con:
+            row = con.execute("SELECT value FROM meta WHERE key = 'feedback_version'").fetchone()
+        return row[0] if row else None
+
+    def claim_setting(self, key: str, value: str) -> bool:
+        """Set a data dir value only if it is unset: whether this call set it (every replica at once: one wins)."""
+        with self._write(bump=False) as (con, _):
+            return con.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                               [f"setting:{key}", value]).rowcount == 1
+
     def drop_embeddings(self, model: str) -> int:
         with self._write(bump=False) as (con, _):
             return con.execute("DELETE FROM embeddings WHERE model = %s", [model]).rowcount

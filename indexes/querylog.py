@@ -42,6 +42,9 @@ DDL = [
         workspace VARCHAR, status INTEGER, duration_ms DOUBLE)""",
     """CREATE TABLE IF NOT EXISTS feedback (
         query_id VARCHAR NOT NULL, page_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, ts TIMESTAMP NOT NULL)""",
+    # the API key that sent a judgment (NULL: no key — an open server, the owner's socket, or a row
+    # written before keys were kept): whom its shortcut serves (engine/refind/shortcuts.py)
+    "ALTER TABLE feedback ADD COLUMN IF NOT EXISTS key_id VARCHAR",
 ]
 ROW_TABLES = {
     "candidates": ("log_candidates", ["query_id", "model", "arm", "rank", "chunk_id", "page_id", "score"]),
@@ -82,8 +85,9 @@ class LogTables:
         row = self.sql.row("SELECT workspace, scopes FROM log_queries WHERE query_id = ?", [query_id])
         return (row is not None, row[0] if row else None, list(row[1]) if row and row[1] is not None else None)
 
-    def add_feedback(self, query_id: str, page_id: str, kind: str, ts: datetime) -> None:
-        self.sql.run("INSERT INTO feedback VALUES (?, ?, ?, ?)", [query_id, page_id, kind, ts])
+    def add_feedback(self, query_id: str, page_id: str, kind: str, ts: datetime, key_id: str | None = None) -> None:
+        self.sql.run("INSERT INTO feedback (query_id, page_id, kind, ts, key_id) VALUES (?, ?, ?, ?, ?)",
+                     [query_id, page_id, kind, ts, key_id])
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete log rows of executions older than `before` (feedback on them too)."""
@@ -172,17 +176,17 @@ class LogTables:
 
     def choices(self, workspace: str) -> list[tuple]:
         """The pages chosen for a workspace's logged searches — (query_id, query text, the scopes it ran
-        within or None, page_id, kind, ts) of each (query, page) whose latest judgment is `found` or
-        `click` — what the shortcuts learn from (engine/refind/shortcuts.py)."""
+        within or None, page_id, kind, ts, key_id) of each (query, page, key) whose latest judgment by
+        that key is `found` or `click` — what the shortcuts learn from (engine/refind/shortcuts.py)."""
         latest = "arg_max(kind, ts)" if self.sql.dialect == "duckdb" else "(array_agg(kind ORDER BY ts DESC))[1]"
         return self.sql.rows(
-            f"""SELECT query_id, q.query, q.scopes, f.page_id, f.kind, f.ts
-               FROM (SELECT query_id, page_id, {latest} AS kind, max(ts) AS ts
-                     FROM feedback GROUP BY query_id, page_id) f
+            f"""SELECT query_id, q.query, q.scopes, f.page_id, f.kind, f.ts, f.key_id
+               FROM (SELECT query_id, page_id, key_id, {latest} AS kind, max(ts) AS ts
+                     FROM feedback GROUP BY query_id, page_id, key_id) f
                JOIN log_queries q USING (query_id)
                WHERE q.workspace = ? AND q.query IS NOT NULL AND q.endpoint = 'search' AND q.error_type IS NULL
                  AND f.kind IN ('found', 'click')
-               ORDER BY f.ts, query_id, f.page_id""", [workspace])
+               ORDER BY f.ts, query_id, f.page_id, f.key_id""", [workspace])
 
     def delete_feedback(self, workspace: str, query_id: str | None = None, page_id: str | None = None,
                         scopes: list[str] | None = None) -> int:

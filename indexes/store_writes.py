@@ -29,6 +29,22 @@ class DuckWrites:
                 if value is not None:
                     con.execute("INSERT INTO meta VALUES (?, ?)", [f"setting:{key}", value])
 
+    def touch_feedback(self) -> None:
+        """One process holds a DuckDB store: its QueryLog's own version says the feedback changed."""
+        return None
+
+    def feedback_stamp(self) -> str | None:
+        return None
+
+    def claim_setting(self, key: str, value: str) -> bool:
+        """Set a data dir value only if it is unset, in one transaction: whether this call set it (two
+        callers at once: one wins)."""
+        with self.transaction() as con:
+            if con.execute("SELECT 1 FROM meta WHERE key = ?", [f"setting:{key}"]).fetchone():
+                return False
+            con.execute("INSERT INTO meta VALUES (?, ?)", [f"setting:{key}", value])
+            return True
+
     def drop_embeddings(self, model: str) -> int:
         """Delete every stored vector of `model` (`refindery models drop`); returns how many."""
         with self.transaction() as con:

@@ -11,6 +11,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -107,6 +108,7 @@ class Corpus(IndexRepairs):
         self.vectors_added = 0   # bumped by every batch a background embedding stores (engine/core/repair.py)
         self._applied = 0        # a replica's: the generation its indexes have applied (follow)
         self.replica: Replica | None = None   # a replica's follower, once open_corpus starts it
+        self.on_switched: Callable[[str], None] | None = None   # the engine's: another replica swapped the embedder
 
     @property
     def dense_takes_id_lists(self) -> bool:
@@ -149,6 +151,13 @@ class Corpus(IndexRepairs):
         if self.replica is None:
             return self.applied >= generation
         return self.replica.wait_applied(generation, timeout_s)
+
+    def follow_switch(self) -> None:
+        """A replica's: the data dir's embedder and switch as the store says (engine/core/switch.py); when
+        another replica swapped the embedder, `on_switched(model)` embeds what this one wrote meanwhile."""
+        active = switch.follow(self)
+        if active is not None and self.on_switched is not None:
+            self.on_switched(active)
 
     def follow_relations(self, upto: int | None = None) -> None:
         """A replica's: replay the relation writes any replica committed up to generation `upto`."""
@@ -236,7 +245,7 @@ class Corpus(IndexRepairs):
         """chunk id -> page id; `snapshot` (from chunk_page_snapshot): the view the request already holds."""
         return (snapshot or self.hot()).chunk_pages(chunk_ids)
 
-    def record_feedback(self, query_id: str, page_id: str, kind: str) -> dict:
+    def record_feedback(self, query_id: str, page_id: str, kind: str, key_id: str | None = None) -> dict:
         """Store an implicit judgment on a logged query (404s for an unknown query or page)."""
         from engine.core.errors import PageNotFound, QueryNotFound
 
@@ -244,7 +253,7 @@ class Corpus(IndexRepairs):
             raise QueryNotFound(f"no logged query with id {query_id!r}", ref=query_id)
         if not self.store.pages_by_id([page_id]):
             raise PageNotFound(f"no page with id {page_id!r}", ref=page_id)
-        self.querylog.add_feedback(query_id, page_id, kind)
+        self.querylog.add_feedback(query_id, page_id, kind, key_id)
         return {"query_id": query_id, "page_id": page_id, "kind": kind, "stored": True}
 
     def brief_compiler(self):
@@ -368,6 +377,7 @@ def open_corpus(settings: Settings, pool: EmbedderPool | None = None, repair: bo
         corpus.applied = corpus.sparse.generation
         if corpus.replicated:   # follow every other replica's writes from here on
             corpus.replica = Replica(corpus).start()
+            switch.report_models(corpus)   # which embedders it keeps: a drop through any replica asks
         corpus.hot()   # the search's in-memory view, read now rather than by the first search (0.6 s at 1M chunks)
     return corpus
 

@@ -167,6 +167,11 @@ class WorkspaceExists(EngineError):
     status, type = 409, "workspace_exists"
 
 
+class ModelNotInstalled(EngineError):
+    """The request names a registered model whose weights are not installed here (`install` says how)."""
+    status, type = 422, "model_not_installed"
+
+
 class ModelInUse(EngineError):
     """A model switch or drop that the data dir's embedders forbid now: the model is active, being
     switched to, or kept up to date on writes; or another switch is under way."""

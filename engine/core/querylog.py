@@ -97,6 +97,7 @@ class QueryLog:
         self.tables = LogTables(store)
         self._versions = itertools.count(1)   # next() is atomic: two threads never take one number
         self.feedback_version = 0   # moved on by every change to the feedback: what caches of it compare
+        self._stamp: str | None = store.feedback_stamp()   # the store's mark of the feedback's last change
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._pending = 0  # recorded but not yet committed (queued, or in the batch being written)
@@ -221,35 +222,50 @@ class QueryLog:
             self._thread.join(timeout=30)
 
     # Reads and maintenance -----------------------------------------------------------------------
-    def add_feedback(self, query_id: str, page_id: str, kind: str) -> None:
+    def add_feedback(self, query_id: str, page_id: str, kind: str, key_id: str | None = None) -> None:
         """Store a judgment. A query still queued is written first, so that what reads the feedback
         with its query (the shortcuts) finds both."""
         with self._recent_lock:
             queued = query_id in self._recent
         if queued:
             self.flush()
-        self.tables.add_feedback(query_id, page_id, kind, utcnow())
-        self.feedback_version = next(self._versions)
+        self.tables.add_feedback(query_id, page_id, kind, utcnow(), key_id)
+        self._feedback_changed()
 
     def delete_feedback(self, workspace: str, query_id: str | None = None, page_id: str | None = None,
                         scopes: list[str] | None = None) -> int:
         """Forget judgments on a workspace's queries (indexes/querylog.py: delete_feedback); how many went."""
         self.flush()
         n = self.tables.delete_feedback(workspace, query_id, page_id, scopes)
-        self.feedback_version = next(self._versions)
+        self._feedback_changed()
         return n
 
     def forget_pages(self, page_ids: list[str]) -> int:
         """Forget every judgment on pages that were deleted."""
         n = self.tables.forget_pages(page_ids)
-        self.feedback_version = next(self._versions)
+        self._feedback_changed()
         return n
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete log rows of executions older than `before` (feedback on them too)."""
         out = self.tables.prune(before)
-        self.feedback_version = next(self._versions)
+        self._feedback_changed()
         return out
+
+    def _feedback_changed(self) -> None:
+        """This process's caches of the feedback start over; with replicas, every other's too once it
+        has applied the store generation this marks (follow_feedback)."""
+        self.feedback_version = next(self._versions)
+        self._stamp = self.store.touch_feedback()
+        if self._stamp is not None:
+            self._stamp = str(self._stamp)
+
+    def follow_feedback(self) -> None:
+        """A replica's, on following the store: the feedback another replica changed is read again."""
+        stamp = self.store.feedback_stamp()
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self.feedback_version = next(self._versions)
 
     def stats(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "queued": self._queue.qsize(), "written": self.written,

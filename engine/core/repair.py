@@ -156,6 +156,7 @@ class IndexRepairs:
                 self.maintain_dense(model)
                 d = self._dense[model]   # at g_store now, in memory: the next flush saves it so
                 d.dirty = d.dirty or d.generation != g_store
+            self.querylog.follow_feedback()   # the feedback another replica changed: read again from here on
             self.applied = max(self.applied, g_store)
             return rejected
 
@@ -192,6 +193,8 @@ class IndexRepairs:
             if old is None:
                 return False
             gen = self.store.apply([], [], [page_id])
+            # the judgments on it go (a generation of their own with replicas, which the follow applies)
+            self.querylog.forget_pages([page_id])
             if self.replicated:
                 self.follow()
                 self.applied_moved()
@@ -200,8 +203,15 @@ class IndexRepairs:
                 for model in self.embedder_names:
                     self.dense(model).remove(sorted(old.chunk_ids))
                     self.maintain_dense(model)
-        self.querylog.forget_pages([page_id])
         return True
+
+    def follow_own_write(self) -> None:
+        """A replica's, after a write of shared state outside the indexes (feedback): its indexes apply
+        the write's generation, so the reply's Refindery-Generation covers it."""
+        if self.replicated:
+            with self.write_lock:
+                self.follow()
+                self.applied_moved()
 
     def sync_pages(self, generation: int) -> None:
         """After a store write that changed pages' filter fields only (clusters, entity links):
@@ -264,8 +274,13 @@ class IndexRepairs:
         batches; `encoder`: the model as the background encodes with it (EmbedderPool.background)."""
         emb = encoder or self.embedder(model)
         dense = self.dense(model)
-        counts = self.store.counts()
-        total = max(0, counts["chunks"] - counts["embeddings"].get(model, 0))
+
+        def waiting() -> int:   # chunks without a vector of the model, now
+            counts = self.store.counts()
+            return max(0, counts["chunks"] - counts["embeddings"].get(model, 0))
+
+        seen_generation = self.store.generation()
+        total = waiting()
         done = 0
         with self.write_lock:
             present = set(dense.ids().tolist())   # vectors the index holds without a stored row (a repair's)
@@ -289,6 +304,8 @@ class IndexRepairs:
             skipped.update(cid for cid in ids if cid not in landed)
             done += len(ids)
             if progress is not None:
+                if (g := self.store.generation()) != seen_generation:   # pages arrived (or went) meanwhile:
+                    seen_generation, total = g, done + waiting()       # the total is what waits now
                 progress(done, max(total, done))
         with self.write_lock:
             self.maintain_dense(model)

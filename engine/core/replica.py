@@ -107,6 +107,7 @@ class Replica:
         stored without a new generation, at most every VECTORS_EVERY_S (a background embedding stores a
         batch every few seconds; each look compares every vector id of the model) — ; returns the
         applied generation."""
+        self.corpus.follow_switch()   # the data dir's embedder and switch: one truth, in the store
         if self.store.generation() > self.corpus.applied:
             self.corpus.follow()
         now = time.monotonic()

@@ -171,6 +171,14 @@ class SearchSettings(BaseModel):
     shortcut_min_overlap: float = Field(1.0, ge=0, le=1, description="Shortcuts by words: the least share of "
                                         "terms (stemmed, no stop words) this query and a chosen query have in "
                                         "common, of the terms of either (Jaccard).", json_schema_extra=REQUEST)
+    shortcut_scope: Literal["key", "workspace"] = Field("key", description=(
+        "Whom a choice serves: \"key\", the searches of the API key that made it (no key: the open server's "
+        "and the owner's own calls, together); \"workspace\", every key's searches in the choice's workspace "
+        "(within their scopes)."))
+    shortcut_max_choices: int = Field(200, ge=0, description=(
+        "The most choices one key keeps serving, newest first: an older one beyond stops counting."))
+    shortcut_max_age_days: float = Field(365.0, ge=0, description=(
+        "A choice older than this stops counting (0: never ages)."))
     filter_pushdown_cap: int = Field(100_000, ge=1)
     suggestions: bool = Field(False, description="Add pages similar to the top result (by page vector) to "
                                                  "the reply, as `suggestions`.", json_schema_extra=REQUEST)

@@ -8,18 +8,25 @@ runs after a switch (which wins over `[models] active` and the profile's embedde
 and the one it is switching to. A crash at any point loses nothing: the target's missing vectors are
 the store's queue (Corpus.embed_missing), and a server started on a data dir with a switch under way
 resumes it (server/cli/operations.py). Writes during the switch are encoded by the active embedder on the write
-path and by the target in the background (Settings.background_models)."""
+path and by the target in the background (Settings.background_models).
+
+With replicas the store is the one truth of all three: a switch is claimed in the store (two at once,
+through one replica or two: one wins), every replica follows the data dir's embedder and switch from
+it (`follow`, on its follower's every look at the store) and says which embedders it uses
+(`REPLICA_MODELS`), and a drop is refused while any live replica still uses the model."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from engine.core.clock import utcnow
+from engine.core.errors import ModelInUse
 
 if TYPE_CHECKING:   # (the Corpus is not imported, even for types: it imports this module)
     from engine.core.settings import Settings
     from indexes.store import CorpusStore
 
 ACTIVE, TARGET, FROM, AT = "models.active", "models.switching_to", "models.switched_from", "models.switched_at"
+REPLICA_MODELS = "models.used_by:"   # + a replica's id: the embedders it keeps, comma-separated
 
 
 def apply(settings: "Settings", store: "CorpusStore") -> None:
@@ -38,11 +45,50 @@ def status(corpus: Any) -> dict:
             "switched_from": store.setting(FROM), "switched_at": store.setting(AT)}
 
 
-def begin(corpus: Any, model: str) -> None:
-    """Record the switch to `model` (the background embedding is the caller's to start)."""
+def follow(corpus: Any) -> str | None:
+    """Take the data dir's embedder and switch from the store (another replica may have begun, swapped
+    or cancelled one): the newly active embedder when it changed here, else None."""
+    s, store = corpus.settings, corpus.store
+    active, target = store.setting(ACTIVE), store.setting(TARGET)
     with corpus.write_lock:
-        corpus.store.set_settings({TARGET: model})
+        before = (s.models.active, s.switch_target)
+        if active:
+            s.models.active = active
+        s._switch_target = target if target and target != s.models.active else None
+        changed = before != (s.models.active, s.switch_target)
+    if changed:
+        report_models(corpus)
+    return s.models.active if before[0] != s.models.active else None
+
+
+def report_models(corpus: Any) -> None:
+    """Record in the store which embedders this replica keeps (what a drop through any replica checks)."""
+    rid = corpus.replica_name
+    if rid is not None:
+        corpus.store.set_settings({REPLICA_MODELS + rid: ",".join(corpus.settings.embedder_names)})
+
+
+def used_by_other_replicas(corpus: Any, model: str) -> list[str]:
+    """The live replicas other than this one that keep `model` (ids)."""
+    mine = corpus.replica_name
+    out = []
+    for r in corpus.store.replicas():
+        rid = r["replica_id"]
+        if rid != mine and model in (corpus.store.setting(REPLICA_MODELS + rid) or "").split(","):
+            out.append(rid)
+    return out
+
+
+def begin(corpus: Any, model: str) -> None:
+    """Claim the switch to `model` in the store (the background embedding is the caller's to start):
+    ModelInUse when a switch is under way already, begun by this replica or another, even at the
+    same moment."""
+    with corpus.write_lock:
+        if not corpus.store.claim_setting(TARGET, model):
+            under_way = corpus.store.setting(TARGET)
+            raise ModelInUse(f"a switch to {under_way!r} is under way already", model=model, switching_to=under_way)
         corpus.settings._switch_target = model
+    report_models(corpus)
 
 
 def cancel(corpus: Any) -> str | None:
@@ -51,7 +97,8 @@ def cancel(corpus: Any) -> str | None:
         target = corpus.settings.switch_target
         corpus.store.set_settings({TARGET: None})
         corpus.settings._switch_target = None
-        return target
+    report_models(corpus)
+    return target
 
 
 def try_swap(corpus: Any, model: str) -> bool:
@@ -60,7 +107,8 @@ def try_swap(corpus: Any, model: str) -> bool:
     that started before keeps the model it started with; the next one uses `model`."""
     s = corpus.settings
     with corpus.write_lock:
-        if s.switch_target != model or corpus.store.chunks_missing_embeddings(model, limit=1):
+        if s.switch_target != model or corpus.store.setting(TARGET) != model \
+                or corpus.store.chunks_missing_embeddings(model, limit=1):
             return False
         corpus.dense(model)          # its index is open and current (embed_missing kept it so)
         corpus.flush()               # and saved before the store says it is the one
@@ -69,4 +117,5 @@ def try_swap(corpus: Any, model: str) -> bool:
                                    AT: utcnow().isoformat(timespec="seconds")})
         s.models.active = model
         s._switch_target = None
+    report_models(corpus)
     return True

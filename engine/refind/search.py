@@ -39,7 +39,7 @@ from engine.refind.rollup import rollup_rows
 from engine.refind.hydrate import hydrate
 from engine.refind.rerank import rerank_chunks
 from engine.refind.restriction import restriction
-from engine.refind.shortcuts import Shortcut, Shortcuts
+from engine.refind.shortcuts import Serving, Shortcut, Shortcuts
 # the wire schemas live in engine/refind/schema.py; the faces import the request and reply from here too
 from engine.refind.schema import (_REQUEST_SET, CatchUp, Params, SearchFilters, SearchRequest, SearchResponse,
                                   SimilarPage, Suggestions)
@@ -172,11 +172,14 @@ class SearchService:
     # The pipeline -------------------------------------------------------------------------------
     def search(self, req: SearchRequest, model: str | None = None, now: datetime | None = None,
                sparse: list[tuple[int, float]] | None = None, log: bool = True,
-               trace: dict | None = None, scopes: tuple[str, ...] | None = None) -> SearchResponse:
+               trace: dict | None = None, scopes: tuple[str, ...] | None = None,
+               chooser: str | None = None) -> SearchResponse:
         """Run the pipeline; log the execution (or its refusal) to the query log unless `log` is
         False (compare logs its arms itself). `trace`, when given, receives the intermediate lists.
-        `scopes` limits it to the documents a key may read (engine/access.py)."""
+        `scopes` limits it to the documents a key may read (engine/access.py); `chooser`: the key
+        searching, whose choices its shortcut takes ([search] shortcut_scope)."""
         trace = {} if trace is None else trace
+        trace["chooser"] = chooser
         try:
             resp = self._search(req, model, now, sparse, trace, scopes)
         except EngineError as exc:
@@ -253,7 +256,8 @@ class SearchService:
         shortcut = None
         if p.shortcuts:
             with timer("shortcuts"):
-                shortcut = trace["shortcut"] = self._shortcut(req.query, model, p, cands.view, rolled, scopes)
+                shortcut = trace["shortcut"] = self._shortcut(req.query, model, p, cands.view, rolled, scopes,
+                                                              trace.get("chooser"))
         with timer("decay"):
             ranked = self._ranked(req.query, p, cands, rolled, ids, scores, now,
                                   # (a shortcut's page may lie anywhere in the ranking: every page is put in order)
@@ -330,7 +334,14 @@ class SearchService:
             depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
                                              "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
 
-    def _shortcut(self, query: str, model: str, p: Params, view, rolled, scopes) -> Shortcut | None:
+    def serving(self, chooser: str | None) -> Serving:
+        """Whose choices a search by the key `chooser` takes ([search] shortcut_*)."""
+        d = self.defaults
+        return Serving(chooser, d.shortcut_scope == "workspace", d.shortcut_max_choices,
+                       d.shortcut_max_age_days * 86400.0)
+
+    def _shortcut(self, query: str, model: str, p: Params, view, rolled, scopes,
+                  chooser: str | None = None) -> Shortcut | None:
         """The page chosen before for a close query, when it is among this search's candidates
         (engine/refind/shortcuts.py)."""
         def is_candidate(page_ids: list[str]) -> np.ndarray:
@@ -338,7 +349,7 @@ class SearchService:
             return (rows >= 0) & np.isin(rows, rolled.pages)
 
         return self.shortcuts.match(p.workspace, query, model, scopes, is_candidate, p.shortcut_min_similarity,
-                                    p.shortcut_min_overlap)
+                                    p.shortcut_min_overlap, self.serving(chooser))
 
     def _suggestions(self, source_page: str, model: str, scopes: tuple[str, ...] | None) -> Suggestions:
         from engine.refind.similar import similar_pages

@@ -17,6 +17,12 @@ within the caller's scopes count (a key with document scopes: queries run inside
 choice's query, shown in `explain`, crosses a wall. A choice is forgotten with its page (deleted),
 or by `DELETE /v1/feedback` / `refindery feedback clear`.
 
+Whom a choice serves (`[search] shortcut_scope`): by default the key that made it ("key": one key's
+feedback never reorders another key's results; with no key — an open server, the owner's socket —
+those calls share theirs); with "workspace", every key's searches of its workspace. Each key keeps
+its newest `shortcut_max_choices`; a choice older than `shortcut_max_age_days` stops counting. A
+choice is kept per key: two keys choosing for one query each keep their own.
+
 The choices of a workspace are read once per change of the feedback (QueryLog.feedback_version)
 and their queries encoded once per embedder; a search then costs one matrix-vector product and a
 walk of the choices that share a term with it.
@@ -32,6 +38,7 @@ import numpy as np
 
 from models.registry import ModelNotFound
 
+from engine.core.clock import utcnow
 from engine.refind.highlight import query_terms
 
 _MAX_VECTORS = 200_000   # (model, query text) -> vector entries kept before the cache starts over
@@ -46,6 +53,7 @@ class Choice:
     kind: str                        # found / click
     chosen_at: datetime
     terms: frozenset[str]
+    key_id: str | None = None        # the key that made it (None: no key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,18 @@ class _Workspace:
     by_term: dict[str, list[int]]
     unit: dict[str, np.ndarray] = field(default_factory=dict)     # model -> the queries' unit vectors
     allowed: dict[tuple | None, np.ndarray] = field(default_factory=dict)   # scopes -> which choices count
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))   # each choice's key id
+    newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # its rank among its key's, newest 0
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0))    # when it was made (POSIX seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """Whose choices a search may take (engine/refind/shortcuts.py, [search] shortcut_*)."""
+    key_id: str | None = None        # the searching key (None: no key)
+    shared: bool = False             # "workspace": every key's choices
+    max_choices: int = 200           # per key, newest first
+    max_age_s: float = 0.0           # 0: never ages
 
 
 class Shortcuts:
@@ -88,12 +108,20 @@ class Shortcuts:
             return space
         rows = self.querylog.tables.choices(workspace)
         choices = [Choice(qid, text, tuple(scopes) if scopes is not None else None, pid, kind, ts,
-                          query_terms(text)) for qid, text, scopes, pid, kind, ts in rows]
+                          query_terms(text), key) for qid, text, scopes, pid, kind, ts, key in rows]
         by_term: dict[str, list[int]] = {}
         for i, c in enumerate(choices):
             for t in c.terms:
                 by_term.setdefault(t, []).append(i)
-        space = _Workspace(version, choices, by_term)
+        keys = np.empty(len(choices), dtype=object)
+        keys[:] = [c.key_id for c in choices]
+        newest = np.zeros(len(choices), dtype=np.int64)
+        seen: dict[str | None, int] = {}
+        for i in range(len(choices) - 1, -1, -1):   # rows come oldest first
+            newest[i] = seen.get(choices[i].key_id, 0)
+            seen[choices[i].key_id] = newest[i] + 1
+        at = np.fromiter((c.chosen_at.timestamp() for c in choices), dtype=np.float64, count=len(choices))
+        space = _Workspace(version, choices, by_term, keys=keys, newest=newest, at=at)
         with self._lock:
             if len(self._spaces) > 1024:
                 self._spaces.clear()
@@ -131,15 +159,28 @@ class Shortcuts:
             space.allowed[key] = mask
         return mask
 
+    def serving(self, workspace: str, scopes: tuple[str, ...] | None, serving: "Serving") -> list[Choice]:
+        """The workspace's choices a search within `scopes` by `serving.key_id` may take, oldest first."""
+        space = self._space(workspace)
+        return [c for c, ok in zip(space.choices, self._serving(space, scopes, serving).tolist()) if ok]
+
+    def _serving(self, space: _Workspace, scopes: tuple[str, ...] | None, serving: "Serving") -> np.ndarray:
+        mask = self._allowed(space, scopes) & (space.newest < serving.max_choices)
+        if not serving.shared:
+            mask &= np.array([k == serving.key_id for k in space.keys], dtype=bool)
+        if serving.max_age_s > 0:   # (naive UTC on both sides: chosen_at is stored so)
+            mask &= space.at >= utcnow().timestamp() - serving.max_age_s
+        return mask
+
     def match(self, workspace: str, query: str, model: str, scopes: tuple[str, ...] | None,
               is_candidate: Callable[[list[str]], np.ndarray], min_similarity: float,
-              min_overlap: float) -> Shortcut | None:
+              min_overlap: float, serving: Serving = Serving()) -> Shortcut | None:
         """The shortcut a search of `query` takes, or None. `is_candidate(page_ids)`: which of these
-        pages are among the search's candidates (a boolean per page)."""
+        pages are among the search's candidates (a boolean per page); `serving`: whose choices count."""
         space = self._space(workspace)
         if not space.choices:
             return None
-        allowed = self._allowed(space, scopes)
+        allowed = self._serving(space, scopes, serving)
         if not allowed.any():
             return None
         closeness: dict[int, tuple[float, str]] = {}

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from engine.core.access import OPEN, Grant
 from engine.core.clock import utcnow
 from engine.core import switch
-from engine.core.errors import InvalidRequest, ModelInUse, ModelUnknown
+from engine.core.errors import InvalidRequest, ModelInUse, ModelNotInstalled, ModelUnknown
 from engine.core.profile import describe as describe_profile
 from engine.core.progress import Progress
 from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgment_pairs, mined_pairs
@@ -220,7 +220,9 @@ class OperationsVerbs(Verbs):
         caller.require_everywhere("switching the embedder (every workspace's chunks)")
         caller.require_write()
         self._embeddable(model)
+        self._installed(model)
         s = self.settings
+        switch.follow(self.corpus)   # what every replica agrees on: the store's (another may have begun one)
         if model == s.models.active:
             if s.switch_target is None:
                 raise ModelInUse(f"{model!r} is the active embedder already", model=model)
@@ -238,13 +240,27 @@ class OperationsVerbs(Verbs):
         caller.require_everywhere("dropping a model's vectors (every workspace's chunks)")
         caller.require_write()
         self._embeddable(model)
+        switch.follow(self.corpus)   # the store's embedder and switch, whichever replica set them
         state = self._embeds.get(model)
         if model in self.settings.embedder_names or (state is not None and state["state"] == "embedding"):
             raise ModelInUse(f"{model!r} is in use here (active, being switched to or embedded, or kept up to date "
                              "on writes): it cannot be dropped", model=model)
+        others = switch.used_by_other_replicas(self.corpus, model)
+        if others:
+            raise ModelInUse(f"{model!r} is still in use by replica{'s' if len(others) > 1 else ''} "
+                             f"{', '.join(others)}: it cannot be dropped", model=model, replicas=others)
         n = self.corpus.drop_vectors(model)
         self._embeds.pop(model, None)
         return {"model": model, "dropped_vectors": n}
+
+    def _installed(self, model: str) -> None:
+        """ModelNotInstalled (422, with the install hint) unless the model's weights are here."""
+        reg = self.registry
+        if not reg.is_available(model):
+            hint = reg.spec(model).install
+            raise ModelNotInstalled(f"{model!r} is registered but not installed here"
+                                    + (f": install it with {hint}" if hint else ""), model=model,
+                                    **({"install": hint} if hint else {}))
 
     def _embeddable(self, model: str) -> None:
         reg = self.registry
@@ -305,6 +321,7 @@ class _Progress:
         if self.report and total:
             if self.bar is None:
                 self.bar = Progress(f"embed {self.model} (in the background)", total, "chunks", lines=True)
+            self.bar.total = total   # what waits now: pages written during the pass count too
             self.bar.update(done - self.bar.done)
 
     def close(self) -> None:

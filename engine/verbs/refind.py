@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.core.access import OPEN, Grant, within_scopes
+from engine.core.access import OPEN, Grant
 from engine.core.corpus import read_page
 from engine.core.errors import ModelUnavailable, PageNotFound, QueryNotFound
 from engine.core.settings import SearchSettings
@@ -26,7 +26,7 @@ class RefindVerbs(Verbs):
         if search_settings is not None:
             pages = SearchService(self.corpus, search_settings)
             pages.shortcuts = self.pages.shortcuts   # the choices and their vectors, read and encoded once
-        return pages.search(req, scopes=caller.document_scopes, model=model, log=log, now=now)
+        return pages.search(req, scopes=caller.document_scopes, model=model, log=log, now=now, chooser=caller.key_id)
 
     def compare(self, req: CompareRequest, caller: Grant = OPEN) -> CompareResponse:
         req.workspace = self.workspace_for(caller, req.workspace)
@@ -82,14 +82,16 @@ class RefindVerbs(Verbs):
         meta = self.store.pages_by_id([page_id]).get(page_id)
         if meta is not None and workspace is not None and meta.get("workspace_id") != workspace:
             raise PageNotFound(f"no page with id {page_id!r} in the query's workspace {workspace!r}", ref=page_id)
-        return self.corpus.record_feedback(query_id, page_id, kind)
+        out = self.corpus.record_feedback(query_id, page_id, kind, caller.key_id)
+        self.corpus.follow_own_write()   # with replicas: the reply's generation covers the choice
+        return out
 
     def choices(self, workspace: str | None = None, caller: Grant = OPEN) -> dict:
-        """The pages chosen (found / click) for the workspace's logged searches that the caller could
-        have run — within its scopes — newest first: what the shortcuts put first (engine/refind/shortcuts.py)."""
+        """The pages chosen (found / click) for the workspace's logged searches that the caller's
+        searches take shortcuts from — within its scopes, its own by default ([search] shortcut_scope),
+        not aged out nor past the cap — newest first (engine/refind/shortcuts.py)."""
         ws = self.workspace_for(caller, workspace)
-        rows = [c for c in self.pages.shortcuts.choices(ws)
-                if within_scopes(caller, list(c.scopes) if c.scopes is not None else None)]
+        rows = self.pages.shortcuts.serving(ws, caller.document_scopes, self.pages.serving(caller.key_id))
         return {"workspace": ws, "choices": [
             {"query_id": c.query_id, "query": c.query, "page_id": c.page_id, "kind": c.kind,
              "chosen_at": c.chosen_at.isoformat() + "Z"} for c in reversed(rows)]}
@@ -112,4 +114,5 @@ class RefindVerbs(Verbs):
             self.readable_page(caller, page_id)
         scopes = caller.document_scopes
         n = self.querylog.delete_feedback(ws, query_id, page_id, list(scopes) if scopes is not None else None)
+        self.corpus.follow_own_write()
         return {"workspace": ws, "query_id": query_id, "page_id": page_id, "deleted": n}

@@ -111,3 +111,61 @@ def test_waits_for_a_generation_are_capped_per_key_and_per_replica(pool, tmp_pat
             assert r.json()["detail"]["reason"] == "too many requests wait for a generation on this replica"
     finally:
         b.close()
+
+
+def test_a_switch_to_a_registered_model_that_is_not_installed_is_refused_at_once(tmp_path):
+    """Issue 70, row 5: it was accepted (202) and failed in the background."""
+    from docs.examples import make_client
+    from engine.core.settings import load_settings
+
+    registry = tmp_path / "models.toml"
+    registry.write_text(load_settings().registry_path.read_text() + """
+[embedders.absent-embedder]
+source = "package"
+package = "refindery_absent_embedder_package"
+install = "pip install refindery-absent-embedder"
+dim = 384
+""")
+    client = make_client(tmp_path / "data", models={"registry": str(registry)})
+    try:
+        r = client.post("/v1/models/absent-embedder/switch")
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert detail["type"] == "model_not_installed" and detail["install"] == "pip install refindery-absent-embedder"
+        assert client.get("/v1/models/switch").json()["switching_to"] is None
+    finally:
+        client.corpus.close()
+
+
+def test_a_replayed_or_generated_statement_reaches_no_file_and_no_setting(tmp_path):
+    """Issue 70, row 7: a replica replays relation_ops SQL on its DuckDB connection, which had external
+    access on: a recorded statement could read or write any file the server may. The store's and the
+    relation file's connections are opened with external access off and the configuration locked."""
+    import duckdb
+
+    from indexes.relation_log import replay
+    from indexes.store import CorpusStore
+
+    store = CorpusStore(tmp_path / "store.duckdb")
+    try:
+        leak = tmp_path / "leak.csv"
+        with pytest.raises(duckdb.PermissionException):
+            replay(store.cursor(), [["x", f"COPY (SELECT 42) TO '{leak}'", None]], [])
+        assert not leak.exists()
+        with pytest.raises(duckdb.PermissionException):
+            store.cursor().execute("SELECT * FROM read_csv('/etc/passwd')").fetchall()
+        with pytest.raises(duckdb.Error):   # and it cannot be turned back on from SQL
+            replay(store.cursor(), [["x", "SET enable_external_access = true", None]], [])
+        # what the store itself does still works: a registered Arrow table, as a replayed load's
+        import pyarrow as pa
+        replay(store.cursor(), [["r", "t_rows", 0], ["x", "CREATE TABLE kept AS SELECT * FROM t_rows", None]],
+               [_ipc(pa.table({"n": [1, 2, 3]}))])
+        assert store.cursor().execute("SELECT sum(n) FROM kept").fetchone()[0] == 6
+    finally:
+        store.close()
+
+
+def _ipc(table) -> bytes:
+    from indexes.relation_log import _ipc as encode
+
+    return encode(table)

@@ -53,7 +53,8 @@ def test_each_replica_applies_every_others_writes_and_never_skips_one(pool, tmp_
         first = records[0]
         ingest(a.corpus, [{**first, "body_text": first["body_text"] + "\n\nAn added paragraph about gannets.",
                            "seen_at": "2027-01-01T00:00:00Z"}])
-        gone = sorted(set(b.corpus.store.changed_pages_since(0)))[0]
+        # (from the pages themselves: the change rows below every replica's generation may be pruned)
+        gone = b.corpus.store.sql().rows("SELECT page_id FROM pages ORDER BY page_id LIMIT 1")[0][0]
         assert b.corpus.delete_page(gone)
         gen = b.corpus.store.generation()
         assert a.wait_applied(gen, WAIT_S) and b.wait_applied(gen, WAIT_S)
@@ -102,16 +103,34 @@ def test_a_reply_carries_the_generation_and_a_request_waits_for_the_one_it_sends
 
     from server.app import create_app
 
+    import threading
+    import time
+
+    from engine.core.replica import Replica
+
     a = _engine(pool, tmp_path / "a", postgres_url)
-    b = _engine(pool, tmp_path / "b", postgres_url, catch_up_wait_s=0.5)
+    b = _engine(pool, tmp_path / "b", postgres_url, catch_up_wait_s=WAIT_S)
     try:
-        with TestClient(create_app(engine=a)) as ca, TestClient(create_app(engine=b)) as cb:
+        app_b = create_app(engine=b)
+        with TestClient(create_app(engine=a)) as ca, TestClient(app_b) as cb:
+            b.corpus.replica.stop()   # b's follower paused: b cannot have applied a's write when asked
             r = ca.post("/v1/pages", json={"pages": [page("https://example.org/gannets", "Gannets dive deep.")]})
             assert r.status_code == 200
             token = int(r.headers["refindery-generation"])
-            assert token == a.corpus.store.generation() >= 1
-            r = cb.post("/v1/search", json={"query": "gannets dive"}, headers={"Refindery-Min-Generation": str(token)})
+            assert token == a.corpus.store.generation() >= 1 and b.corpus.applied < token
+            got: dict = {}
+            asked = threading.Thread(target=lambda: got.update(r=cb.post(
+                "/v1/search", json={"query": "gannets dive"}, headers={"Refindery-Min-Generation": str(token)})))
+            asked.start()
+            deadline = time.monotonic() + WAIT_S
+            while app_b.state.waiters.count() < 1 and time.monotonic() < deadline:   # it waits ...
+                time.sleep(0.01)
+            assert app_b.state.waiters.count() == 1 and "r" not in got
+            b.corpus.replica = Replica(b.corpus).start()   # ... until b's follower applies the write
+            asked.join(WAIT_S)
+            r = got["r"]
             assert r.status_code == 200 and [p["url"] for p in r.json()["pages"]] == ["https://example.org/gannets"]
+            b.settings.store.catch_up_wait_s = 0.5
             assert int(r.headers["refindery-generation"]) >= token
             health = cb.get("/healthz").json()
             assert health["applied_generation"] >= token and health["replica"]["id"] == b.corpus.replica.id

@@ -151,10 +151,12 @@ def test_irrelevant_later_takes_the_choice_back_and_a_cleared_or_deleted_one_is_
 
 
 def test_shortcuts_stay_inside_the_callers_workspace_and_scopes(pool, tmp_path):
+    """With choices shared by the workspace ([search] shortcut_scope = "workspace"): still never
+    across a workspace or a scope. (The default, each key's own: test_a_choice_serves_the_key_that_made_it.)"""
     from docs.examples import make_client
     from engine.core.access import create_key
 
-    cl = make_client(tmp_path / "data", pool=pool)
+    cl = make_client(tmp_path / "data", pool=pool, search={"shortcut_scope": "workspace"})
     keys = cl.corpus.keys
     admin = create_key(keys, ["*"])["token"]
     a = create_key(keys, ["default"], scopes=["a", "shared"])["token"]
@@ -217,3 +219,52 @@ def test_the_cli_lists_and_clears_the_choices(own_birds, capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["deleted"] == 1
     assert main(["feedback", "list"]) == 0
     assert json.loads(capsys.readouterr().out)["choices"] == []
+
+
+def test_a_choice_serves_the_key_that_made_it_is_capped_and_ages_out(pool, tmp_path):
+    """Issue 70, row 6: a read-only key marked an unrelated page `found` and it became first for the
+    admin. By default a choice serves the key that made it; each key keeps its newest
+    shortcut_max_choices; a choice older than shortcut_max_age_days stops counting."""
+    from datetime import timedelta
+
+    from docs.examples import make_client
+    from engine.core.access import create_key
+    from engine.core.clock import utcnow
+
+    cl = make_client(tmp_path / "data", pool=pool, search={"shortcut_max_choices": 1, "shortcut_max_age_days": 30})
+    keys = cl.corpus.keys
+    admin = create_key(keys, ["*"])["token"]
+    reader = create_key(keys, ["default"], read_only=True)["token"]
+    try:
+        pages = [{"url": u, "title": t, "body_text": body, "seen_at": "2026-05-01T00:00:00Z"}
+                 for u, (t, body) in BIRDS.items()]
+        assert cl.post("/v1/pages", json={"pages": pages}, headers=h(admin)).status_code == 200
+        before = search(cl, QUERY, h(reader))
+        target = [u for u in urls(before) if u.startswith("https://birds.example/")][-1]
+        assert urls(search(cl, CLOSE, h(admin)))[0] != target
+        choose(cl, before, target, headers=h(reader))
+        assert urls(search(cl, CLOSE, h(reader)))[0] == target          # the key that chose it
+        assert urls(search(cl, CLOSE, h(admin)))[0] != target           # not another key, the admin's included
+        assert cl.get("/v1/feedback", headers=h(admin)).json()["choices"] == []
+        assert len(cl.get("/v1/feedback", headers=h(reader)).json()["choices"]) == 1
+
+        # the cap: the reader's newer choice (another query) leaves the older one out
+        far = search(cl, FAR, h(reader))
+        choose(cl, far, "https://sea.example/kelp", headers=h(reader))
+        assert [c["query"] for c in cl.get("/v1/feedback", headers=h(reader)).json()["choices"]] == [FAR]
+        assert urls(search(cl, CLOSE, h(reader)))[0] != target
+
+        # age: a choice made 40 days ago (written with that time) does not count; one made now does
+        cl.delete("/v1/feedback", headers=h(admin))
+        old = search(cl, QUERY, h(reader))
+        pid = next(p["page_id"] for p in old["pages"] if p["url"] == target)
+        from engine.core.access import grant_for
+        key_id = grant_for(cl.corpus.keys, f"Bearer {reader}").key_id
+        cl.corpus.querylog.tables.add_feedback(old["query_id"], pid, "found", utcnow() - timedelta(days=40), key_id)
+        cl.corpus.querylog.forget_pages([])   # (a change of the feedback: the shortcuts read it again)
+        assert cl.get("/v1/feedback", headers=h(reader)).json()["choices"] == []
+        assert urls(search(cl, CLOSE, h(reader)))[0] != target
+        choose(cl, old, target, headers=h(reader))
+        assert urls(search(cl, CLOSE, h(reader)))[0] == target
+    finally:
+        cl.corpus.close()

@@ -71,13 +71,15 @@ def test_a_live_switch_serves_throughout_and_ends_as_a_fresh_ingest_would(int8_p
             t.start()
         state = e.switch_model(TARGET)
         assert state["active"] == OLD and state["switching_to"] == TARGET
-        with pytest.raises(ModelInUse):   # one switch at a time
-            e.switch_model("all-mpnet-base-v2")
+        with pytest.raises(ModelInUse, match="under way"):   # one switch at a time (the same one again too)
+            e.switch_model(TARGET)
         ingest(e.corpus, records[24:])   # written during the switch: the old model on the write path, the new behind
         deadline = time.monotonic() + 300
         while e.settings.models.active != TARGET and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.3)                  # searches after the swap too
+        # searches after the swap too: waited for (the event itself), not slept for
+        while TARGET not in models_seen and time.monotonic() < deadline and not failed:
+            time.sleep(0.01)
         stop.set()
         for t in searchers:
             t.join()
