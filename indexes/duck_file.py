@@ -14,7 +14,7 @@ import duckdb
 from .store_rows import StoreBusy, StoreError
 
 
-LOCKED_DOWN = {"enable_external_access": False, "lock_configuration": True}
+LOCKED_DOWN = {"enable_external_access": False, "lock_configuration": True, "enable_progress_bar": False}
 
 
 class DuckFile:

@@ -29,7 +29,7 @@ class DuckWrites:
                 if value is not None:
                     con.execute("INSERT INTO meta VALUES (?, ?)", [f"setting:{key}", value])
 
-    def touch_feedback(self) -> None:
+    def touch_feedback(self) -> int | None:
         """One process holds a DuckDB store: its QueryLog's own version says the feedback changed."""
         return None
 

@@ -159,8 +159,14 @@ def store_settings(request):
     server = request.getfixturevalue("postgres_uri")
     url = _new_database(server)
     yield {"store": {"url": url}}
+    # the module's corpora really were in this database (a store URL ignored — every corpus quietly on
+    # DuckDB — passes every test of the module, and fails here): the schema was migrated there
+    with psycopg.connect(url) as con:
+        migrated = con.execute("SELECT to_regclass('public.meta') IS NOT NULL AND to_regclass('public.pages') "
+                               "IS NOT NULL").fetchone()[0]
     with psycopg.connect(server, autocommit=True) as con:
         con.execute(f"DROP DATABASE {urlsplit(url).path[1:]} WITH (FORCE)")
+    assert migrated, f"no store was opened in the module's PostgreSQL database {url}"
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -177,6 +183,7 @@ def new_store(request, tmp_path):
             store = CorpusStore(tmp_path / "store.duckdb")
         else:
             store = PgCorpusStore(request.getfixturevalue("postgres_url"), scratch_dir=tmp_path)
+        assert store.kind == request.param
         opened.append(store)
         return store
     _open.backend = request.param
@@ -273,6 +280,8 @@ def make_corpus(pool, tmp_path, store_backend, request):
         s = load_settings(data_dir=str(data_dir), **overrides)
         c = open_corpus(s, pool)
         opened.append(c)
+        if store_backend == "postgres":   # (a store URL ignored would pass the test on DuckDB)
+            assert c.store.kind == "postgres", c.store
         return c
 
     yield _make
@@ -490,10 +499,10 @@ def serve_uds(data, sock):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def killed_then_restarted(start, point: str):
+def killed_then_restarted(start, point: str, between=None):
     """`start(crash)` starts a server process (crash: the REFINDERY_TEST_CRASH_AT point, or None):
-    started with `point`, it must die by SIGKILL there; then it is started again without, and that
-    process is returned (the caller stops it)."""
+    started with `point`, it must die by SIGKILL there; then `between()` (what the dead server left
+    can be read) and it is started again without, and that process is returned (the caller stops it)."""
     import signal
 
     proc = start(point)
@@ -501,7 +510,17 @@ def killed_then_restarted(start, point: str):
         assert proc.wait(timeout=180) == -signal.SIGKILL, f"the server did not die at {point}"
     finally:
         proc.kill()
+    if between is not None:
+        between()
     return start(None)
+
+
+def stored_vectors(data_dir, model: str) -> int:
+    """How many vectors of `model` a data dir's DuckDB store holds (read-only: no server holds it)."""
+    import duckdb
+
+    with duckdb.connect(str(Path(data_dir) / "refindery.duckdb"), read_only=True) as con:
+        return con.execute("SELECT count(*) FROM embeddings WHERE model = ?", [model]).fetchone()[0]
 
 
 def serving_on(sock, timeout_s: float = 120.0, base_url: str = "http://refindery"):
@@ -512,11 +531,16 @@ def serving_on(sock, timeout_s: float = 120.0, base_url: str = "http://refindery
 
     client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url=base_url)
     deadline = time.monotonic() + timeout_s
+    last = "no answer"
     while time.monotonic() < deadline:
         try:
-            if client.get("/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    return client
+            r = client.get("/healthz", timeout=1)
+            if r.status_code == 200:
+                return client
+            last = f"{r.status_code} {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            last = repr(exc)
+        time.sleep(0.2)   # (a 503 answers at once: without this the loop would spin)
+    client.close()
+    pytest.fail(f"refindery serve --uds {sock} did not answer /healthz within {timeout_s:g} s: {last}")
 

@@ -169,3 +169,48 @@ def _ipc(table) -> bytes:
     from indexes.relation_log import _ipc as encode
 
     return encode(table)
+
+
+def test_a_read_only_key_of_every_workspace_may_not_start_a_background_embedding(tmp_path):
+    """Issue 70, row 8: the read-only refusal was only ever tried with keys the every-workspace check
+    refuses first. A read-only key of every workspace and scope passes that one: only the write check
+    stands between it and a background embedding of the whole corpus."""
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    client = make_client(tmp_path / "data")
+    try:
+        reader = create_key(client.corpus.keys, ["*"], read_only=True)["token"]
+        r = client.post("/v1/models/all-minilm-l6-v2-int8/embed", headers=h(reader))
+        assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden", r.text
+        assert "read-only" in r.json()["detail"]["title"] or "write" in r.json()["detail"]["title"]
+        assert client.get("/v1/models", headers=h(reader)).status_code == 200
+        assert all("embedding" not in m for m in client.get("/v1/models", headers=h(reader)).json()["models"])
+    finally:
+        client.corpus.close()
+
+
+def test_a_pasted_links_second_lookup_reads_only_the_callers_scopes(pool, tmp_path):
+    """Issue 70, row 8: a shared link's tracking parameters are dropped and the URL looked up again;
+    that lookup must read only the caller's scopes, or another scope's page at the clean URL decides
+    that the prefix fallback is not tried (the page itself is filtered out later, which masked it)."""
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    client = make_client(tmp_path / "data", pool=pool)
+    try:
+        admin = create_key(client.corpus.keys, ["*"])["token"]
+        mine = create_key(client.corpus.keys, ["default"], scopes=["a"])["token"]
+        pages = [{"url": "https://docs.example/guide", "title": "Their guide", "scope": "b",
+                  "body_text": "The guide of scope b, at the clean URL."},
+                 {"url": "https://docs.example/guide/install", "title": "Install", "scope": "a",
+                  "body_text": "How to install, in scope a, under the guide's path."}]
+        assert client.post("/v1/pages", json={"pages": pages}, headers=h(admin)).status_code == 200
+        r = client.post("/v1/search", json={"query": "https://docs.example/guide?utm_source=newsletter"},
+                        headers=h(mine))
+        assert r.status_code == 200, r.text
+        top = r.json()["pages"][0]
+        assert top["url"] == "https://docs.example/guide/install" and top["pinned"] == "prefix", top
+        assert all(p["url"] != "https://docs.example/guide" for p in r.json()["pages"])
+    finally:
+        client.corpus.close()

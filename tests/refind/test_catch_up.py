@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, demo_records, index_ids, ingest, killed_then_restarted, serving_on
+from conftest import ROOT, demo_records, index_ids, ingest, killed_then_restarted, serving_on, stored_vectors
 
 QUALITY = "all-minilm-l6-v2-int8"
 FAST = "all-minilm-l6-v2"
@@ -167,7 +167,10 @@ def test_sigkill_during_the_catch_up_resumes_with_one_vector_per_chunk(int8_pool
         return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    proc = killed_then_restarted(serve, f"embedded:{QUALITY}:24")   # the third batch of 8: stored, then killed
+    kept = {}
+    proc = killed_then_restarted(serve, f"embedded:{QUALITY}:24",   # the third batch of 8: stored, then killed
+                                 between=lambda: kept.update(n=stored_vectors(data, QUALITY)))
+    assert kept["n"] >= 24   # what the killed server stored stays in the store ...
     try:
         client = serving_on(sock)
         deadline = time.monotonic() + 180
@@ -178,6 +181,8 @@ def test_sigkill_during_the_catch_up_resumes_with_one_vector_per_chunk(int8_pool
                 break
             time.sleep(0.1)
         assert row["coverage"] == 1.0 and row["chunks_embedded"] == chunks, row
+        # ... and the restarted one resumes: it embeds only what was missing, never from zero
+        assert row["embedding"]["done"] == chunks - kept["n"], (row, kept)
         hit = client.post("/v1/search", json={"query": QUERIES[0], "k": 3}, timeout=60).json()
         assert hit["model"] == QUALITY and hit.get("catch_up") is None
     finally:

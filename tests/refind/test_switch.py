@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, demo_records, index_ids, ingest, killed_then_restarted, serving_on
+from conftest import ROOT, demo_records, index_ids, ingest, killed_then_restarted, serving_on, stored_vectors
 
 TARGET = "all-minilm-l6-v2-int8"
 OLD = "all-minilm-l6-v2"
@@ -150,7 +150,10 @@ def test_a_switch_killed_part_way_resumes_when_a_server_starts(int8_pool, tmp_pa
         return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    proc = killed_then_restarted(serve, f"embedded:{TARGET}:16")   # the second batch of 8
+    kept = {}
+    proc = killed_then_restarted(serve, f"embedded:{TARGET}:16",   # the second batch of 8
+                                 between=lambda: kept.update(n=stored_vectors(data, TARGET)))
+    assert kept["n"] >= 16   # what the killed server stored stays ...
     try:
         client = serving_on(sock)
         deadline = time.monotonic() + 180
@@ -161,6 +164,9 @@ def test_a_switch_killed_part_way_resumes_when_a_server_starts(int8_pool, tmp_pa
                 break
             time.sleep(0.1)
         assert state["active"] == TARGET and state["switching_to"] is None, state
+        # ... and the restarted server resumed: it embedded only what was missing, never from zero
+        row = {m["name"]: m for m in client.get("/v1/models", timeout=60).json()["models"]}[TARGET]
+        assert row["embedding"]["done"] == chunks - kept["n"], (row, kept)
         assert client.post("/v1/search", json={"query": QUERIES[0], "k": 3}, timeout=60).json()["model"] == TARGET
     finally:
         proc.send_signal(signal.SIGTERM)

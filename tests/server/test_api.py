@@ -24,7 +24,7 @@ def shared_client(shared_corpus):
 def test_health_and_status(shared_client, demo_subset):
     health = shared_client.get("/healthz").json()
     assert health == {"status": "ok", "profile": "default", "embedder": "all-minilm-l6-v2",
-                      "applied_generation": health["applied_generation"]}
+                      "applied_generation": health["applied_generation"], "waiting_for_generation": 0}
     assert health["applied_generation"] >= 1   # the demo subset's writes (one process: what it committed)
     assert shared_client.get("/v1/models").json()["profile"] == "default"
     st = shared_client.get("/v1/status").json()
