@@ -14,7 +14,7 @@ import duckdb
 from .store_rows import StoreBusy, StoreError
 
 
-LOCKED_DOWN = {"enable_external_access": False, "lock_configuration": True, "enable_progress_bar": False}
+NO_FILES = {"enable_external_access": False}
 
 
 class DuckFile:
@@ -26,7 +26,9 @@ class DuckFile:
         try:
             # no file but this one, and no setting changed later: the SQL run here includes replayed
             # relation writes (indexes/relation_log.py) and SQL generated from requests (relation search)
-            self._con = duckdb.connect(str(self.path), config=LOCKED_DOWN)
+            self._con = duckdb.connect(str(self.path), config=NO_FILES)
+            self._con.execute("SET enable_progress_bar = false")   # (a reader streams without one)
+            self._con.execute("SET lock_configuration = true")
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreBusy(self.path, str(exc)) from exc

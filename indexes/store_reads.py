@@ -193,7 +193,7 @@ class DuckReads:
                                      "WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [changed]).fetchnumpy()
             names = dict(cur.execute("SELECT entity_id, canonical FROM entities").fetchall())
             spilled = changed is None and text_budget > 0 and not texts and spill is not None
-            if spilled:   # (no progress bar on a reader: the connection opens with it off, duck_file.LOCKED_DOWN)
+            if spilled:   # (no progress bar on a reader: the connection opens with it off, duck_file.py)
                 for batch in cur.sql("SELECT chunk_id, text, coalesce(CAST(to_json(section_path) AS VARCHAR), '') "
                                      "FROM chunks").to_arrow_reader(100_000):
                     spill(batch)

@@ -171,7 +171,21 @@ def main(argv: list[str] | None = None) -> int:
             first = exc.errors()[0]
             print(f"error: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}", file=sys.stderr)
             return 2
-        raise
+        if args.verbose:
+            raise
+        # anything else (a server's reply this command did not expect, say): one line, not a traceback
+        where = "the server's reply was not what this command expected" if _went_through_server(args) else \
+            "this command failed"
+        print(f"error: {where}: {type(exc).__name__}: {exc} (refindery -v {args.command} ... shows the traceback)",
+              file=sys.stderr)
+        return 2
+
+
+def _went_through_server(args) -> bool:
+    try:
+        return _owner(args) is not None
+    except Exception:   # noqa: BLE001 — only for the wording of the error line
+        return False
 
 
 def _is_client_error(exc: Exception) -> bool:

@@ -195,3 +195,62 @@ def test_flags_make_the_request_and_leave_the_rest_unset():
     assert search_request(build_parser().parse_args(["search", "x"])).model_fields_set == {"query"}
     with pytest.raises(SystemExit):          # a value the model does not take is refused by the parser
         build_parser().parse_args(["search", "x", "--fusion", "nope"])
+
+
+def test_an_unexpected_reply_from_the_server_is_one_line_and_exit_2(tmp_path):
+    """Issue 70, row 5: the CLI printed a traceback when the server that holds the data dir answered
+    something the command did not expect. A stand-in server of this user's own (its socket 0600 in
+    the data dir, server.json naming it) answers every request with JSON of another shape."""
+    import json as _json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import ROOT
+    from test_mcp_transports import env_for
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    path = data / "refindery.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(8)
+    body = b'{"surprise": [1, 2, 3]}'
+    stop = threading.Event()
+
+    def answer():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            with c:
+                c.settimeout(5)
+                try:
+                    c.recv(65536)
+                    c.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                              + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    (data / "server.json").write_text(_json.dumps({"pid": os.getpid(), "socket": str(path), "http": None,
+                                                   "data_dir": str(data), "started": ""}))
+    os.chmod(data / "server.json", 0o600)
+    try:
+        for verb in (["search", "gannets"], ["maps", "show"],
+                     ["evidence", "gannets"]):
+            r = subprocess.run([sys.executable, "-m", "server.cli", *verb], cwd=ROOT, env=env_for(data),
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 2, (verb, r.returncode, r.stdout, r.stderr)
+            assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (verb, r.stderr)
+            assert r.stderr.startswith("error: "), r.stderr
+    finally:
+        stop.set()
+        t.join(5)
+        listener.close()
