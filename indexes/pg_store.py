@@ -279,12 +279,13 @@ class PgCorpusStore(PgReads, PgLookups, PgWrites):
                            address = coalesce(excluded.address, replicas.address)""",
                         [replica_id, address, generation])
 
-    def replicas(self) -> list[dict]:
-        """Every replica that reported within REPLICA_RETENTION_S: id, address, applied generation, when seen."""
+    def replicas(self, within_s: float | None = None) -> list[dict]:
+        """Every replica that reported within `within_s` (default REPLICA_RETENTION_S): id, address,
+        applied generation, when seen."""
         cols, rows = self._named(
             "SELECT replica_id, address, applied, started_at, seen_at FROM replicas "
             "WHERE seen_at > (now() AT TIME ZONE 'UTC') - make_interval(secs => %s) ORDER BY replica_id",
-            [REPLICA_RETENTION_S])
+            [REPLICA_RETENTION_S if within_s is None else within_s])
         return [dict(zip(cols, r)) for r in rows]
 
     def slowest_replica(self) -> int | None:

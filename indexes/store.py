@@ -158,7 +158,7 @@ class CorpusStore(DuckFile, DuckReads, DuckLookups, DuckWrites):
     def report_applied(self, replica_id: str, generation: int, address: str | None = None) -> None:
         return None
 
-    def replicas(self) -> list[dict]:
+    def replicas(self, within_s: float | None = None) -> list[dict]:
         return []
 
     def slowest_replica(self) -> int | None:

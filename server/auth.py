@@ -24,6 +24,7 @@ from engine.core.querylog import LogEntry
 
 from .errors import REQUEST_ID, body_problem
 
+REPLICAS_EVERY_S = 5.0
 OPEN_PATHS = {"/healthz", "/docs", "/openapi.json", "/redoc", "/docs/oauth2-redirect"}
 SCOPE_KEY = "refindery.grant"
 
@@ -43,18 +44,20 @@ class RateLimiter:
         self.rate, self.burst = per_minute / 60.0, burst
         self.buckets: dict[str, tuple[float, float]] = {}   # key -> (tokens, at)
 
-    def take(self, key: str, now: float | None = None) -> float:
-        """0 when the call may go ahead, else the seconds until it may."""
+    def take(self, key: str, now: float | None = None, share: int = 1) -> float:
+        """0 when the call may go ahead, else the seconds until it may. `share`: how many replicas
+        the limit is divided among (each keeps 1/share of the rate and of the burst)."""
         if self.rate <= 0:
             return 0.0
+        rate, burst = self.rate / share, max(1.0, self.burst / share)
         now = time.monotonic() if now is None else now
-        tokens, at = self.buckets.get(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        tokens, at = self.buckets.get(key, (burst, now))
+        tokens = min(burst, tokens + (now - at) * rate)
         if tokens >= 1.0:
             self.buckets[key] = (tokens - 1.0, now)
             return 0.0
         self.buckets[key] = (tokens, now)
-        return (1.0 - tokens) / self.rate
+        return (1.0 - tokens) / rate
 
 
 class BodyLimit:
@@ -143,6 +146,20 @@ class KeyAuth:
         self.owner_socket_of = owner_socket_of  # () -> the path of the data dir's own socket, if served
         self.limiter: RateLimiter | None = None    # per key
         self.failures: RateLimiter | None = None   # requests refused for their key, per peer address
+        self._replicas_n, self._replicas_at = 1, float("-inf")
+
+    def _replicas(self, engine) -> int:
+        """How many live replicas share the store (1 without replicas), read at most every
+        REPLICAS_EVERY_S: each counts a key's requests against its share of the limit, so a key
+        sending to every replica directly gets the configured rate in all, not N times it."""
+        now = time.monotonic()
+        if now - self._replicas_at >= REPLICAS_EVERY_S:
+            self._replicas_at = now
+            try:
+                self._replicas_n = max(1, engine.live_replicas())
+            except StoreUnavailable:
+                pass   # the last count stands until the store answers again
+        return self._replicas_n
 
     @staticmethod
     def _new_limiter(engine) -> RateLimiter:
@@ -202,7 +219,7 @@ class KeyAuth:
             if grant.key_id is not None:
                 if self.limiter is None:
                     self.limiter = self._new_limiter(engine)
-                wait = self.limiter.take(grant.key_id)
+                wait = self.limiter.take(grant.key_id, share=self._replicas(engine))
                 if wait > 0:
                     return await self._rate_limited(send_with_id, engine, wait, "from this key")
             scope[SCOPE_KEY] = grant

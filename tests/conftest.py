@@ -228,6 +228,18 @@ def _clean_env(monkeypatch):
             monkeypatch.delenv(key, raising=False)
 
 
+def _models_cache() -> str:
+    from engine.core.settings import load_settings
+
+    return str(Path(load_settings().models_cache_dir).resolve())
+
+
+# The models cache of the session's pool (the default data dir's): servers and CLIs a test starts in
+# other processes are given it too, so an ONNX export (the int8 embedder, the fp32 query path) is made
+# once rather than in every data dir. Exports are written under a temporary name and renamed.
+MODELS_CACHE = _models_cache()
+
+
 @pytest.fixture(scope="session")
 def pool():
     from engine.core.settings import load_settings
@@ -243,15 +255,14 @@ def pool():
 
 @pytest.fixture(scope="session")
 def int8_pool(tmp_path_factory):
-    """A pool over the registry with its own models cache, for the ONNX int8 embedder: exported
-    there once per session; a corpus's pool then reuses the same loaded instance."""
+    """A pool for the ONNX int8 embedder over the shared models cache (MODELS_CACHE): exported there
+    once; a corpus's pool then reuses the same loaded instance."""
     from engine.core.settings import load_settings
     from models.embedder import EmbedderPool
     from models.registry import ModelRegistry
 
     s = load_settings()
-    cache = tmp_path_factory.mktemp("models-cache")
-    return EmbedderPool(ModelRegistry(s.registry_path, cache), "cpu", s.models.batch_size)
+    return EmbedderPool(ModelRegistry(s.registry_path, Path(MODELS_CACHE)), "cpu", s.models.batch_size)
 
 
 @pytest.fixture

@@ -151,6 +151,9 @@ class IndexRepairs:
                 self.quarantine(rejected)
             for model in sorted(set(self.embedder_names) | set(self._dense)):
                 self._follow_dense(model, pages)
+                if model not in self.embedder_names and self._dense[model].count() == 0:
+                    self._dense.pop(model)   # a model no longer kept, its vectors dropped (by any replica)
+                    continue
                 # kept fit as a single process keeps it after its writes: rebuilt as HNSW once it
                 # crosses the line, compacted once tombstones pile up (a replica never ran this before)
                 self.maintain_dense(model)

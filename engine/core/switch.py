@@ -72,7 +72,7 @@ def used_by_other_replicas(corpus: Any, model: str) -> list[str]:
     """The live replicas other than this one that keep `model` (ids)."""
     mine = corpus.replica_name
     out = []
-    for r in corpus.store.replicas():
+    for r in corpus.store.replicas(within_s=90.0):   # live: a replica reports at least every 30 s
         rid = r["replica_id"]
         if rid != mine and model in (corpus.store.setting(REPLICA_MODELS + rid) or "").split(","):
             out.append(rid)

@@ -20,6 +20,7 @@ from engine.refind.reranker_training import train_reranker
 from engine.verbs.base import Verbs
 
 log = logging.getLogger("refindery.engine")
+LIVE_S = 90.0   # a replica that reported within this long counts as live (it reports at least every 30 s)
 
 
 def background_priority(nice: int) -> None:
@@ -66,6 +67,11 @@ class OperationsVerbs(Verbs):
     def replica_id(self) -> str | None:
         """This process's replica id, with the store shared (None with a DuckDB store)."""
         return self.corpus.replica_name
+
+    def live_replicas(self) -> int:
+        """How many replicas share the store now (those that reported within LIVE_S: a replica
+        reports at least every 30 s); 1 without replicas (a DuckDB store)."""
+        return max(1, len(self.store.replicas(within_s=LIVE_S))) if self.corpus.replica is not None else 1
 
     def wait_applied(self, generation: int, timeout_s: float) -> bool:
         """Whether this process has applied `generation` within `timeout_s` (read your writes on any replica)."""

@@ -1,5 +1,5 @@
 """Three `refindery serve` replicas over one PostgreSQL, behind a real balancer (Caddy), as real
-processes (deploy/cluster.py): clients write 2,000 pages and search through the balancer while one
+processes (deploy/cluster.py): clients write 1,000 pages and search through the balancer while one
 replica is SIGKILLed and later restarted, and while PostgreSQL itself is restarted. Afterwards every
 acknowledged write is in the store exactly once (pages, chunks, one vector per chunk and model, the
 log rows of every answered search), every replica's indexes hold all of it, and the only failed
@@ -17,7 +17,7 @@ import pytest
 
 from deploy.cluster import Cluster, get_json, post, wait_until
 
-PAGES = 2000
+PAGES = 1000
 BATCH = 25
 WRITERS = 2
 SEARCHERS = 2
@@ -35,7 +35,11 @@ def _page(n: int, phase: str) -> dict:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("cluster"), replicas=3,
-                env={"REFINDERY_MODELS__CPU_THREADS": "1", "REFINDERY_STORE__CONNECT_TIMEOUT_S": "2"})
+                env={"REFINDERY_MODELS__CPU_THREADS": "1", "REFINDERY_STORE__CONNECT_TIMEOUT_S": "2",
+                     # one models cache (the int8 embedder of the switch test exported once, not per replica)
+                     "REFINDERY_MODELS__CACHE_DIR": str(tmp_path_factory.mktemp("models")),
+                     # a key's limit in all: 1 request a second, bursts of 30 (test_a_keys_rate_limit_...)
+                     "REFINDERY_SERVER__RATE_LIMIT_PER_MINUTE": "60", "REFINDERY_SERVER__RATE_LIMIT_BURST": "30"})
     c.start()
     yield c
     c.stop()
@@ -301,6 +305,87 @@ def test_a_relation_load_and_a_correction_through_one_replica_are_answered_alike
     assert row_id not in [r for rows in after[0][1] for r in rows]   # retired on every replica
 
 
+SEABIRDS = [
+    {"url": "https://shortcut.example/gannet", "title": "Gannets",
+     "body_text": "Gannets plunge into the sea from great heights to catch fish."},
+    {"url": "https://shortcut.example/puffin", "title": "Puffins",
+     "body_text": "Puffins plunge underwater to catch small fish and nest in burrows."},
+    {"url": "https://shortcut.example/tern", "title": "Terns",
+     "body_text": "Terns plunge for fish near the shore and migrate from pole to pole."},
+]
+
+
+def _top(url: str, query: str, gen: str) -> str:
+    status, _, body = post(url, "/v1/search", {"query": query, "k": 5, "filters": {"domain": "shortcut.example"}},
+                           {"refindery-min-generation": gen})
+    assert status == 200, body
+    return body["pages"][0]["url"]
+
+
+def test_a_choice_and_its_clearing_through_one_replica_hold_on_every_replica(cluster):
+    """Issue 70, row 2: shortcuts were a cache per process — a choice, a clearing or a page delete
+    through one replica never reached another's, and a deleted page posted again was lifted there by
+    the old choice."""
+    r1, r2, r3 = cluster.members
+    status, headers, _ = post(r1.url, "/v1/pages", {"pages": SEABIRDS})
+    assert status == 200
+    gen = headers["refindery-generation"]
+    status, _, before = post(r1.url, "/v1/search", {"query": "seabirds that plunge for fish", "k": 5,
+                                                     "filters": {"domain": "shortcut.example"}},
+                             {"refindery-min-generation": gen})
+    tops = {_top(r.url, "seabirds plunging for fish", gen) for r in cluster.members}   # (each replica's
+    assert len(tops) == 1                                       # cache of the choices is read now: none yet)
+    target = next(p for p in before["pages"] if p["url"] not in tops)
+    status, headers, _ = post(r1.url, "/v1/feedback", {"query_id": before["query_id"], "page_id": target["page_id"],
+                                                      "kind": "found"})
+    assert status == 200
+    gen = headers["refindery-generation"]
+    for r in cluster.members:
+        assert _top(r.url, "seabirds plunging for fish", gen) == target["url"], r.n
+    # a delete of the page through r2, and the page posted again through r3: no replica lifts it
+    status, _, body = post(r2.url, f"/v1/pages/{target['page_id']}", None, method="DELETE")
+    assert status == 200, body
+    status, headers, _ = post(r3.url, "/v1/pages", {"pages": [p for p in SEABIRDS if p["url"] == target["url"]]})
+    gen = headers["refindery-generation"]
+    for r in cluster.members:
+        status, _, body = post(r.url, "/v1/search", {"query": "seabirds plunging for fish", "k": 5, "explain": True,
+                                                     "filters": {"domain": "shortcut.example"}},
+                               {"refindery-min-generation": gen})
+        assert all(not p.get("shortcut") for p in body["pages"]), (r.n, body["pages"][0])
+
+
+def test_a_switch_and_a_drop_through_one_replica_are_every_replicas(cluster):
+    """Issue 70, row 3: a switch through one replica left the others on the old embedder, and a drop
+    through one deleted vectors the others still served and wrote. Now the store holds the switch:
+    every replica follows it, a drop of a model a replica keeps is refused, and after the switch and
+    the drop every page has a vector of the new embedder, those written through other replicas too."""
+    r1, r2, r3 = cluster.members
+    old = get_json(f"{r1.url}/healthz")["embedder"]
+    new = "all-minilm-l6-v2-int8"
+    status, _, body = post(r1.url, f"/v1/models/{new}/switch", {})
+    assert status == 202, body
+    status, _, body = post(r2.url, f"/v1/models/{new}/switch", {})   # the same switch again, elsewhere
+    assert status == 409 and body["detail"]["type"] == "model_in_use", body
+    status, _, body = post(r3.url, f"/v1/models/{new}", None, method="DELETE")   # the target of a switch under way
+    assert status == 409, body
+    # pages written through another replica during the switch
+    status, _, _ = post(r2.url, "/v1/pages", {"pages": [_page(n, "switch") for n in range(20)]})
+    assert status == 200
+    for r in cluster.members:
+        wait_until(lambda: get_json(f"{r.url}/healthz")["embedder"] == new, 600, f"replica {r.n} on {new}")
+    status, headers, body = post(r2.url, f"/v1/models/{old}", None, method="DELETE")
+    assert status == 200 and body["dropped_vectors"] > 0, body
+    status, headers, _ = post(r3.url, "/v1/pages", {"pages": [_page(n, "switched") for n in range(20)]})
+    assert status == 200
+    store = _store(cluster)
+    assert store["vectors"] == {new: store["chunks"][0]} and store["orphans"] == 0, store["vectors"]
+    _all_caught_up(cluster, store)
+    for r in cluster.members:
+        status, _, body = post(r.url, "/v1/search", {"query": "switched note 3 gannet", "k": 3},
+                               {"refindery-min-generation": headers["refindery-generation"]})
+        assert status == 200 and body["model"] == new
+
+
 def test_a_key_revoked_through_one_replica_is_refused_by_every_replica(cluster):
     """Once a key exists, every replica asks for one (the tests after this one send keys). How soon a
     revocation reaches every replica is measured in bench/replicas.py, not bounded here."""
@@ -327,8 +412,41 @@ def test_a_key_revoked_through_one_replica_is_refused_by_every_replica(cluster):
         wait_until(lambda: call(r.url, None) == 401, 5, f"replica {r.n} asking for a key")
         assert call(r.url, reader["token"]) == 200
     assert call(cluster.members[1].url, admin["token"], "DELETE", f"/v1/keys/{reader['key_id']}") == 200
-    for r in cluster.members:
+    for r in cluster.members:   # (every 0.2 s: each refusal counts against the address's failures)
         wait_until(lambda: call(r.url, reader["token"]) == 401, 60, f"replica {r.n} refusing the revoked key",
-                   every=0.02)
+                   every=0.2)
     assert all(call(r.url, admin["token"]) == 200 for r in cluster.members)
     cluster.admin = admin["token"]   # for the tests after this one
+
+
+def test_a_keys_rate_limit_holds_across_replicas(cluster):
+    """Issue 70, row 7: the per-key limit was counted per replica, and replicas are reachable on their
+    own ports, so a key got N times its rate. Each replica now keeps its share (1/N of the rate and the
+    burst), so a key sending to every replica directly gets the configured burst in all."""
+    status, _, key = post(cluster.url, "/v1/keys", {"workspaces": ["*"], "name": "limited"},
+                          {"authorization": f"Bearer {cluster.admin}"})
+    assert status == 201
+    accepted = 0
+    for r in cluster.members:
+        for _ in range(25):
+            status, _, _ = post(r.url, "/v1/clusters", None, {"authorization": f"Bearer {key['token']}"}, method="GET")
+            accepted += status == 200
+            assert status in (200, 429)
+    # the burst is 30 (the fixture's) and the rate 1 a second in all: never 3 x 25
+    assert 30 <= accepted <= 45, accepted
+
+
+def test_the_clusters_files_are_its_own(cluster):
+    """Issue 70, row 7: run as root, the cluster left its folder 0755 and its logs and Caddyfile 0644,
+    and the embedded PostgreSQL library added read bits for everyone to every parent of its data dir.
+    PostgreSQL's user needs only to pass through them: what it added for reading is taken back."""
+    import os
+    import stat
+
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)   # noqa: E731
+    assert mode(cluster.folder) & 0o066 == 0, oct(mode(cluster.folder))
+    for f in [cluster.folder / "Caddyfile", cluster.folder / "caddy.log", *(r.log_path for r in cluster.members)]:
+        assert mode(f) == 0o600, (f, oct(mode(f)))
+    for path, before in cluster._modes_before.items():
+        added = mode(path) & ~before
+        assert added & 0o044 == 0, (path, oct(before), oct(mode(path)))

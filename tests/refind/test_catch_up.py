@@ -48,7 +48,7 @@ def ranking(engine, query, model=None):
 
 @pytest.fixture(scope="module")
 def records():
-    return demo_records(24)
+    return demo_records(12)
 
 
 def test_merge_by_estimated_rank():
@@ -111,7 +111,7 @@ def test_the_background_catch_up_follows_later_writes(int8_pool, tmp_path, recor
 
     s = quality_settings(tmp_path / "data", int8_pool, catch_up_batch=4)
     with Engine(s, int8_pool) as e:
-        ingest(e.corpus, records[:16])
+        ingest(e.corpus, records[:8])
         state = e.embed_model_in_background(QUALITY)
         assert state["follows_writes"] and state["state"] == "embedding"
         thread = next(t for t in threading.enumerate() if t.name == f"embed-{QUALITY}")
@@ -132,7 +132,7 @@ def test_the_background_catch_up_follows_later_writes(int8_pool, tmp_path, recor
         while not (caught_up() and e.embedding(QUALITY)["state"] == "ready") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert caught_up() and e.embedding(QUALITY)["state"] == "ready"
-        ingest(e.corpus, records[16:])                 # after it caught up: followed
+        ingest(e.corpus, records[8:])                 # after it caught up: followed
         deadline = time.monotonic() + 120
         while not caught_up() and time.monotonic() < deadline:
             time.sleep(0.05)

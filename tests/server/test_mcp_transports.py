@@ -32,8 +32,11 @@ def data(tmp_path_factory):
 
 
 def env_for(data) -> dict:
+    from conftest import MODELS_CACHE
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
-    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu")
+    # the models cache the session's in-process pool uses: an ONNX export made once, not per data dir
+    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu", REFINDERY_MODELS__CACHE_DIR=MODELS_CACHE)
     return env
 
 
