@@ -132,6 +132,7 @@ bench: install models-mpnet
 	$(BIN)/python bench/hardening.py --lock
 	$(BIN)/python bench/hardening.py --chunks
 	$(BIN)/python bench/hardening.py --compare-chunks hardening-chunks-before hardening-chunks-after
+	$(BIN)/python bench/stall.py --out stall-after
 	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
