@@ -29,7 +29,7 @@ class PgWrites:
                 if value is not None:
                     con.execute("INSERT INTO meta VALUES (%s, %s)", [f"setting:{key}", value])
 
-    def touch_feedback(self) -> int:
+    def touch_feedback(self) -> int | None:
         """Mark the feedback (judgments, the shortcuts' choices) changed, at a new generation: every
         replica re-reads it once it has applied that generation (feedback_stamp)."""
         with self._write() as (con, gen):
