@@ -63,18 +63,18 @@ def follow(corpus: Any) -> str | None:
 
 def report_models(corpus: Any) -> None:
     """Record in the store which embedders this replica keeps (what a drop through any replica checks)."""
-    rid = corpus.replica_name
+    rid, store = corpus.replica_name, corpus.store
     if rid is not None:
-        corpus.store.set_settings({REPLICA_MODELS + rid: ",".join(corpus.settings.embedder_names)})
+        store.set_settings({REPLICA_MODELS + rid: ",".join(corpus.settings.embedder_names)})
 
 
 def used_by_other_replicas(corpus: Any, model: str) -> list[str]:
     """The live replicas other than this one that keep `model` (ids)."""
-    mine = corpus.replica_name
+    mine, store = corpus.replica_name, corpus.store
     out = []
-    for r in corpus.store.replicas(within_s=90.0):   # live: a replica reports at least every 30 s
+    for r in store.replicas(within_s=90.0):   # live: a replica reports at least every 30 s
         rid = r["replica_id"]
-        if rid != mine and model in (corpus.store.setting(REPLICA_MODELS + rid) or "").split(","):
+        if rid != mine and model in (store.setting(REPLICA_MODELS + rid) or "").split(","):
             out.append(rid)
     return out
 
@@ -83,9 +83,10 @@ def begin(corpus: Any, model: str) -> None:
     """Claim the switch to `model` in the store (the background embedding is the caller's to start):
     ModelInUse when a switch is under way already, begun by this replica or another, even at the
     same moment."""
+    store = corpus.store
     with corpus.write_lock:
-        if not corpus.store.claim_setting(TARGET, model):
-            under_way = corpus.store.setting(TARGET)
+        if not store.claim_setting(TARGET, model):
+            under_way = store.setting(TARGET)
             raise ModelInUse(f"a switch to {under_way!r} is under way already", model=model, switching_to=under_way)
         corpus.settings._switch_target = model
     report_models(corpus)
@@ -93,9 +94,10 @@ def begin(corpus: Any, model: str) -> None:
 
 def cancel(corpus: Any) -> str | None:
     """Forget a switch under way (its vectors stay, as any model's do until dropped); returns its target."""
+    store = corpus.store
     with corpus.write_lock:
         target = corpus.settings.switch_target
-        corpus.store.set_settings({TARGET: None})
+        store.set_settings({TARGET: None})
         corpus.settings._switch_target = None
     report_models(corpus)
     return target
@@ -105,16 +107,15 @@ def try_swap(corpus: Any, model: str) -> bool:
     """Make `model` the active embedder if a switch to it is under way and every chunk has its vector:
     under the write lock (no write between the check and the swap), in one store transaction. A search
     that started before keeps the model it started with; the next one uses `model`."""
-    s = corpus.settings
+    s, store = corpus.settings, corpus.store
     with corpus.write_lock:
-        if s.switch_target != model or corpus.store.setting(TARGET) != model \
-                or corpus.store.chunks_missing_embeddings(model, limit=1):
+        if s.switch_target != model or store.setting(TARGET) != model \
+                or store.chunks_missing_embeddings(model, limit=1):
             return False
         corpus.dense(model)          # its index is open and current (embed_missing kept it so)
         corpus.flush()               # and saved before the store says it is the one
         old = s.models.active
-        corpus.store.set_settings({ACTIVE: model, TARGET: None, FROM: old,
-                                   AT: utcnow().isoformat(timespec="seconds")})
+        store.set_settings({ACTIVE: model, TARGET: None, FROM: old, AT: utcnow().isoformat(timespec="seconds")})
         s.models.active = model
         s._switch_target = None
     report_models(corpus)

@@ -174,10 +174,8 @@ class SearchService:
                sparse: list[tuple[int, float]] | None = None, log: bool = True,
                trace: dict | None = None, scopes: tuple[str, ...] | None = None,
                chooser: str | None = None) -> SearchResponse:
-        """Run the pipeline; log the execution (or its refusal) to the query log unless `log` is
-        False (compare logs its arms itself). `trace`, when given, receives the intermediate lists.
-        `scopes` limits it to the documents a key may read (engine/access.py); `chooser`: the key
-        searching, whose choices its shortcut takes ([search] shortcut_scope)."""
+        """Run the pipeline, logged unless `log` is False (compare logs its arms itself); `trace` receives the
+        intermediate lists; `scopes`: what a key may read (engine/access.py); `chooser`: the key searching."""
         trace = {} if trace is None else trace
         trace["chooser"] = chooser
         try:
@@ -256,8 +254,7 @@ class SearchService:
         shortcut = None
         if p.shortcuts:
             with timer("shortcuts"):
-                shortcut = trace["shortcut"] = self._shortcut(req.query, model, p, cands.view, rolled, scopes,
-                                                              trace.get("chooser"))
+                shortcut = trace["shortcut"] = self._shortcut(req.query, model, p, cands.view, rolled, scopes, trace)
         with timer("decay"):
             ranked = self._ranked(req.query, p, cands, rolled, ids, scores, now,
                                   # (a shortcut's page may lie anywhere in the ranking: every page is put in order)
@@ -334,22 +331,15 @@ class SearchService:
             depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
                                              "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
 
-    def serving(self, chooser: str | None) -> Serving:
-        """Whose choices a search by the key `chooser` takes ([search] shortcut_*)."""
-        d = self.defaults
-        return Serving(chooser, d.shortcut_scope == "workspace", d.shortcut_max_choices,
-                       d.shortcut_max_age_days * 86400.0)
-
-    def _shortcut(self, query: str, model: str, p: Params, view, rolled, scopes,
-                  chooser: str | None = None) -> Shortcut | None:
+    def _shortcut(self, query: str, model: str, p: Params, view, rolled, scopes, trace: dict) -> Shortcut | None:
         """The page chosen before for a close query, when it is among this search's candidates
-        (engine/refind/shortcuts.py)."""
+        (engine/refind/shortcuts.py), of the choices that serve the key searching (trace["chooser"])."""
         def is_candidate(page_ids: list[str]) -> np.ndarray:
             rows = np.fromiter((view.row_of.get(pid, -1) for pid in page_ids), dtype=np.int64, count=len(page_ids))
             return (rows >= 0) & np.isin(rows, rolled.pages)
 
         return self.shortcuts.match(p.workspace, query, model, scopes, is_candidate, p.shortcut_min_similarity,
-                                    p.shortcut_min_overlap, self.serving(chooser))
+                                    p.shortcut_min_overlap, Serving.of(self.defaults, trace.get("chooser")))
 
     def _suggestions(self, source_page: str, model: str, scopes: tuple[str, ...] | None) -> Suggestions:
         from engine.refind.similar import similar_pages

@@ -75,7 +75,7 @@ class _Workspace:
     unit: dict[str, np.ndarray] = field(default_factory=dict)     # model -> the queries' unit vectors
     allowed: dict[tuple | None, np.ndarray] = field(default_factory=dict)   # scopes -> which choices count
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))   # each choice's key id
-    newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # its rank among its key's, newest 0
+    newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # rank in its key's, newest 0
     at: np.ndarray = field(default_factory=lambda: np.zeros(0))    # when it was made (POSIX seconds)
 
 
@@ -86,6 +86,12 @@ class Serving:
     shared: bool = False             # "workspace": every key's choices
     max_choices: int = 200           # per key, newest first
     max_age_s: float = 0.0           # 0: never ages
+
+    @classmethod
+    def of(cls, search_settings, key_id: str | None) -> "Serving":
+        """Whose choices a search by `key_id` takes under these [search] settings (shortcut_*)."""
+        d = search_settings
+        return cls(key_id, d.shortcut_scope == "workspace", d.shortcut_max_choices, d.shortcut_max_age_days * 86400.0)
 
 
 class Shortcuts:

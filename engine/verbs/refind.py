@@ -10,6 +10,7 @@ from engine.core.errors import ModelUnavailable, PageNotFound, QueryNotFound
 from engine.core.settings import SearchSettings
 from engine.refind.compare import CompareRequest, CompareResponse, compare
 from engine.refind.search import SearchRequest, SearchResponse, SearchService
+from engine.refind.shortcuts import Serving
 from engine.refind.similar import similar_pages
 from engine.verbs.base import Verbs
 
@@ -91,7 +92,7 @@ class RefindVerbs(Verbs):
         searches take shortcuts from — within its scopes, its own by default ([search] shortcut_scope),
         not aged out nor past the cap — newest first (engine/refind/shortcuts.py)."""
         ws = self.workspace_for(caller, workspace)
-        rows = self.pages.shortcuts.serving(ws, caller.document_scopes, self.pages.serving(caller.key_id))
+        rows = self.pages.shortcuts.serving(ws, caller.document_scopes, Serving.of(self.pages.defaults, caller.key_id))
         return {"workspace": ws, "choices": [
             {"query_id": c.query_id, "query": c.query, "page_id": c.page_id, "kind": c.kind,
              "chosen_at": c.chosen_at.isoformat() + "Z"} for c in reversed(rows)]}
