@@ -17,6 +17,15 @@ from .store_rows import StoreBusy, StoreError
 NO_FILES = {"enable_external_access": False}
 
 
+def _lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """No progress bar (a reader streams without one), then the configuration locked. The same file
+    opened again in this process shares its database, already locked: checked, not set again."""
+    if con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+        return
+    con.execute("SET enable_progress_bar = false")
+    con.execute("SET lock_configuration = true")
+
+
 class DuckFile:
     kind = "duckdb"   # which store this is (tests assert it: a setting ignored would pass them otherwise)
 
@@ -27,8 +36,7 @@ class DuckFile:
             # no file but this one, and no setting changed later: the SQL run here includes replayed
             # relation writes (indexes/relation_log.py) and SQL generated from requests (relation search)
             self._con = duckdb.connect(str(self.path), config=NO_FILES)
-            self._con.execute("SET enable_progress_bar = false")   # (a reader streams without one)
-            self._con.execute("SET lock_configuration = true")
+            _lock_down(self._con)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreBusy(self.path, str(exc)) from exc

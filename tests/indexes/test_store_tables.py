@@ -76,7 +76,7 @@ def test_the_query_log_reads_back_the_same_from_duckdb_and_postgresql(tmp_path, 
         assert [q for q, _, _ in a["searches"]] == ["q1", "q2", "q5"] and json.loads(a["searches"][0][1])["k"] == 10
         assert a["stages"]["q1"]["results"] == ["p0", "p1"] and a["stages"]["q2"]["dense"] == ["p0", "p1", "p2"]
         # the latest judgment of each (query, page) counts: p1 was clicked, then marked irrelevant
-        assert [(q, p, k) for q, _, _, p, k, _ in a["choices"]] == [("q1", "p0", "found"), ("q2", "p2", "found")]
+        assert [(q, p, k) for q, _, _, p, k, _, _ in a["choices"]] == [("q1", "p0", "found"), ("q2", "p2", "found")]
         # deletes: within scopes only queries run inside them; pages forgotten; then pruned by age
         for t in (a_tables, b_tables):
             assert t.delete_feedback("default", scopes=["hr"]) == 1
