@@ -94,18 +94,20 @@ browser:
 # lint-imports first: an import against the layers or the wings (pyproject.toml) fails with a readable message.
 # The suite runs on one worker per core (pytest-xdist; at most 4), a test file's tests on one worker so that
 # its module fixtures are built once; each worker has its own session fixtures (models load once per worker).
+# Modules are handed out longest first (tests/conftest.py, LONGEST_FIRST; xdist's own reordering, by count
+# of tests, is off), so no worker is left alone with a long module at the end.
 # TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= auto
 test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 	REFINDERY_SERVER_BIN=$(abspath $(BIN)) $(CVENV)/bin/python -m pytest -q clients/python/tests
 
 # The whole suite once more with every corpus a test opens in PostgreSQL (tests/conftest.py, ALL_ON):
 # beyond the modules `make test` runs on both stores. Not part of `make test` (it would double its time);
 # what it finds is in docs/scaling.md. PYTEST_ARGS narrows it (e.g. PYTEST_ARGS=tests/relations).
 test-postgres: $(TSTAMP) browser
-	REFINDERY_TEST_STORE=postgres $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
+	REFINDERY_TEST_STORE=postgres $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).

@@ -1,5 +1,5 @@
 """Three `refindery serve` replicas over one PostgreSQL, behind a real balancer (Caddy), as real
-processes (deploy/cluster.py): clients write 1,000 pages and search through the balancer while one
+processes (deploy/cluster.py): clients write 500 pages and search through the balancer while one
 replica is SIGKILLed and later restarted, and while PostgreSQL itself is restarted. Afterwards every
 acknowledged write is in the store exactly once (pages, chunks, one vector per chunk and model, the
 log rows of every answered search), every replica's indexes hold all of it, and the only failed
@@ -17,7 +17,7 @@ import pytest
 
 from deploy.cluster import Cluster, get_json, post, wait_until
 
-PAGES = 1000
+PAGES = 500
 BATCH = 25
 WRITERS = 2
 SEARCHERS = 2
@@ -215,17 +215,17 @@ def test_postgresql_restarted_mid_load_is_a_typed_503_and_then_nothing_acknowled
     outage = {}
 
     def restart_postgres(load: Load) -> None:
-        load.wait_acked(200)
+        load.wait_acked(100)
         outage["down"] = time.monotonic()
         cluster.stop_postgres()
         time.sleep(6)
         cluster.start_postgres()
         outage["up"] = time.monotonic()
 
-    load = Load(cluster.url, "pg", 600)
+    load = Load(cluster.url, "pg", 300)
     load.run(restart_postgres)
     assert not load.crashed
-    assert len(load.acked) == 600
+    assert len(load.acked) == 300
     kinds = Counter((verb, status, kind) for _, verb, status, kind in load.failures)
     # while it was down: typed 503s, nothing else (no 500, no hang past the outage) — writes refused
     # with store_unavailable; a search either so, or not_caught_up where it waited for a generation

@@ -46,7 +46,10 @@ def server(tmp_path_factory) -> Server:
     assert (bin_dir / "refindery").exists(), f"no refindery server at {bin_dir} (REFINDERY_SERVER_BIN)"
     tmp = tmp_path_factory.mktemp("client-server")
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
-    env.update(REFINDERY_DATA_DIR=str(tmp / "data"), REFINDERY_MODELS__DEVICE="cpu")
+    # the engine suite's models cache (the default data dir's, which `make test` fills first): the int8
+    # embedder and the ONNX query path exported once, not again in this server's data dir
+    env.update(REFINDERY_DATA_DIR=str(tmp / "data"), REFINDERY_MODELS__DEVICE="cpu",
+               REFINDERY_MODELS__CACHE_DIR=str(ROOT / "data" / "models"))
     records, seen = [], set()
     with gzip.open(ROOT / "demo" / "pages.jsonl.gz", "rt", encoding="utf-8") as fh:
         for line in fh:
