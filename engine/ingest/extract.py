@@ -37,6 +37,60 @@ def _title_tag(html: str) -> str | None:
     return t or None
 
 
+_BLOCKS = ("p", "list", "code", "quote", "table", "head")
+
+
+def _inline(el: ET.Element) -> str:
+    """An element's text as one line: its inline parts (emphasis, inline code) joined as they stand in
+    the sentence — never with a separator, which turned `f(a, x)` into `f( | a | , | x | )` — and the
+    pilcrow of a permalink dropped."""
+    return _PILCROW.sub("", _WS.sub(" ", " ".join("".join(el.itertext()).split("\n"))).strip()).strip()
+
+
+def _item_lines(item: ET.Element, depth: int) -> list[str]:
+    """A list item as lines: its inline runs as one line each, each paragraph of a definition (a <dd>
+    holds several) a line of its own, a nested list indented."""
+    lines: list[str] = []
+    run = [item.text or ""]
+
+    def flush() -> None:
+        text = _PILCROW.sub("", _WS.sub(" ", " ".join("".join(run).split("\n"))).strip()).strip()
+        if text:
+            lines.append(text)
+        run.clear()
+
+    for child in item:
+        if child.tag == "list":
+            flush()
+            lines += ["  " + ln for ln in _list_lines(child, depth + 1)]
+        elif child.tag == "code" and "\n" in "".join(child.itertext()).strip("\n"):
+            flush()   # a code block inside a definition: its lines kept
+            lines += [ln.rstrip() for ln in "".join(child.itertext()).strip("\n").splitlines() if ln.strip()]
+        elif child.tag in _BLOCKS and child.tag != "code":
+            flush()
+            text = _inline(child)
+            if text:
+                lines.append(text)
+        else:
+            run.append("".join(child.itertext()))
+        run.append(child.tail or "")
+    flush()
+    return lines
+
+
+def _list_lines(el: ET.Element, depth: int = 0) -> list[str]:
+    """A list's lines: "- " before each item of a bulleted or numbered list; a definition list's
+    terms and definitions as plain lines (a term is a signature or a name, not a bullet)."""
+    bullet = "" if (el.get("rend") or "") == "dl" else "- "
+    out: list[str] = []
+    for item in el.findall("item"):
+        lines = _item_lines(item, depth)
+        if lines:
+            out.append(bullet + lines[0])
+            out += lines[1:]
+    return out
+
+
 def html_to_text(html: str) -> tuple[str, str | None]:
     """Return (body_text, title) extracted from an HTML document.
 
@@ -72,12 +126,16 @@ def html_to_text(html: str) -> tuple[str, str | None]:
             code = text.strip("\n")
             if code.strip():
                 blocks.append(code)
-        elif el.tag in ("list", "table"):
+        elif el.tag == "list":
+            rows = _list_lines(el)
+            if rows:
+                blocks.append("\n".join(rows))
+        elif el.tag == "table":
             rows = []
-            for item in el.iter("item" if el.tag == "list" else "row"):
-                cell = _WS.sub(" ", " | ".join(t.strip() for t in item.itertext() if t.strip()))
-                if cell:
-                    rows.append(("- " if el.tag == "list" else "") + cell)
+            for row in el.iter("row"):   # cells apart, each cell's inline text (code, emphasis) whole
+                cells = [c for c in (_inline(cell) for cell in row.findall("cell")) if c]
+                if cells:
+                    rows.append(" | ".join(cells))
             if rows:
                 blocks.append("\n".join(rows))
         else:
