@@ -104,6 +104,29 @@ def test_written_with_the_fast_embedder_searched_by_coverage_then_caught_up(int8
         assert {m["name"]: m for m in e.models()}[QUALITY]["coverage"] == 1.0
 
 
+def test_the_catch_ups_total_is_what_waits_now(int8_pool, tmp_path, records):
+    """Issue 70, row 5: pages that arrive while the catch-up runs count in its total (the server log's
+    "done/total chunks" line); a total frozen at the start read "1536/675 chunks"."""
+    from engine.app import Engine
+
+    with Engine(quality_settings(tmp_path / "data", int8_pool), int8_pool) as e:
+        ingest(e.corpus, records[:6])
+        first = e.corpus.store.counts()["chunks"]
+        seen: list[tuple[int, int]] = []
+
+        def progress(done, total):
+            seen.append((done, total))
+            if len(seen) == 2:   # after the first batch, the rest of the pages arrive
+                ingest(e.corpus, records[6:])
+
+        e.corpus.embed_missing(QUALITY, batch=4, progress=progress)
+        chunks = e.corpus.store.counts()["chunks"]
+        assert first > 8 and chunks > first
+        assert seen[0] == (0, first) and seen[1] == (4, first)
+        assert [t for _, t in seen[2:]] == [chunks] * len(seen[2:])   # every total after they arrived
+        assert seen[-1] == (chunks, chunks)
+
+
 def test_the_background_catch_up_follows_later_writes(int8_pool, tmp_path, records):
     """A server's catch-up stays: after it has caught up, a later write is embedded too; a page written
     while it runs is found by its exact words at once (BM25 and the fast embedder)."""
