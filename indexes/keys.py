@@ -1,7 +1,10 @@
 """API keys in the store (DuckDB or PostgreSQL, through indexes/sql.py): only a salted SHA-256
 digest of each secret is kept.
 
-  api_keys(key_id, name, salt, digest, workspaces, scopes, read_only, created_at, revoked_at)
+  api_keys(key_id, name, salt, digest, workspaces, scopes, read_only, created_at, revoked_at, pages_only)
+
+`pages_only`: a key that adds pages (and their visits) to its one workspace and does nothing else —
+the browser extension's (server/auth.py lists its routes); NULL in a row from before it was kept.
 
 The secrets are 256 random bits, so a fast salted hash is enough (a slow KDF protects guessable
 passwords, not random tokens) and verifying a key costs one indexed lookup — made on every request,
@@ -21,7 +24,8 @@ DDL = """CREATE TABLE IF NOT EXISTS api_keys (
     key_id VARCHAR PRIMARY KEY, name VARCHAR, salt VARCHAR NOT NULL, digest VARCHAR NOT NULL,
     workspaces VARCHAR[] NOT NULL, scopes VARCHAR[] NOT NULL, read_only BOOLEAN NOT NULL,
     created_at TIMESTAMP NOT NULL, revoked_at TIMESTAMP)"""
-COLUMNS = ["key_id", "name", "workspaces", "scopes", "read_only", "created_at", "revoked_at"]
+MIGRATE = "ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS pages_only BOOLEAN"
+COLUMNS = ["key_id", "name", "workspaces", "scopes", "read_only", "created_at", "revoked_at", "pages_only"]
 SET_AUTH = "INSERT INTO meta VALUES ('auth', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 SHARED_TTL_S = 0.5
 
@@ -34,6 +38,7 @@ class KeyStore:
         if not self._shared:                               # PostgreSQL: a migration made the table
             with self.sql.transaction() as tx:
                 tx.run(DDL)
+                tx.run(MIGRATE)
         self._read_state()
 
     def _read_state(self) -> None:
@@ -80,24 +85,25 @@ class KeyStore:
         return self._active
 
     def insert(self, key_id: str, name: str | None, salt: str, digest: str, workspaces: list[str],
-               scopes: list[str], read_only: bool, now: datetime) -> None:
+               scopes: list[str], read_only: bool, now: datetime, pages_only: bool = False) -> None:
         with self._lock, self.sql.transaction() as tx:
-            tx.run("INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                   [key_id, name, salt, digest, workspaces, scopes, read_only, now])
+            tx.run("INSERT INTO api_keys (key_id, name, salt, digest, workspaces, scopes, read_only, created_at, "
+                   "revoked_at, pages_only) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                   [key_id, name, salt, digest, workspaces, scopes, read_only, now, pages_only])
             tx.run(SET_AUTH, ["closed"])
             self._active += 1
             self._closed = True
 
-    def secret_row(self, key_id: str) -> tuple[str, str, list[str], list[str], bool] | None:
-        """(salt, digest, workspaces, scopes, read_only) of an active key."""
+    def secret_row(self, key_id: str) -> tuple[str, str, list[str], list[str], bool, bool] | None:
+        """(salt, digest, workspaces, scopes, read_only, pages_only) of an active key."""
         row = self.sql.row(
-            "SELECT salt, digest, workspaces, scopes, read_only FROM api_keys WHERE key_id = ? AND revoked_at IS NULL",
-            [key_id])
-        return None if row is None else (row[0], row[1], list(row[2]), list(row[3]), bool(row[4]))
+            "SELECT salt, digest, workspaces, scopes, read_only, pages_only FROM api_keys "
+            "WHERE key_id = ? AND revoked_at IS NULL", [key_id])
+        return None if row is None else (row[0], row[1], list(row[2]), list(row[3]), bool(row[4]), bool(row[5]))
 
     def list(self) -> list[dict]:
         rows = self.sql.rows(f"SELECT {', '.join(COLUMNS)} FROM api_keys ORDER BY created_at, key_id")
-        return [dict(zip(COLUMNS, r)) for r in rows]
+        return [{**dict(zip(COLUMNS, r)), "pages_only": bool(r[-1])} for r in rows]
 
     def revoke(self, key_id: str, now: datetime) -> bool:
         with self._lock, self.sql.transaction() as tx:

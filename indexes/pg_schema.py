@@ -129,6 +129,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (7, "the API key that sent each judgment (whom its shortcut serves)", [
         "ALTER TABLE feedback ADD COLUMN IF NOT EXISTS key_id text",
     ]),
+    (8, "keys that only add pages (the browser extension's, indexes/keys.py)", [
+        "ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS pages_only boolean",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

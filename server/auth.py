@@ -17,7 +17,7 @@ import time
 from fastapi import Request
 
 from engine.app import StoreUnavailable
-from engine.core.access import Grant
+from engine.core.access import Forbidden, Grant
 from engine.core.errors import EngineError
 from engine.core.clock import utcnow
 from engine.core.querylog import LogEntry
@@ -27,6 +27,9 @@ from .errors import REQUEST_ID, body_problem
 REPLICAS_EVERY_S = 5.0
 OPEN_PATHS = {"/healthz", "/docs", "/openapi.json", "/redoc", "/docs/oauth2-redirect"}
 SCOPE_KEY = "refindery.grant"
+# What a pages-only key may call (engine/core/access.py): add pages and visits to its workspace, forget
+# them. Every other route — search, reads, keys, MCP — is 403 for it, before any route runs.
+PAGES_ONLY_ROUTES = {("POST", "/v1/pages"), ("POST", "/v1/visits"), ("POST", "/v1/forget")}
 
 
 async def refuse(send, status: int, detail: dict, headers: list | None = None) -> None:
@@ -222,6 +225,10 @@ class KeyAuth:
                 wait = self.limiter.take(grant.key_id, share=self._replicas(engine))
                 if wait > 0:
                     return await self._rate_limited(send_with_id, engine, wait, "from this key")
+            if grant.pages_only and (scope.get("method"), path) not in PAGES_ONLY_ROUTES:
+                return await refuse(send_with_id, 403, Forbidden(
+                    "this key only adds pages to its workspace (POST /v1/pages, /v1/visits, /v1/forget)",
+                    key_id=grant.key_id).public_body())
             scope[SCOPE_KEY] = grant
             await self.app(scope, receive, send_with_id)
         finally:

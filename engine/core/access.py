@@ -47,6 +47,7 @@ class Grant:
     workspaces: tuple[str, ...] = (ALL,)
     scopes: tuple[str, ...] = ()        # document scopes; empty: every document
     read_only: bool = False
+    pages_only: bool = False            # adds pages (and visits) to its one workspace, nothing else
     seen: list = field(default_factory=list, compare=False, repr=False)  # workspaces this request resolved
 
     @property
@@ -119,10 +120,14 @@ def _digest(salt: str, secret: str) -> str:
 
 
 def create_key(keys: KeyStore, workspaces: list[str], scopes: list[str] | None = None, read_only: bool = False,
-               name: str | None = None) -> dict:
-    """Make a key; the reply is the only place its token ever appears."""
+               name: str | None = None, pages_only: bool = False) -> dict:
+    """Make a key; the reply is the only place its token ever appears. `pages_only`: a key that adds
+    pages to one workspace and does nothing else (no search, no reads; the browser extension's)."""
     if not workspaces:
         raise InvalidRequest("a key needs at least one workspace (or '*' for all)")
+    if pages_only and (read_only or len(set(workspaces)) != 1 or ALL in workspaces):
+        raise InvalidRequest("a pages-only key adds pages to one workspace: name exactly one (not '*'), "
+                             "and it cannot be read-only")
     bad = [w for w in workspaces if not WORKSPACE.match(w)]
     if bad:
         raise InvalidRequest(f"not a workspace id: {bad[0]!r}")
@@ -131,9 +136,10 @@ def create_key(keys: KeyStore, workspaces: list[str], scopes: list[str] | None =
         raise InvalidRequest("a scope is a label of 1 to 200 printable characters")
     key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
     now = utcnow()
-    keys.insert(key_id, name, salt, _digest(salt, secret), list(dict.fromkeys(workspaces)), scopes, read_only, now)
+    keys.insert(key_id, name, salt, _digest(salt, secret), list(dict.fromkeys(workspaces)), scopes, read_only, now,
+                pages_only)
     return {"key_id": key_id, "token": f"rfy_{key_id}_{secret}", "name": name, "workspaces": workspaces,
-            "scopes": scopes, "read_only": read_only, "created_at": now.isoformat(),
+            "scopes": scopes, "read_only": read_only, "pages_only": pages_only, "created_at": now.isoformat(),
             "note": "the token is shown once; only its salted hash is stored"}
 
 
@@ -144,10 +150,10 @@ def verify(keys: KeyStore, token: str) -> Grant | None:
     row = keys.secret_row(m.group(1))
     if row is None:
         return None
-    salt, digest, workspaces, scopes, read_only = row
+    salt, digest, workspaces, scopes, read_only, pages_only = row
     if not hmac.compare_digest(_digest(salt, m.group(2)), digest):
         return None
-    return Grant(m.group(1), tuple(workspaces), tuple(scopes), read_only)
+    return Grant(m.group(1), tuple(workspaces), tuple(scopes), read_only, pages_only)
 
 
 def grant_for(keys: KeyStore, authorization: str | None) -> Grant:

@@ -31,13 +31,13 @@ from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
 from engine.core.errors import EngineError
 from engine.core.faults import maybe_crash
-from engine.core.identity import named_workspace
+from engine.core.identity import named_workspace, page_id_for
 from engine.core.progress import Progress
-from engine.core.urls import InvalidURL, domain_of
+from engine.core.urls import InvalidURL, domain_of, normalize_url
 from engine.ingest.chunking import chunk_text
 from engine.ingest.extract import ExtractionFailed
 from engine.ingest.prepare import _Prepared, chunk_id_for, prepare
-from engine.ingest.records import PageInput, RecordError, describe_validation_error
+from engine.ingest.records import PageInput, RecordError, VisitInput, describe_validation_error
 
 log = logging.getLogger("refindery.ingest")
 
@@ -53,6 +53,7 @@ class PageOutcome:
     page_id: str | None
     url: str | None
     status: str  # created | updated | unchanged | revisited | merged (another visit in the batch) | error
+    #              | not_found (a visit without a body, of no page: Ingester.visit)
     error: str | None = None
     chunks: int = 0
 
@@ -79,6 +80,7 @@ class IngestReport:
             "revisited": self.pages("revisited"), "unchanged": self.pages("unchanged"),
             "errors": len(self.errors), "chunks_embedded": self.chunks_embedded,
             "seconds": round(self.seconds, 3), "generation": self.generation,
+            **({"not_found": n} if (n := self.count("not_found")) else {}),
         }
 
 
@@ -132,6 +134,38 @@ class Ingester:
                 bar.close()
             if flush:
                 self.corpus.flush()
+        report.seconds = time.perf_counter() - t0
+        report.generation = self.store.generation()
+        report.outcomes.sort(key=lambda o: o.index)
+        return report
+
+    def visit(self, visits: list[tuple[int, VisitInput]]) -> IngestReport:
+        """Visits without a body (the browser extension's re-visit of a page it sent unchanged): each
+        moves its page's `last_seen` and visit count, as a re-visit does, with nothing extracted,
+        chunked or embedded. A URL with no page in the caller's workspace and scope is that item's
+        `not_found` (send the page itself); an older visit than the page's last is `unchanged`."""
+        report, now, by_page = IngestReport(), utcnow(), defaultdict(list)
+        t0 = time.perf_counter()
+        for index, v in visits:
+            try:
+                pid = page_id_for(self.workspace, normalize_url(v.url), self.caller.write_scope(v.scope))
+            except (EngineError, ValueError) as exc:   # InvalidURL, or urllib's ValueError (a bad IPv6 host)
+                self._fail(report, index, "request", v.model_dump(), str(exc))
+                continue
+            by_page[pid].append((index, v))
+        with self.corpus.write_lock:
+            existing = self.store.existing_pages(by_page)
+            touches = []
+            for pid, items in by_page.items():
+                old = existing.get(pid)
+                later = [] if old is None else [s for s in ((v.seen_at or now) for _, v in items) if s > old.last_seen]
+                status = "not_found" if old is None else "revisited" if later else "unchanged"
+                if later:
+                    touches.append(Touch(pid, max(later), len(later)))
+                report.outcomes += [PageOutcome(i, pid if old else None, v.url, status, None if old else
+                                    "no page at this URL in the workspace: send the page itself") for i, v in items]
+            if touches:
+                self._apply_to_indexes([], touches, existing, self.store.apply([], touches))
         report.seconds = time.perf_counter() - t0
         report.generation = self.store.generation()
         report.outcomes.sort(key=lambda o: o.index)

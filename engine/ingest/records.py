@@ -61,6 +61,15 @@ class PageInput(BaseModel):
         return self
 
 
+class VisitInput(BaseModel):
+    """A visit of a page already sent (POST /v1/visits): its URL, when, and its scope as a page's."""
+    model_config = ConfigDict(extra="forbid")
+
+    url: Text = Field(min_length=1, max_length=8192)
+    seen_at: StorableDate | None = None
+    scope: Name | None = Field(default=None, min_length=1, max_length=200)
+
+
 class RecordError(BaseModel):
     line: int
     source: str

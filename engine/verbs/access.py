@@ -13,9 +13,9 @@ class AccessVerbs(Verbs):
         return access.grant_for(self.keys, authorization)
 
     def create_key(self, workspaces: list[str], scopes: list[str] | None = None, read_only: bool = False,
-                   name: str | None = None, caller: Grant = OPEN) -> dict:
+                   name: str | None = None, caller: Grant = OPEN, pages_only: bool = False) -> dict:
         access.require_admin(caller)
-        return access.create_key(self.keys, workspaces, scopes, read_only, name)
+        return access.create_key(self.keys, workspaces, scopes, read_only, name, pages_only)
 
     def list_keys(self, caller: Grant = OPEN) -> list[dict]:
         access.require_admin(caller)

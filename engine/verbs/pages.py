@@ -1,13 +1,15 @@
-"""The verbs that write pages: ingest, delete, entities, clusters."""
+"""The verbs that write pages: ingest, visits, forget, delete, entities, clusters."""
 from __future__ import annotations
 
 from typing import Iterable
 
 from engine.core.access import OPEN, Grant
-from engine.core.errors import PageNotFound
+from engine.core.errors import InvalidRequest, PageNotFound
+from engine.core.urls import normalize_url
 from engine.ingest.clusters import refit_clusters
 from engine.ingest.entities import EntityUpsert, upsert_entity
 from engine.ingest.pipeline import Ingester, IngestReport
+from engine.ingest.records import VisitInput
 from engine.verbs.base import Verbs
 
 
@@ -40,6 +42,26 @@ class PageVerbs(Verbs):
                             batch_chunks=ing.ray_batch_chunks, caller=caller).ingest(records, total=total, flush=flush)
         finally:
             remote.close()
+
+    def visit(self, visits: list[VisitInput], workspace: str | None = None, caller: Grant = OPEN) -> IngestReport:
+        """Visits of pages already sent, without their content (Ingester.visit)."""
+        caller.require_write()
+        workspace = self.workspace_for(caller, workspace)
+        return Ingester(self.corpus, workspace, progress=False, caller=caller).visit(list(enumerate(visits)))
+
+    def forget(self, url: str, workspace: str | None = None, caller: Grant = OPEN) -> dict:
+        """Delete the workspace's pages at this URL (normalised as ingest does) that the caller may
+        write — every scope's for a key without document scopes, its own scopes' else — from the store
+        and every index. Forgetting a URL with no page is not an error: nothing is there either way."""
+        caller.require_write()
+        ws = self.workspace_for(caller, workspace)
+        scopes = caller.document_scopes
+        try:
+            ids = self.store.pages_with_url(ws, normalize_url(url), list(scopes) if scopes is not None else None)
+        except ValueError as exc:   # InvalidURL, or urllib's own (a bad IPv6 host)
+            raise InvalidRequest(str(exc)) from None
+        gone = [pid for pid in ids if self.corpus.delete_page(pid)]
+        return {"workspace": ws, "url": url, "forgotten": len(gone), "page_ids": gone}
 
     def delete_page(self, page_id: str, caller: Grant = OPEN) -> dict:
         caller.require_write()

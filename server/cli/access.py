@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from engine.app import Engine
+from engine.core.errors import InvalidRequest
 
 from .common import _print, _settings
 
@@ -15,7 +16,12 @@ def cmd_keys(args) -> int:
                 print("error: keys create needs --workspace W (repeat it, or '*' for every workspace)",
                       file=sys.stderr)
                 return 2
-            _print(e.create_key(args.workspace, args.scope, args.read_only, args.name))
+            try:
+                _print(e.create_key(args.workspace, args.scope, args.read_only, args.name,
+                                    pages_only=args.pages_only))
+            except InvalidRequest as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         elif args.action == "list":
             _print({"keys": e.list_keys()})
         elif args.action == "open":
@@ -47,5 +53,8 @@ def add(sub) -> None:
     s.add_argument("--workspace", action="append", help="create: a workspace it may use (repeat; '*' for all)")
     s.add_argument("--scope", action="append", default=[], help="create: a document scope it may read (repeat)")
     s.add_argument("--read-only", action="store_true", help="create: it may not write")
+    s.add_argument("--pages-only", action="store_true",
+                   help="create: it only adds pages (and visits) to its one workspace, and forgets them; "
+                        "no search, no reads (the browser extension's key)")
     s.add_argument("--name", default=None, help="create: a label for it")
     s.set_defaults(func=cmd_keys)

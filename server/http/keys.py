@@ -19,13 +19,16 @@ class KeyCreate(BaseModel):
     workspaces: list[str] = Field(min_length=1, max_length=100, description='Workspace ids, or ["*"] for all.')
     scopes: list[str] = Field(default_factory=list, max_length=100, description="Document scopes it may read.")
     read_only: bool = False
+    pages_only: bool = Field(default=False, description=(
+        "Only adds pages (POST /v1/pages, /v1/visits) to its one workspace and forgets them "
+        "(POST /v1/forget): every other route is 403 for it. The browser extension's key."))
     name: str | None = Field(default=None, max_length=200)
 
 
 @router.post("/v1/keys", status_code=201)
 def keys_create(body: KeyCreate, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
     """Make a key. Its token is in this reply and nowhere else: only a salted hash is stored."""
-    return e.create_key(body.workspaces, body.scopes, body.read_only, body.name, g)
+    return e.create_key(body.workspaces, body.scopes, body.read_only, body.name, g, body.pages_only)
 
 
 @router.get("/v1/keys")

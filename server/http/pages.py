@@ -4,11 +4,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import Depends, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.app import Engine
 from engine.core.access import Grant
 from engine.ingest.entities import EntityUpsert
+from engine.ingest.records import VisitInput
 
 from .deps import current_grant, engine, router
 
@@ -47,6 +48,38 @@ def upsert_pages(body: PagesUpsert, e: Engine = Depends(engine), g: Grant = Depe
     items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
              for o in report.outcomes]
     return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())
+
+
+class VisitsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    visits: list[VisitInput] = Field(min_length=1, max_length=1000, description=(
+        "Visits of pages already sent: {url, seen_at?, scope?}. No body is extracted or embedded."))
+    workspace: str | None = Field(default=None, max_length=200)
+
+
+@router.post("/v1/visits", response_model=UpsertResponse, tags=["pages"])
+def visits(body: VisitsBody, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> UpsertResponse:
+    """Record visits of pages already sent, without their content: a page read again and unchanged
+    (the browser extension compares a hash of what it sent) moves its `last_seen` and visit count
+    (`revisited`; `unchanged` for a visit older than the page's last). A URL with no page in the
+    workspace (and the caller's scope) is that item's `not_found`: send the page itself (POST /v1/pages)."""
+    report = e.visit(body.visits, body.workspace, caller=g)
+    items = [UpsertItem(index=o.index, page_id=o.page_id, url=o.url, status=o.status, error=o.error)
+             for o in report.outcomes]
+    return UpsertResponse(errors=bool(report.errors), items=items, summary=report.summary())
+
+
+class ForgetBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=1, max_length=8192, description="The page's URL (normalised as ingest does).")
+    workspace: str | None = Field(default=None, max_length=200)
+
+
+@router.post("/v1/forget", tags=["pages"])
+def forget(body: ForgetBody, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
+    """Forget the page at a URL: deleted from the store and every index (the extension's "forget this
+    page"). Within the caller's workspace and scopes; a URL with no page forgets nothing (`forgotten: 0`)."""
+    return e.forget(body.url, body.workspace, caller=g)
 
 
 @router.get("/v1/pages/{page_id}", tags=["pages"])

@@ -102,7 +102,7 @@ def test_keys_are_kept_alike_on_both_databases(new_store):
     _key(keys, "k1")
     _key(keys, "k2", workspaces=("a", "b"), scopes=("hr",))
     assert keys.closed and keys.active == 2
-    assert keys.secret_row("k2") == ("salt", "digest-k2", ["a", "b"], ["hr"], False)
+    assert keys.secret_row("k2") == ("salt", "digest-k2", ["a", "b"], ["hr"], False, False)
     assert [k["key_id"] for k in keys.list()] == ["k1", "k2"] and keys.list()[0]["revoked_at"] is None
     with pytest.raises(ValueError, match="still active"):
         keys.reopen()
@@ -110,6 +110,8 @@ def test_keys_are_kept_alike_on_both_databases(new_store):
     assert keys.revoke("k2", T0) and keys.active == 0 and keys.closed      # closed until reopened
     keys.reopen()
     assert not keys.closed and not KeyStore(new_store()).closed    # kept in the store, not in this object
+    keys.insert("k3", None, "salt", "digest-k3", ["a"], [], False, T0, pages_only=True)   # the extension's kind
+    assert keys.secret_row("k3")[-1] is True and keys.list()[-1]["pages_only"] is True
 
 
 def test_a_key_revoked_through_one_process_is_refused_by_every_other_at_once(postgres_url, tmp_path):
@@ -170,3 +172,21 @@ def test_evidence_map_notes_read_back_the_same_from_duckdb_and_postgresql(tmp_pa
     finally:
         duck.close()
         pg.close()
+
+
+def test_a_key_table_from_before_pages_only_keys_is_brought_up(tmp_path):
+    """A DuckDB data dir whose api_keys has no pages_only column (made before the extension's keys) gets
+    it at open; its keys read as not pages-only. (PostgreSQL: migration 8, indexes/pg_schema.py.)"""
+    from indexes.keys import DDL
+    from indexes.store import CorpusStore
+
+    store = CorpusStore(tmp_path / "old.duckdb")
+    try:
+        with store.sql().transaction() as tx:
+            tx.run(DDL)
+            tx.run("INSERT INTO api_keys VALUES ('k0', NULL, 'salt', 'digest', ['default'], [], false, ?, NULL)", [T0])
+        keys = KeyStore(store)
+        assert keys.secret_row("k0") == ("salt", "digest", ["default"], [], False, False)
+        assert keys.list()[0]["pages_only"] is False
+    finally:
+        store.close()

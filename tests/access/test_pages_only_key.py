@@ -1,0 +1,149 @@
+"""The browser extension's key (issue 71): a pages-only key adds pages and visits to its one workspace
+and forgets them — and does nothing else. Every other route is a 403 for it before the route runs; a
+workspace outside it is a 404 as for every key. With the routes it uses: POST /v1/visits (a visit
+without a body: a re-visit recorded, nothing extracted or embedded) and POST /v1/forget. On both stores."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import page
+
+
+def h(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def walls(pool, tmp_path_factory, store_settings):
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    client = make_client(tmp_path_factory.mktemp("pages-only") / "data", pool=pool,
+                         server={"rate_limit_per_minute": 0}, **store_settings)   # (0: no rate limit)
+    keys = client.corpus.keys
+    client.admin = create_key(keys, ["*"])["token"]
+    client.capture = create_key(keys, ["home"], pages_only=True, name="browser")["token"]
+    client.reader = create_key(keys, ["home"], read_only=True)["token"]
+    assert client.corpus.store.kind == ("postgres" if store_settings else "duckdb")
+    for ws in ("home", "work"):
+        r = client.post("/v1/pages", headers=h(client.admin), json={"workspace": ws, "pages": [
+            page(f"https://{ws}.example/heron", f"The grey heron of {ws} waits by the reed bed at dawn.")]})
+        assert r.status_code == 200 and not r.json()["errors"], r.text
+    yield client
+    client.corpus.close()
+
+
+def test_a_pages_only_key_adds_pages_to_its_workspace(walls):
+    r = walls.post("/v1/pages", headers=h(walls.capture), json={"pages": [
+        page("https://home.example/kestrel", "A kestrel hovers over the motorway verge, tail fanned.")]})
+    assert r.status_code == 200 and r.json()["items"][0]["status"] == "created", r.text
+    hits = walls.post("/v1/search", headers=h(walls.reader), json={"query": "kestrel hovers"}).json()["pages"]
+    assert [p["url"] for p in hits][:1] == ["https://home.example/kestrel"]
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", "/v1/search", {"query": "heron"}),
+    ("POST", "/v1/compare", {"query": "heron", "models": ["all-minilm-l6-v2"]}),
+    ("GET", "/v1/pages/{page_id}", None),
+    ("DELETE", "/v1/pages/{gone_id}", None),
+    ("GET", "/v1/pages/{page_id}/similar", None),
+    ("GET", "/v1/keys", None),
+    ("POST", "/v1/keys", {"workspaces": ["home"]}),
+    ("GET", "/v1/feedback", None),
+    ("GET", "/v1/facets", None),
+    ("GET", "/v1/status", None),
+    ("GET", "/v1/clusters", None),
+    ("POST", "/v1/evidence", {"query": "heron"}),
+    ("POST", "/v1/public/search", {"workspace_id": "home", "constraints": []}),
+    ("POST", "/v1/entities", {"canonical": "Heron"}),
+    ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+])
+def test_every_other_route_is_a_403_for_it(walls, method, path, body):
+    def id_of(url):
+        return walls.post("/v1/search", headers=h(walls.admin), json={"query": url, "workspace": "home"}
+                          ).json()["pages"][0]["page_id"]
+
+    gone = "https://home.example/gone"   # the page the admin's DELETE below removes: a page of its own
+    walls.post("/v1/pages", headers=h(walls.admin), json={"workspace": "home", "pages": [page(gone, "To delete.")]})
+    path = path.format(page_id=id_of("https://home.example/heron"), gone_id=id_of(gone))
+    r = walls.request(method, path, headers=h(walls.capture), json=body)
+    assert r.status_code == 403, (path, r.status_code, r.text)
+    assert r.json()["detail"]["type"] == "forbidden" and "only adds pages" in r.json()["detail"]["title"]
+    if path != "/mcp":   # (the MCP app needs the server's lifespan, which a bare test client does not run)
+        # the same call with the admin's key is not refused for its key (the walls are the key's)
+        assert walls.request(method, path, headers=h(walls.admin), json=body).status_code != 403
+
+
+def test_another_workspace_is_as_absent_for_it_as_for_any_key(walls):
+    for path, body in (("/v1/pages", {"pages": [page("https://work.example/x", "Not yours to write.")]}),
+                       ("/v1/visits", {"visits": [{"url": "https://work.example/heron"}]}),
+                       ("/v1/forget", {"url": "https://work.example/heron"})):
+        r = walls.post(path, headers=h(walls.capture), json={**body, "workspace": "work"})
+        assert r.status_code == 404 and r.json()["detail"]["type"] == "workspace_not_found", (path, r.text)
+    hits = walls.post("/v1/search", headers=h(walls.admin), json={"query": "https://work.example/heron",
+                                                                 "workspace": "work"}).json()["pages"]
+    assert hits and hits[0]["url"] == "https://work.example/heron"   # still there
+
+
+def test_a_visit_without_a_body_records_a_revisit_and_embeds_nothing(walls):
+    def stored():
+        pid = walls.post("/v1/search", headers=h(walls.admin), json={"query": "https://home.example/heron",
+                                                                     "workspace": "home"}).json()["pages"][0]["page_id"]
+        return walls.get(f"/v1/pages/{pid}", headers=h(walls.admin)).json()
+
+    before = stored()
+    vectors = walls.get("/v1/status", headers=h(walls.admin)).json()["counts"]["embeddings"]
+    r = walls.post("/v1/visits", headers=h(walls.capture), json={"visits": [
+        {"url": "https://home.example/heron", "seen_at": "2026-06-02T10:00:00Z"},
+        {"url": "https://home.example/heron", "seen_at": "2026-06-03T10:00:00Z"},
+        {"url": "https://home.example/never-sent", "seen_at": "2026-06-03T10:00:00Z"},
+        {"url": "javascript:alert(1)"}]})
+    assert r.status_code == 200, r.text
+    items = r.json()["items"]
+    assert [i["status"] for i in items] == ["revisited", "revisited", "not_found", "error"]
+    assert "send the page itself" in items[2]["error"] and r.json()["summary"]["not_found"] == 1
+    after = stored()
+    assert after["visit_count"] == before["visit_count"] + 2 and after["last_seen"].startswith("2026-06-03")
+    assert after["chunks"] == before["chunks"]
+    assert walls.get("/v1/status", headers=h(walls.admin)).json()["counts"]["embeddings"] == vectors
+    # the same visits again: nothing later than the page's last visit, so nothing moves
+    r = walls.post("/v1/visits", headers=h(walls.capture), json={"visits": [
+        {"url": "https://home.example/heron", "seen_at": "2026-06-03T10:00:00Z"}]})
+    assert r.json()["items"][0]["status"] == "unchanged" and stored()["visit_count"] == after["visit_count"]
+
+
+def test_forget_deletes_the_page_at_a_url_from_every_index(walls):
+    walls.post("/v1/pages", headers=h(walls.capture), json={"pages": [
+        page("https://home.example/wren", "The wren sings loudest in the bramble thicket by the old mill.")]})
+    found = walls.post("/v1/search", headers=h(walls.reader), json={"query": "wren bramble thicket"}).json()["pages"]
+    pid = next(p["page_id"] for p in found if p["url"] == "https://home.example/wren")
+    r = walls.post("/v1/forget", headers=h(walls.capture), json={"url": "HTTPS://home.example/wren#song"})
+    assert r.status_code == 200 and r.json()["forgotten"] == 1 and r.json()["page_ids"] == [pid], r.text
+    assert walls.get(f"/v1/pages/{pid}", headers=h(walls.admin)).status_code == 404
+    hits = walls.post("/v1/search", headers=h(walls.reader), json={"query": "wren bramble thicket"}).json()["pages"]
+    assert "https://home.example/wren" not in [p["url"] for p in hits]
+    again = walls.post("/v1/forget", headers=h(walls.capture), json={"url": "https://home.example/wren"})
+    assert again.status_code == 200 and again.json()["forgotten"] == 0
+    bad = walls.post("/v1/forget", headers=h(walls.capture), json={"url": "ftp://home.example/x"})
+    assert bad.status_code == 422 and bad.json()["detail"]["type"] == "validation_error"
+    # a read-only key may not forget
+    assert walls.post("/v1/forget", headers=h(walls.reader), json={"url": "https://home.example/heron"}).status_code == 403
+
+
+def test_a_pages_only_key_is_made_for_exactly_one_workspace(walls):
+    for body in ({"workspaces": ["*"], "pages_only": True}, {"workspaces": ["home", "work"], "pages_only": True},
+                 {"workspaces": ["home"], "pages_only": True, "read_only": True}):
+        r = walls.post("/v1/keys", headers=h(walls.admin), json=body)
+        assert r.status_code == 422 and "one workspace" in r.json()["detail"]["title"], r.text
+    r = walls.post("/v1/keys", headers=h(walls.admin), json={"workspaces": ["work"], "pages_only": True})
+    assert r.status_code == 201 and r.json()["pages_only"] is True
+    listed = {k["key_id"]: k for k in walls.get("/v1/keys", headers=h(walls.admin)).json()["keys"]}
+    assert listed[r.json()["key_id"]]["pages_only"] is True
+    assert sum(k["pages_only"] for k in listed.values()) == 2
+
+
+def test_a_huge_page_is_refused_by_its_size_at_once(walls):
+    html = "<html><body>" + "<p>lorem ipsum dolor sit amet</p>" * 1_000_000 + "</body></html>"   # ~33 MB
+    r = walls.post("/v1/pages", headers=h(walls.capture), json={"pages": [{"url": "https://home.example/big", "html": html}]})
+    assert r.status_code == 413 and r.json()["detail"]["type"] == "payload_too_large", r.text[:300]
+    assert "the request body is over" in r.json()["detail"]["title"]
