@@ -3,7 +3,6 @@
 // the key changes (forgetCaches).
 
 import { h } from "./dom.js";
-import { openKeyDialog } from "./key_dialog.js";
 
 export const KEY_STORE = "refindery.api_key";
 const facetCache = new Map();
@@ -75,7 +74,7 @@ export function showError(err, where = document.getElementById("message")) {
     h("strong", {}, "Error: "), errorText(err), " ",
     status ? h("span", { class: "err-type" }, `(${err.type}, ${status})`) : null,
     err.status === 401 || err.status === 403
-      ? [" ", h("button", { type: "button", onclick: openKeyDialog }, "Enter an API key")] : null));
+      ? [" ", h("button", { type: "button", onclick: () => document.getElementById("key-button").click() }, "Enter an API key")] : null));
 }
 
 export async function facets(ws) {

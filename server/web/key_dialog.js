@@ -1,7 +1,7 @@
 // The API key dialog: the key is kept in this tab (session storage) and sent as a bearer token.
 
 import { forgetCaches, KEY_STORE } from "./api.js";
-import { render } from "./router.js";
+import { redraw } from "./nav.js";
 
 export function openKeyDialog() {
   const dlg = document.getElementById("key-dialog");
@@ -16,6 +16,6 @@ document.getElementById("key-dialog").addEventListener("close", (e) => {
   if (dlg.returnValue === "clear") sessionStorage.removeItem(KEY_STORE);
   if (dlg.returnValue === "save" || dlg.returnValue === "clear") {
     forgetCaches();
-    render();
+    redraw();
   }
 });

@@ -2,7 +2,7 @@
 // list or the next page of results, s similar, e explain, Esc back.
 
 import { main } from "./dom.js";
-import { goBack } from "./router.js";
+import { goBack } from "./nav.js";
 
 function items() {
   return Array.from(main.querySelectorAll("[data-item]")).filter((el) => el.offsetParent !== null);

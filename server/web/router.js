@@ -1,27 +1,12 @@
 // Every view is a URL on `/` (?view=…), so the back button, reloads and shared links work: links
-// marked data-nav and forms change the URL, and render() draws the view it names. A click on a result
-// of a logged search is sent as feedback.
+// marked data-nav and forms change the URL (nav.js), and render() draws the view it names. A click on
+// a result of a logged search is sent as feedback. The views import nav.js, never this module.
 
-import { api, showError, ApiError } from "./api.js";
+import { api } from "./api.js";
+import { go, onRedraw, state } from "./nav.js";
 import { renderCompare } from "./views/compare.js";
 import { renderPage } from "./views/page.js";
 import { renderSearch } from "./views/search.js";
-
-// {queryId, pageIds} of the search the user is looking at, for click feedback (views/search.js sets it)
-export const state = { lastSearch: null };
-
-export function go(url, { replace = false } = {}) {
-  history[replace ? "replaceState" : "pushState"]({ inApp: true }, "", url);
-  render();
-}
-
-export function searchUrl(fields) {
-  const p = new URLSearchParams();
-  for (const [k, v] of Object.entries(fields)) {
-    if (v !== undefined && v !== null && v !== "" && v !== false) p.set(k, v === true ? "1" : String(v));
-  }
-  return "/?" + p.toString();
-}
 
 export function feedback(pageId) {
   // "click" on a result of a logged query: the query log turns these into implicit judgments.
@@ -39,27 +24,8 @@ export async function render() {
   return renderSearch(p);
 }
 
-// A query form: an empty query never reaches the API (the page says what to do); otherwise go to
-// the URL the form's state makes.
-export function onQuerySubmit(form, input, emptyMessage, url) {
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    if (!input.value.trim()) {
-      showError(new ApiError(0, { type: "empty_query", title: emptyMessage }));
-      input.focus();
-      return;
-    }
-    go(url());
-  });
-}
-
-// Back within the app when the page was reached from it; a page opened directly goes to search.
-export function goBack() {
-  if (history.state && history.state.inApp) history.back();
-  else go("/");
-}
-
 export function start() {
+  onRedraw(render);
   window.addEventListener("popstate", render);
   document.addEventListener("click", (e) => {
     const a = e.target.closest("a[data-nav]");

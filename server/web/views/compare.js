@@ -3,7 +3,7 @@
 
 import { api, models, showError } from "../api.js";
 import { field, fmt, h, main, messageRegion, sr } from "../dom.js";
-import { onQuerySubmit, searchUrl } from "../router.js";
+import { onQuerySubmit, searchUrl } from "../nav.js";
 
 export async function renderCompare(p) {
   const q = p.get("q") || "";

@@ -2,7 +2,7 @@
 
 import { api, showError } from "../api.js";
 import { h, main, messageRegion, safeHref, shortDate } from "../dom.js";
-import { goBack } from "../router.js";
+import { goBack } from "../nav.js";
 import { similarList } from "./search.js";
 
 export async function renderPage(p) {

@@ -3,7 +3,7 @@
 
 import { api, facets, showError } from "../api.js";
 import { field, fmt, h, main, messageRegion, safeHref, shortDate } from "../dom.js";
-import { go, onQuerySubmit, render, searchUrl, state as app } from "../router.js";
+import { go, onQuerySubmit, redraw, searchUrl, state as app } from "../nav.js";
 
 function nextDay(date) {
   const d = new Date(`${date}T00:00:00Z`);
@@ -140,7 +140,7 @@ export async function renderSearch(p) {
     const page = st.page + step;
     if (page < 1 || (step > 0 && last >= res.total)) return;
     history.pushState({ inApp: true }, "", searchUrl({ ...state(), q: st.q, page: page > 1 ? page : undefined }));
-    render().then(() => document.querySelector("#results [data-item]")?.focus());
+    redraw().then(() => document.querySelector("#results [data-item]")?.focus());
   }
   results.turn = turn;
 }
