@@ -12,7 +12,7 @@ DEMO   := demo/pages.jsonl.gz
 PROFILE ?= default
 RF     := $(BIN)/refindery --profile $(PROFILE)
 
-.PHONY: install browser demo test test-postgres bench eval eval-studies reranker models-mpnet serve cluster clean
+.PHONY: install browser extension demo test test-postgres bench eval eval-studies reranker models-mpnet serve cluster clean
 
 # torch==2.13.0 first: it takes the CPU build on local disk; anything looser pulls CUDA (STACK.md).
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -81,6 +81,25 @@ demo: install $(if $(filter quality,$(PROFILE)),models-mpnet)
 	@echo ""
 	$(RF) serve --host $(HOST) --port $(PORT) --embed all-minilm-l6-v2-int8
 
+# The browser extension (clients/extension, docs/extension.md): one source for Chromium-family
+# browsers and Firefox, no build step. `make extension` puts the folder to load unpacked in
+# dist/extension/ and the zip Firefox installs in dist/refindery-extension.zip.
+EXT    := clients/extension
+extension:
+	rm -rf dist/extension dist/refindery-extension.zip
+	mkdir -p dist && cp -r $(EXT) dist/extension
+	cd dist/extension && $(PYTHON) -m zipfile -c ../refindery-extension.zip $$(ls)
+	@echo "Load dist/extension unpacked (chrome://extensions, Developer mode, Load unpacked), or install"
+	@echo "dist/refindery-extension.zip in Firefox (about:debugging, This Firefox, Load Temporary Add-on)."
+
+# Mozilla's web-ext (npm) lints the extension's manifest as Firefox reads it (tests/extension/).
+WEBEXT := .tools/web-ext
+WSTAMP := $(WEBEXT)/.installed
+$(WSTAMP):
+	@command -v npm > /dev/null 2>&1 || { echo "The extension's lint needs Node.js and npm (apt-get install nodejs npm)"; exit 1; }
+	mkdir -p $(WEBEXT) && cd $(WEBEXT) && npm install --no-audit --no-fund --silent web-ext@10
+	touch $(WSTAMP)
+
 # tests/server/test_web.py drives Debian's Chromium; installed here (as root, with apt-get) when missing.
 browser:
 	@command -v chromium > /dev/null 2>&1 || [ -n "$$REFINDERY_CHROMIUM" ] || { \
@@ -98,7 +117,7 @@ browser:
 # of tests, is off), so no worker is left alone with a long module at the end.
 # TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= auto
-test: $(TSTAMP) $(CSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
+test: $(TSTAMP) $(CSTAMP) $(WSTAMP) browser $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 	REFINDERY_SERVER_BIN=$(abspath $(BIN)) $(CVENV)/bin/python -m pytest -q clients/python/tests
@@ -111,7 +130,7 @@ test-postgres: $(TSTAMP) browser
 
 # Every benchmark, then bench/results/README.md (the summary with links to each JSON, table and
 # plot). Long: about an hour on two cores (the 1M-chunk search corpus and the collections' peers).
-bench: install models-mpnet
+bench: install models-mpnet browser
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench,milvus,ray,postgres]'
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/embedders.py
@@ -135,6 +154,7 @@ bench: install models-mpnet
 	$(BIN)/python bench/hardening.py --chunks
 	$(BIN)/python bench/hardening.py --compare-chunks hardening-chunks-before hardening-chunks-after
 	$(BIN)/python bench/stall.py --out stall-after
+	$(BIN)/python bench/extension.py
 	$(BIN)/python bench/report.py
 
 # Train the data dir's own cross-encoder (refindery-local) on the ingested corpus, once: mined
@@ -193,4 +213,4 @@ cluster: $(KSTAMP)
 	$(BIN)/python deploy/cluster.py --replicas $(REPLICAS) --port $(CLUSTER_PORT) --dir .cluster --pages $(DEMO)
 
 clean:
-	rm -rf $(VENV) $(CVENV) data .cluster .pytest_cache
+	rm -rf $(VENV) $(CVENV) data .cluster .pytest_cache dist .tools

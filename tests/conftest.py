@@ -21,6 +21,21 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo" / "pages.jsonl.gz"
 
 
+# Debian's Chromium as the probe of this machine kind starts it (tests/server/test_web.py, tests/extension/):
+# no sandbox as root, and no background connections (this machine's closed network would refuse them,
+# many at a time).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def chromium_path() -> str:
+    path = os.environ.get("REFINDERY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).is_file():
+        pytest.fail("the browser tests drive Debian's Chromium: `apt-get install chromium` (make test does this "
+                    "when run as root), or set REFINDERY_CHROMIUM to a Chromium binary")
+    return path
+
+
 def loopback_up() -> None:
     """A fresh network namespace (`unshare -n pytest`, the offline check) starts with its loopback
     down, so nothing reaches 127.0.0.1; bring that namespace's own `lo` up. Elsewhere lo is up already
@@ -570,6 +585,7 @@ LONGEST_FIRST = [
     "tests/refind/test_catch_up.py",         # ~85 s
     "tests/refind/test_switch.py",           # ~80 s
     "tests/server/test_local_trust.py",      # ~75 s
+    "tests/extension/test_extension.py",     # ~65 s, a browser and a server, restarted once
     "tests/refind/test_compare_log.py",
     "tests/ingest/test_crash_server.py",
     "tests/evidence/test_evidence_workflow.py",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import socket
 import threading
 import time
@@ -17,25 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import loopback_up
+from conftest import CHROMIUM_ARGS, chromium_path, loopback_up
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("REFINDERY_TEST_ARTIFACTS") or ROOT / "artifacts" / "web")
 INT8 = "all-minilm-l6-v2-int8"
 TORCH = "all-minilm-l6-v2"
 PER_DOMAIN = 12
-# As the probe of this machine kind starts it: no sandbox as root, and no background connections
-# (this machine's closed network would refuse them, many at a time).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
-def chromium_path() -> str:
-    path = os.environ.get("REFINDERY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(path).is_file():
-        pytest.fail("the web tests drive Debian's Chromium: `apt-get install chromium` (make test does this when "
-                    "run as root), or set REFINDERY_CHROMIUM to a Chromium binary")
-    return path
 
 
 def demo_by_domain(per_domain: int) -> list[dict]:
