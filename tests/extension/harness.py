@@ -138,6 +138,7 @@ class Browser:
         self.ctx = None
 
     def launch(self):
+        installing = not self.profile.exists()
         netlog = self.profile.parent / f"netlog-{len(self.netlogs)}.json"
         self.netlogs.append(netlog)
         ext = str(self.extension)
@@ -148,8 +149,13 @@ class Browser:
         self.sw = self.ctx.service_workers[0] if self.ctx.service_workers else \
             self.ctx.wait_for_event("serviceworker", timeout=30_000)
         self.id = self.sw.url.split("/")[2]
-        # a tab kept open for pause, with a document of its own: an empty tab is where the browser opens
-        # the settings page on install (and closing that would close this)
+        if installing:   # the extension opens its settings page on install: let it, before anything else
+            first = self.ctx.pages[0]   # (it may open in this empty first tab: waited on, not navigated)
+            deadline = time.monotonic() + 60
+            while not any(p.url.endswith("/options.html") for p in self.ctx.pages) and time.monotonic() < deadline:
+                first.wait_for_timeout(100)
+        # a tab kept open for pause, with a document of its own: an empty tab is where the browser would
+        # open the settings page (and closing that would close this)
         self.blank = self.ctx.new_page()
         self.blank.goto("data:text/html,<title>test harness</title>")
         return self.ctx

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import MODELS_CACHE, chromium_path
+from conftest import MODELS_CACHE, chromium_path, loopback_up
 from harness import Browser, Refindery, Site, create_keys, netlog_requests
 
 # Made-up words, one set to a page: a page is found by words of its text only (never of its title).
@@ -84,6 +84,7 @@ def wait_for(rig, check, timeout_s: float = 30, what: str = "the condition"):
 def rig(pool, tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
+    loopback_up()   # (the offline check's fresh network namespace starts with it down)
     root = tmp_path_factory.mktemp("extension")
     data = root / "data"
     keys = create_keys(data, pool)

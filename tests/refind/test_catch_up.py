@@ -110,14 +110,14 @@ def test_the_catch_ups_total_is_what_waits_now(int8_pool, tmp_path, records):
     from engine.app import Engine
 
     with Engine(quality_settings(tmp_path / "data", int8_pool), int8_pool) as e:
-        ingest(e.corpus, records[:6])
+        ingest(e.corpus, records[:3])
         first = e.corpus.store.counts()["chunks"]
         seen: list[tuple[int, int]] = []
 
         def progress(done, total):
             seen.append((done, total))
             if len(seen) == 2:   # after the first batch, the rest of the pages arrive
-                ingest(e.corpus, records[6:])
+                ingest(e.corpus, records[3:6])
 
         e.corpus.embed_missing(QUALITY, batch=4, progress=progress)
         chunks = e.corpus.store.counts()["chunks"]
