@@ -246,6 +246,23 @@ def test_the_popup_search_finds_the_page_and_logs_found_feedback(rig):
     opened.value.close()
 
 
+def test_a_refused_key_is_said_in_words_and_the_capture_waits_for_a_good_one(rig):
+    b = rig.browser
+    b.settings(captureKey="rfy_000000000000_" + "x" * 43)   # well formed, unknown: the server's 401
+    url = rig.add(WORDS[19])
+    rig.read(url).close()
+    popup = rig.popup()
+    popup.locator("#state").filter(has_text="bad key").wait_for()
+    assert "1 waiting" in popup.locator("#state").inner_text()
+    assert b.worker().evaluate("() => chrome.action.getBadgeText({})") == "!"
+    assert rig.found(WORDS[19]) == []
+    b.settings(captureKey=rig.keys["capture"])   # put right: what waited goes at once
+    assert wait_for(rig, lambda: rig.found(WORDS[19]), what="the capture after the key was put right") == [url]
+    popup.reload()
+    assert popup.locator("#state").inner_text() == "on: keeping the pages you read"
+    popup.close()
+
+
 def test_captures_wait_through_a_stopped_server_and_a_browser_restart_and_arrive_once(rig):
     b = rig.browser
     rig.server.stop()
