@@ -147,3 +147,32 @@ def test_a_huge_page_is_refused_by_its_size_at_once(walls):
     r = walls.post("/v1/pages", headers=h(walls.capture), json={"pages": [{"url": "https://home.example/big", "html": html}]})
     assert r.status_code == 413 and r.json()["detail"]["type"] == "payload_too_large", r.text[:300]
     assert "the request body is over" in r.json()["detail"]["title"]
+
+
+def test_visits_and_forget_stay_inside_the_callers_scopes_and_a_read_only_key_does_neither(walls):
+    """Another scope's page at the same URL is another page: a scoped key's visit does not count on it
+    and its forget does not delete it; a read-only key may do neither."""
+    from engine.core.access import create_key
+
+    keys = walls.corpus.keys
+    in_a = create_key(keys, ["home"], scopes=["a"])["token"]
+    capture_a = create_key(keys, ["home"], scopes=["a"], pages_only=True)["token"]
+    url = "https://home.example/scoped-owl"
+    r = walls.post("/v1/pages", headers=h(walls.admin), json={"workspace": "home", "pages": [
+        page(url, "The barn owl of scope b hunts over the water meadow.", scope="b")]})
+    assert r.json()["items"][0]["status"] == "created", r.text
+    pid = r.json()["items"][0]["page_id"]
+
+    def visits():
+        return walls.get(f"/v1/pages/{pid}", headers=h(walls.admin)).json()["visit_count"]
+
+    for token in (in_a, capture_a):
+        r = walls.post("/v1/visits", headers=h(token), json={"visits": [{"url": url, "seen_at": "2026-07-01T00:00:00Z"}]})
+        assert r.status_code == 200 and r.json()["items"][0]["status"] == "not_found", r.text
+        r = walls.post("/v1/forget", headers=h(token), json={"url": url})
+        assert r.status_code == 200 and r.json()["forgotten"] == 0, r.text
+    for path, body in (("/v1/visits", {"visits": [{"url": url}]}), ("/v1/forget", {"url": url})):
+        r = walls.post(path, headers=h(walls.reader), json=body)
+        assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden", (path, r.text)
+    assert visits() == 1
+    assert walls.get(f"/v1/pages/{pid}", headers=h(walls.admin)).status_code == 200   # still there
