@@ -118,9 +118,9 @@ async function sendSome() {
     flushSoon(s.retryMaxSeconds * 1000);   // a key put right in the settings flushes at once
     return false;
   }
-  if (resp.status === 413 && batch.length > 1 && !visits.length) {
-    for (const it of batch.slice(1)) it.split = true;   // one at a time from here
-    return sendOne(s, batch[0]);
+  if (resp.status === 413 && batch.length > 1 && !visits.length) {   // too large together: one at a time
+    for (const it of batch) if (!(await sendOne(s, it))) return false;
+    return true;
   }
   if (resp.status === 413 || resp.status === 422) {   // this batch will never be taken: say so and drop it
     const why = await errorOf(resp);
