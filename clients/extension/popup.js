@@ -64,5 +64,6 @@ $("search").addEventListener("submit", async (ev) => {
   }
 });
 
+api.storage.onChanged.addListener(() => { refresh(); });   // the state as it changes while the popup is open
 refresh();
 $("q").focus();
