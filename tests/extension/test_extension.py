@@ -16,6 +16,7 @@ import httpx
 import pytest
 from conftest import MODELS_CACHE, chromium_path, loopback_up
 from harness import Browser, Refindery, Site, create_keys, netlog_requests
+from playwright.sync_api import expect
 
 # Made-up words, one set to a page: a page is found by words of its text only (never of its title).
 WORDS = ["quillmoss", "brantwick", "ferrowane", "solvicket", "marrowind", "tindlebay", "corvastle", "plimsnort",
@@ -111,22 +112,22 @@ def test_the_first_run_keeps_nothing_until_a_mode_is_chosen_on_the_settings_page
     early = rig.add(WORDS[0])
     rig.read(early, 2.5).close()   # read for longer than any dwell: nothing is kept before a mode is chosen
     settings.reload()
-    assert settings.locator("#firstrun").is_visible()
-    assert rig.server.base not in settings.locator("#example").inner_text()   # the default server, until set
+    expect(settings.locator("#firstrun")).to_be_visible()   # drawn once the page has read its storage
+    expect(settings.locator("#example")).to_contain_text("http://127.0.0.1:8000/v1/pages")   # the default server, until set
     settings.fill("#server", rig.server.base)
     settings.fill("#captureKey", rig.keys["capture"])
     settings.fill("#searchKey", rig.keys["search"])
     settings.fill("#dwellSeconds", str(DWELL_S))
     settings.locator("#save").click()
-    assert "choose what to keep" in settings.locator("#saved").inner_text()   # no mode: not saved
+    expect(settings.locator("#saved")).to_contain_text("choose what to keep")   # no mode: not saved
     assert "mode" not in (b.storage().get("settings") or {})
     # what is sent, shown before anything is: the fields, the server they go to
     what = settings.locator("#what").inner_text()
     assert "address" in what and "title" in what and "HTML" in what and "private windows" in what
-    assert rig.server.base in settings.locator("#example").inner_text()
+    expect(settings.locator("#example")).to_contain_text(rig.server.base)
     settings.check("input[name=mode][value=skip]")
     settings.locator("#save").click()
-    assert settings.locator("#saved").inner_text() == "Saved."
+    expect(settings.locator("#saved")).to_have_text("Saved.")
     s = b.storage()["settings"]
     assert s["mode"] == "skip" and s["captureKey"] == rig.keys["capture"] and s["dwellSeconds"] == DWELL_S
     settings.close()
@@ -195,7 +196,7 @@ def test_keep_this_page_works_while_paused_and_forget_this_page_deletes_it(rig):
     url = rig.add(WORDS[12])
     tab = rig.read(url)
     popup = rig.popup()
-    assert "paused" in popup.locator("#state").inner_text()
+    expect(popup.locator("#state")).to_contain_text("paused")
     popup.locator("#keep").click()
     popup.locator("#said").filter(has_text="Kept").wait_for()
     assert wait_for(rig, lambda: rig.found(WORDS[12]), what="the page kept by hand") == [url]
@@ -258,8 +259,8 @@ def test_a_refused_key_is_said_in_words_and_the_capture_waits_for_a_good_one(rig
     assert rig.found(WORDS[19]) == []
     b.settings(captureKey=rig.keys["capture"])   # put right: what waited goes at once
     assert wait_for(rig, lambda: rig.found(WORDS[19]), what="the capture after the key was put right") == [url]
-    popup.reload()
-    assert popup.locator("#state").inner_text() == "on: keeping the pages you read"
+    popup.reload()   # the popup draws its state once it has asked the background: wait for it
+    expect(popup.locator("#state")).to_have_text("on: keeping the pages you read")
     popup.close()
 
 
