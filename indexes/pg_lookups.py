@@ -4,6 +4,8 @@ entity references and the clusters, each one statement on a pooled connection, a
 the DuckDB store's lookups (store_lookups.py) do."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from .store_rows import cut_bodies, entity_answer, facets_answer, page_filter
 
 
@@ -95,6 +97,13 @@ class PgLookups:
         return [r[0] for r in self._q(
             f"SELECT page_id FROM pages WHERE workspace_id = %s AND url_norm = %s{sql} ORDER BY page_id",
             [workspace, url_norm, *params])]
+
+    def pages_seen_between(self, workspace: str, since: datetime, until: datetime,
+                           scopes: list[str] | None = None) -> list[str]:
+        sql, params = self._scoped(scopes)
+        return [r[0] for r in self._q(
+            f"""SELECT page_id FROM pages WHERE workspace_id = %s AND last_seen >= %s AND first_seen <= %s{sql}
+                ORDER BY page_id""", [workspace, since, until, *params])]
 
     def pages_of_domain(self, workspace: str, domain: str, limit: int, subdomains: bool = False,
                         scopes: list[str] | None = None) -> list[str]:

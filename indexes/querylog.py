@@ -12,6 +12,7 @@ queues entries and hands batches here; eval replays and the reranker's feedback 
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -207,10 +208,32 @@ class LogTables:
         return self.sql.run(f"DELETE FROM feedback WHERE query_id IN ({sql})", params)
 
     def forget_pages(self, page_ids: list[str]) -> int:
-        """Delete every judgment on these pages (they were deleted)."""
+        """Delete what the log holds of these pages (they were deleted): the judgments on them, their
+        rows among logged candidates, fused lists and results, and their entries in a query's pins.
+        Returns the judgments deleted."""
         if not page_ids:
             return 0
-        return self.sql.run("DELETE FROM feedback WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [list(page_ids)])
+        ids = "(SELECT unnest(?::VARCHAR[]))"
+        with self.sql.transaction() as tx:
+            n = tx.run(f"DELETE FROM feedback WHERE page_id IN {ids}", [list(page_ids)])
+            for table in ("log_candidates", "log_fused", "log_results"):
+                tx.run(f"DELETE FROM {table} WHERE page_id IN {ids}", [list(page_ids)])
+        self._forget_pins(set(page_ids))
+        return n
+
+    def _forget_pins(self, page_ids: set[str]) -> None:
+        """A query's `pinned` is a JSON object page_id -> why; the forgotten pages' keys are taken out."""
+        rows = self.sql.rows(
+            """SELECT query_id, pinned FROM log_queries WHERE pinned IS NOT NULL
+                 AND CAST(pinned AS VARCHAR) <> '{}' AND EXISTS (
+                   SELECT 1 FROM (SELECT unnest(?::VARCHAR[]) AS pid) AS t
+                   WHERE strpos(CAST(pinned AS VARCHAR), t.pid) > 0)""", [sorted(page_ids)])
+        with self.sql.transaction() as tx:
+            for query_id, pinned in rows:
+                held = json.loads(pinned) if isinstance(pinned, str) else (pinned or {})
+                kept = {k: v for k, v in held.items() if k not in page_ids}
+                if kept != held:
+                    tx.run("UPDATE log_queries SET pinned = CAST(? AS JSON) WHERE query_id = ?", [json.dumps(kept), query_id])
 
     def feedback_with_queries(self, workspace: str) -> list[tuple[str, str, str, str]]:
         """(query_id, query text, page_id, kind) of the feedback on a workspace's logged queries."""

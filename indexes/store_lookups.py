@@ -3,6 +3,8 @@ is the store; store_reads.py its other reads): the page sets a search's filters 
 facets, entity references and the clusters, each on the calling thread's cursor."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from .store_rows import cut_bodies, entity_answer, facets_answer, page_filter
 
 
@@ -99,6 +101,15 @@ class DuckLookups:
         return [r[0] for r in self.cursor().execute(
             f"SELECT page_id FROM pages WHERE workspace_id = ? AND url_norm = ?{sql} ORDER BY page_id",
             [workspace, url_norm, *params]).fetchall()]
+
+    def pages_seen_between(self, workspace: str, since: datetime, until: datetime,
+                           scopes: list[str] | None = None) -> list[str]:
+        """Pages with a visit between `since` and `until` as far as the page's first and last visit say
+        (its span meets the range), by page id."""
+        sql, params = self._scoped(scopes)
+        return [r[0] for r in self.cursor().execute(
+            f"""SELECT page_id FROM pages WHERE workspace_id = ? AND last_seen >= ? AND first_seen <= ?{sql}
+               ORDER BY page_id""", [workspace, since, until, *params]).fetchall()]
 
     def pages_of_domain(self, workspace: str, domain: str, limit: int, subdomains: bool = False,
                         scopes: list[str] | None = None) -> list[str]:

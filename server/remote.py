@@ -219,6 +219,17 @@ def embed(args, owner: Owner, poll_s: float = 1.0) -> int:
     return 0
 
 
+def forget(args, owner: Owner) -> int:
+    from .cli.pages import forget_request
+
+    body = forget_request(args)
+    if not any(k in body for k in ("url", "domain", "since", "until")):
+        print("error: say what to forget: a URL, --domain D, --last 1h, or --since/--until", file=sys.stderr)
+        return 2
+    _print(_call(owner, "POST", "/v1/forget", body))
+    return 0
+
+
 def clusters(args, owner: Owner) -> int:
     params = {"workspace": args.workspace} if args.workspace else {}
     if args.action == "refit":

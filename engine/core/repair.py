@@ -189,24 +189,31 @@ class IndexRepairs:
             dense.refresh_pages(pages)
 
     def delete_page(self, page_id: str) -> bool:
-        """Remove a page from the store and every index, and the feedback on it (the judgments go
-        with it, the shortcuts to it too). False if it does not exist."""
+        """Remove a page from the store and every index (delete_pages). False if it does not exist."""
+        return bool(self.delete_pages([page_id]))
+
+    def delete_pages(self, page_ids: list[str]) -> list[str]:
+        """Remove pages from the store and every index in one generation, and what the query log holds
+        of them: the judgments on them (the shortcuts to them go too) and their rows among a logged
+        search's candidates and results. Returns the ids that existed."""
         with self.write_lock:
-            old = self.store.existing_pages([page_id]).get(page_id)
-            if old is None:
-                return False
-            gen = self.store.apply([], [], [page_id])
-            # the judgments on it go (a generation of their own with replicas, which the follow applies)
-            self.querylog.forget_pages([page_id])
+            old = self.store.existing_pages(list(dict.fromkeys(page_ids)))
+            if not old:
+                return []
+            gone = sorted(old)
+            gen = self.store.apply([], [], gone)
+            # with replicas, the judgments' change is a generation of its own, which the follow applies
+            self.querylog.forget_pages(gone)
             if self.replicated:
                 self.follow()
                 self.applied_moved()
             else:
-                self.sparse.replace_pages([page_id], [], gen)
+                self.sparse.replace_pages(gone, [], gen)
+                chunks = sorted(c for p in old.values() for c in p.chunk_ids)
                 for model in self.embedder_names:
-                    self.dense(model).remove(sorted(old.chunk_ids))
+                    self.dense(model).remove(chunks)
                     self.maintain_dense(model)
-        return True
+        return gone
 
     def follow_own_write(self) -> None:
         """A replica's, after a write of shared state outside the indexes (feedback): its indexes apply

@@ -1,11 +1,13 @@
 """The verbs that write pages: ingest, visits, forget, delete, entities, clusters."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Iterable
 
 from engine.core.access import OPEN, Grant
 from engine.core.errors import InvalidRequest, PageNotFound
-from engine.core.urls import normalize_url
+from engine.core.clock import utcnow
+from engine.core.urls import domain_of, normalize_url
 from engine.ingest.clusters import refit_clusters
 from engine.ingest.entities import EntityUpsert, upsert_entity
 from engine.ingest.pipeline import Ingester, IngestReport
@@ -49,19 +51,41 @@ class PageVerbs(Verbs):
         workspace = self.workspace_for(caller, workspace)
         return Ingester(self.corpus, workspace, progress=False, caller=caller).visit(list(enumerate(visits)))
 
-    def forget(self, url: str, workspace: str | None = None, caller: Grant = OPEN) -> dict:
-        """Delete the workspace's pages at this URL (normalised as ingest does) that the caller may
-        write — every scope's for a key without document scopes, its own scopes' else — from the store
-        and every index. Forgetting a URL with no page is not an error: nothing is there either way."""
+    def forget(self, url: str | None = None, workspace: str | None = None, caller: Grant = OPEN, *,
+               domain: str | None = None, since: datetime | None = None, until: datetime | None = None) -> dict:
+        """Delete the workspace's pages that the caller may write — every scope's for a key without
+        document scopes, its own scopes' else — at a URL (normalised as ingest does), of a domain (its
+        subdomains too: `example.org` takes `docs.example.org`), or seen within a time range (a page
+        whose visits from first to last meet [since, until]: seen in the last hour and a year ago, it
+        goes), from the store, every index and the query log (Corpus.delete_pages). Given together, the
+        conditions all hold. Forgetting what has no page is not an error: nothing is there either way."""
         caller.require_write()
         ws = self.workspace_for(caller, workspace)
+        if url is None and domain is None and since is None and until is None:
+            raise InvalidRequest("say what to forget: a url, a domain, or a time range (since, until)")
+        if since is not None and until is not None and since > until:
+            raise InvalidRequest("since is after until: the time range is empty")
         scopes = caller.document_scopes
+        within = list(scopes) if scopes is not None else None
+        chosen: set[str] | None = None
         try:
-            ids = self.store.pages_with_url(ws, normalize_url(url), list(scopes) if scopes is not None else None)
+            if url is not None:
+                chosen = set(self.store.pages_with_url(ws, normalize_url(url), within))
+            if domain is not None:
+                host = domain_of(domain)
+                if not host or "/" in host or " " in host:
+                    raise InvalidRequest(f"not a domain: {domain!r}")
+                found = set(self.store.pages_of_domain(ws, host, 2**62, subdomains=True, scopes=within))
+                chosen = found if chosen is None else chosen & found
         except ValueError as exc:   # InvalidURL, or urllib's own (a bad IPv6 host)
             raise InvalidRequest(str(exc)) from None
-        gone = [pid for pid in ids if self.corpus.delete_page(pid)]
-        return {"workspace": ws, "url": url, "forgotten": len(gone), "page_ids": gone}
+        if since is not None or until is not None:
+            found = set(self.store.pages_seen_between(ws, since or datetime.min, until or utcnow(), within))
+            chosen = found if chosen is None else chosen & found
+        gone = self.corpus.delete_pages(sorted(chosen or ()))
+        asked = {k: v for k, v in (("url", url), ("domain", domain), ("since", since), ("until", until)) if v is not None}
+        return {"workspace": ws, **{k: v.isoformat() if isinstance(v, datetime) else v for k, v in asked.items()},
+                "forgotten": len(gone), "page_ids": gone}
 
     def delete_page(self, page_id: str, caller: Grant = OPEN) -> dict:
         caller.require_write()

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "it); also $REFINDERY_PROFILE or profile = \"quality\" in the config file")
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
-    pages.add(sub)                  # ingest
+    pages.add(sub)                  # ingest, forget
     serving.add_serve(sub)          # serve
     search.add(sub)                 # search, evidence, maps, dictionary, feedback, compare
     operations.add(sub)             # reindex, models, clusters, log
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Verbs that open the data dir of the settings: while a server owns it they go through the server.
-OWNED = {"ingest", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
+OWNED = {"ingest", "forget", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
          "log", "relations", "keys", "mcp", "status"}
 
 

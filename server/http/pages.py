@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.app import Engine
 from engine.core.access import Grant
 from engine.ingest.entities import EntityUpsert
+from engine.core.values import StorableDate
 from engine.ingest.records import VisitInput
 
 from .deps import current_grant, engine, router
@@ -71,15 +72,23 @@ def visits(body: VisitsBody, e: Engine = Depends(engine), g: Grant = Depends(cur
 
 class ForgetBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=1, max_length=8192, description="The page's URL (normalised as ingest does).")
+    url: str | None = Field(default=None, min_length=1, max_length=8192,
+                            description="The page at this URL (normalised as ingest does).")
+    domain: str | None = Field(default=None, min_length=1, max_length=253, description=(
+        "Every page of this domain and of its subdomains (example.org takes docs.example.org)."))
+    since: StorableDate | None = Field(default=None, description=(
+        "The pages seen since this time (a page whose visits from first to last meet the range)."))
+    until: StorableDate | None = Field(default=None, description="... and until this time (default: now).")
     workspace: str | None = Field(default=None, max_length=200)
 
 
 @router.post("/v1/forget", tags=["pages"])
 def forget(body: ForgetBody, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> dict:
-    """Forget the page at a URL: deleted from the store and every index (the extension's "forget this
-    page"). Within the caller's workspace and scopes; a URL with no page forgets nothing (`forgotten: 0`)."""
-    return e.forget(body.url, body.workspace, caller=g)
+    """Forget pages — at a URL, of a domain and its subdomains, or seen in a time range (the last hour,
+    as a browser offers); given together, all must hold — from the store, every index and the query
+    log's stored results. Within the caller's workspace and scopes; what has no page forgets nothing
+    (`forgotten: 0`)."""
+    return e.forget(body.url, body.workspace, caller=g, domain=body.domain, since=body.since, until=body.until)
 
 
 @router.get("/v1/pages/{page_id}", tags=["pages"])

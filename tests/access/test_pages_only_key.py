@@ -176,3 +176,62 @@ def test_visits_and_forget_stay_inside_the_callers_scopes_and_a_read_only_key_do
         assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden", (path, r.text)
     assert visits() == 1
     assert walls.get(f"/v1/pages/{pid}", headers=h(walls.admin)).status_code == 200   # still there
+
+
+def _logged_rows(corpus, page_ids: list[str]) -> dict[str, int]:
+    """How many rows of the query log still name these pages, per table."""
+    corpus.querylog.flush()
+    sql = corpus.store.sql()
+    return {t: sql.row(f"SELECT count(*) FROM {t} WHERE page_id IN (SELECT unnest(?::VARCHAR[]))", [page_ids])[0]
+            for t in ("log_candidates", "log_fused", "log_results", "feedback")}
+
+
+def test_forget_by_domain_takes_its_subdomains_from_every_index_and_the_query_log(walls):
+    r = walls.post("/v1/pages", headers=h(walls.admin), json={"workspace": "home", "pages": [
+        page("https://birds.example/osprey", "The osprey plunges feet first into the saltmarsh creek."),
+        page("https://www.birds.example/avocet", "Avocets sweep the saltmarsh creek mud with upturned bills."),
+        page("https://ringing.birds.example/log", "Ringing log: saltmarsh creek, two ospreys, one avocet."),
+        page("https://otherbirds.example/gull", "A gull over the saltmarsh creek, on a domain that only ends alike.")]})
+    ids = [i["page_id"] for i in r.json()["items"]]
+    seen = walls.post("/v1/search", headers=h(walls.admin),
+                      json={"workspace": "home", "query": "saltmarsh creek osprey avocet", "k": 10}).json()
+    assert set(ids) <= {p["page_id"] for p in seen["pages"]}
+    assert walls.post("/v1/feedback", headers=h(walls.admin), json={
+        "query_id": seen["query_id"], "page_id": ids[0], "kind": "found"}).status_code == 200
+    assert all(_logged_rows(walls.corpus, ids[:3])[t] for t in ("log_candidates", "log_results", "feedback"))
+    # a key of another workspace forgets nothing there
+    other = walls.post("/v1/forget", headers=h(walls.capture), json={"domain": "birds.example", "workspace": "work"})
+    assert other.status_code == 404, other.text
+    r = walls.post("/v1/forget", headers=h(walls.capture), json={"domain": "https://birds.example/"})
+    assert r.status_code == 200 and sorted(r.json()["page_ids"]) == sorted(ids[:3]), r.text
+    for pid in ids[:3]:
+        assert walls.get(f"/v1/pages/{pid}", headers=h(walls.admin)).status_code == 404
+    after = walls.post("/v1/search", headers=h(walls.admin),
+                       json={"workspace": "home", "query": "saltmarsh creek osprey avocet", "k": 10}).json()
+    assert [p["page_id"] for p in after["pages"] if p["page_id"] in ids] == [ids[3]]
+    only = walls.post("/v1/search", headers=h(walls.admin),
+                      json={"workspace": "home", "query": "plunges feet first", "explain": True}).json()["pages"]
+    assert not {p["page_id"] for p in only} & set(ids[:3])   # the phrase only the forgotten osprey page held
+    assert _logged_rows(walls.corpus, ids[:3]) == dict.fromkeys(("log_candidates", "log_fused", "log_results", "feedback"), 0)
+    assert _logged_rows(walls.corpus, ids[3:])["log_results"] > 0   # the one kept keeps its rows
+    similar = walls.get(f"/v1/pages/{ids[3]}/similar", headers=h(walls.admin)).json()["pages"]
+    assert not {p["page_id"] for p in similar} & set(ids[:3])
+
+
+def test_forget_a_time_range_takes_the_pages_seen_in_it(walls):
+    r = walls.post("/v1/pages", headers=h(walls.admin), json={"workspace": "home", "pages": [
+        page("https://time.example/early", "A curlew calls over the estuary at first light.", "2026-03-01T08:00:00Z"),
+        page("https://time.example/span", "The curlew's estuary, read in March and again in May.", "2026-03-02T08:00:00Z"),
+        page("https://time.example/late", "A late curlew roost on the estuary in summer.", "2026-07-01T08:00:00Z")]})
+    ids = [i["page_id"] for i in r.json()["items"]]
+    walls.post("/v1/visits", headers=h(walls.admin), json={"workspace": "home", "visits": [
+        {"url": "https://time.example/span", "seen_at": "2026-05-10T09:00:00Z"}]})
+    for bad in ({}, {"since": "2026-05-02T00:00:00Z", "until": "2026-05-01T00:00:00Z"}, {"domain": "not a domain"}):
+        e = walls.post("/v1/forget", headers=h(walls.capture), json=bad)
+        assert e.status_code == 422 and e.json()["detail"]["type"] in ("invalid_request", "validation_error"), e.text
+    r = walls.post("/v1/forget", headers=h(walls.capture),
+                   json={"since": "2026-05-01T00:00:00+02:00", "until": "2026-05-31T00:00:00Z"})
+    assert r.status_code == 200 and r.json()["page_ids"] == [ids[1]], r.text
+    r = walls.post("/v1/forget", headers=h(walls.capture), json={"domain": "time.example", "until": "2026-04-01T00:00:00Z"})
+    assert r.json()["page_ids"] == [ids[0]]
+    assert walls.get(f"/v1/pages/{ids[2]}", headers=h(walls.admin)).status_code == 200

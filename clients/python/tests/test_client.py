@@ -74,6 +74,21 @@ def test_pages_upsert_get_similar_feedback_delete(server):
         assert err.value.status == 404 and err.value.type == "page_not_found"
 
 
+def test_forget_by_domain_takes_its_subdomains_and_nothing_else(server):
+    with server.client() as rf:
+        up = rf.upsert_pages([
+            {"url": "https://forget.example/a", "body_text": "Notes on the quorvantine ledger kept by the client."},
+            {"url": "https://docs.forget.example/b", "body_text": "More quorvantine ledger notes, on a subdomain."},
+            {"url": "https://notforget.example/c", "body_text": "A quorvantine page on a domain that only ends alike."}])
+        ids = [i.page_id for i in up.items]
+        out = rf.forget(domain="forget.example")
+        assert out["forgotten"] == 2 and sorted(out["page_ids"]) == sorted(ids[:2])
+        assert [h.page_id for h in rf.search("quorvantine ledger", k=10).pages] == [ids[2]]
+        assert rf.forget(domain="forget.example")["forgotten"] == 0
+        with pytest.raises(Invalid):
+            rf.forget()
+
+
 def test_compare_relations_evidence_and_status(server):
     with server.client() as rf:
         cmp = rf.compare(QUERY, ["all-minilm-l6-v2", "all-minilm-l6-v2-int8"], k=5)

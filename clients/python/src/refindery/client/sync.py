@@ -85,6 +85,16 @@ class _Operations:
     def delete_page(self, page_id: str) -> dict:
         return self._call(_Op("DELETE", f"/v1/pages/{_segment(page_id)}"))
 
+    def forget(self, url: str | None = None, *, domain: str | None = None, since: Any = None, until: Any = None,
+               workspace: str | None = None) -> dict:
+        """POST /v1/forget: the pages at a URL, of a domain and its subdomains, or seen between `since`
+        and `until` (datetimes or ISO strings; all given must hold) — gone from the store, every index
+        and the query log. `{"forgotten": n, "page_ids": [...]}`."""
+        body = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in
+                (("url", url), ("domain", domain), ("since", since), ("until", until), ("workspace", workspace))
+                if v is not None}
+        return self._call(_Op("POST", "/v1/forget", body))
+
     def similar(self, page_id: str, mediation: str = "vector", k: int = 10) -> m.SimilarResponse:
         return self._call(_Op("GET", f"/v1/pages/{_segment(page_id)}/similar",
                               params={"mediation": mediation, "k": k}, read=m.SimilarResponse.model_validate))
