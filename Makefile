@@ -87,7 +87,7 @@ demo: install $(if $(filter quality,$(PROFILE)),models-mpnet)
 EXT    := clients/extension
 extension:
 	rm -rf dist/extension dist/refindery-extension.zip
-	mkdir -p dist && cp -r $(EXT) dist/extension
+	mkdir -p dist && cp -r $(EXT) dist/extension && rm dist/extension/rule_cases.json   # (the rules' test table)
 	cd dist/extension && $(PYTHON) -m zipfile -c ../refindery-extension.zip $$(ls)
 	@echo "Load dist/extension unpacked (chrome://extensions, Developer mode, Load unpacked), or install"
 	@echo "dist/refindery-extension.zip in Firefox (about:debugging, This Firefox, Load Temporary Add-on)."

@@ -132,6 +132,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (8, "keys that only add pages (the browser extension's, indexes/keys.py)", [
         "ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS pages_only boolean",
     ]),
+    (9, "imports and the status of each URL they fetch (indexes/imports.py)", [
+        f"""CREATE TABLE imports (
+            import_id {T} PRIMARY KEY, workspace {T} NOT NULL, kind {T} NOT NULL, source {T} NOT NULL,
+            options json, created timestamp NOT NULL, updated timestamp NOT NULL)""",
+        f"""CREATE TABLE import_urls (
+            import_id {T} NOT NULL, url {T} NOT NULL, page_id {T}, title {T}, status {T} NOT NULL, reason {T},
+            placeholder {T}, updated timestamp NOT NULL, PRIMARY KEY (import_id, url))""",
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -19,14 +19,14 @@ from engine.core.settings import Settings, load_settings
 from .auth import BodyLimit, JsonBodyCheck, KeyAuth
 from .errors import ERROR_RESPONSES, install_error_handlers
 from .generations import Generations, Waiters
-from .http import clusters, evidence, keys, ops, pages, relations, search
+from .http import clusters, evidence, imports, keys, ops, pages, relations, search
 from .mcp import build_mcp
 from .web import mount_web
 
 log = logging.getLogger("refindery.server")
 
 FLUSH_EVERY_S = 30.0
-ROUTERS = (ops, pages, search, clusters, relations, evidence, keys)
+ROUTERS = (ops, pages, imports, search, clusters, relations, evidence, keys)
 
 
 async def _started(app: FastAPI, settings: Settings | None, embed: list[str] | None, freeze_heap: bool) -> Engine:

@@ -18,6 +18,7 @@ import numpy as np
 from indexes.backends import DenseArm, SparseArm, open_backend
 from indexes.hot import HotPages, HotView
 from indexes.keys import KeyStore
+from indexes.imports import ImportTables
 from indexes.map_notes import MapNotes
 from indexes.relations import RelationStore
 from indexes.duck_file import DuckFile
@@ -103,6 +104,7 @@ class Corpus(IndexRepairs):
             self._relation_file.stored = lambda: maybe_crash("relations:stored")
         self.keys = KeyStore(self.store)
         self.map_notes = MapNotes(self.store)
+        self.imports = ImportTables(self.store)
         self._coverage_lock = threading.Lock()
         self._coverage: tuple[tuple, Coverage | None] | None = None   # (key, what it was at that key)
         self.vectors_added = 0   # bumped by every batch a background embedding stores (engine/core/repair.py)

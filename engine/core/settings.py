@@ -18,7 +18,7 @@ DEFAULT_CONFIG = CONFIG_DIR / "default.toml"
 
 
 from engine.core.settings_sections import (  # noqa: F401 — named from here too
-    ModelsSettings, ChunkingSettings, IngestSettings, IndexSettings, MilvusSettings, SearchSettings,
+    ModelsSettings, ChunkingSettings, IngestSettings, ImportSettings, IndexSettings, MilvusSettings, SearchSettings,
     request_fields, CompilerSettings, CriteriaSettings, EvidenceSettings, LogSettings, ServerSettings, StoreSettings, RelationsSettings,
 )
 
@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     models: ModelsSettings = Field(default_factory=ModelsSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    imports: ImportSettings = Field(default_factory=ImportSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)

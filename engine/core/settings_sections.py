@@ -68,6 +68,27 @@ class IngestSettings(BaseModel):
     ray_batch_chunks: int = Field(4096, ge=1)
 
 
+class ImportSettings(BaseModel):
+    """[imports]: how `refindery import` fetches the pages a history or bookmarks point to — politely:
+    one request at a time per host, `host_interval_s` apart; text/html and text/plain only; redirects
+    followed within `max_redirects`; a read stopped at `max_bytes`; never a private, loopback or
+    link-local address unless `allow_private`; never a cookie (none is sent, none kept)."""
+    workers: int = Field(4, ge=1, le=64, description="hosts fetched at once (one request at a time per host)")
+    host_interval_s: float = Field(1.0, ge=0, le=3600, description="seconds between two requests to one host")
+    connect_timeout_s: float = Field(5.0, gt=0, le=300)
+    read_timeout_s: float = Field(10.0, gt=0, le=300)
+    total_timeout_s: float = Field(30.0, gt=0, le=3600, description="one fetch, redirects and body included")
+    max_bytes: int = Field(5_000_000, ge=1024, le=1_000_000_000, description="a page's body, read at most")
+    max_redirects: int = Field(5, ge=0, le=30)
+    host_failures: int = Field(2, ge=1, le=1000, description=(
+        "failures to connect (or time-outs) after which a host's other URLs are not tried this run"))
+    allow_private: bool = Field(False, description=(
+        "fetch from private, loopback and link-local addresses too (an intranet's pages); off, such a "
+        "URL fails with its reason: an imported URL cannot make the server reach inside its network"))
+    user_agent: str = Field("Refindery-import/0.1 (refetching a person's own history)", max_length=300)
+    write_batch: int = Field(16, ge=1, le=1000, description="fetched pages written together")
+
+
 class IndexSettings(BaseModel):
     dense_kind: Literal["auto", "flat", "hnsw"] = "auto"
     # "auto": HNSW from this many vectors of a model up, flat below 80% of it (between the two, the

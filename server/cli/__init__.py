@@ -17,7 +17,7 @@ from engine.app import USER_ERRORS, DataDirBusy
 from engine.core.private import tighten_umask
 from engine.core.settings import ConfigFileError
 
-from . import access, operations, pages, relations, search, serving
+from . import access, imports, operations, pages, relations, search, serving
 from .common import _settings
 from .relations import relation_request
 from .search import _evidence_request, _show_compare, _show_evidence, _show_maps, _show_search, dictionary_file, \
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
     pages.add(sub)                  # ingest, forget
+    imports.add(sub)                # import
     serving.add_serve(sub)          # serve
     search.add(sub)                 # search, evidence, maps, dictionary, feedback, compare
     operations.add(sub)             # reindex, models, clusters, log
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Verbs that open the data dir of the settings: while a server owns it they go through the server.
-OWNED = {"ingest", "forget", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
+OWNED = {"ingest", "forget", "import", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
          "log", "relations", "keys", "mcp", "status"}
 
 
@@ -60,6 +61,8 @@ def _verb(args) -> str:
         return f"relations {args.action}"
     if args.command == "keys" and args.action == "open":
         return "keys open"
+    if args.command == "import":
+        return f"import {args.what}"
     return args.command
 
 
@@ -98,6 +101,8 @@ def _through(args, owner) -> int:
             return 2
     if verb == "mcp":
         return remote.mcp_stdio(owner)
+    if verb == "import status":
+        return remote.import_status(args, owner)
     if verb == "compare":
         return remote.compare(args, owner, _show_compare)
     if verb == "maps":

@@ -64,3 +64,26 @@ def test_the_keep_rules():
     assert got["forcedPrivate"] is False and got["forcedServer"] is False and got["noMode"] is False
     assert got["errors"] == 2
     assert got["globals"] == []   # one global only (RefinderyRules): the background's scope is shared
+
+
+def test_the_rule_cases_read_alike_in_the_extension_and_the_imports():
+    """One table (clients/extension/rule_cases.json), two readers: rules.js in Node, engine/ingest/rules.py here."""
+    from engine.ingest.rules import Rules
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("the extension's rule tests run rules.js in Node.js (apt-get install nodejs)")
+    table = json.loads((EXTENSION / "rule_cases.json").read_text())
+    script = (EXTENSION / "rules.js").read_text() + f"""
+const T = {json.dumps(table)};
+const R = globalThis.RefinderyRules;
+console.log(JSON.stringify({{matches: T.cases.map(([u]) => R.firstMatch(T.rules, u)),
+                            bad: R.parseRules(T.bad_rules).errors.length}}));
+"""
+    got = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True,
+                                    timeout=60).stdout)
+    want = [m for _, m in table["cases"]]
+    assert got["matches"] == want
+    rules = Rules.parse(table["rules"])
+    assert [rules.first_match(u) for u, _ in table["cases"]] == want
+    assert got["bad"] == len(Rules.parse(table["bad_rules"]).errors) == table["bad_count"]

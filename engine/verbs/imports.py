@@ -1,0 +1,59 @@
+"""The verbs of imports: a browser's history (and bookmarks) in, their pages' texts fetched, and the
+import's status (engine/ingest/imports.py)."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from engine.core.access import OPEN, Grant
+from engine.core.clock import utcnow
+from engine.core.errors import EngineError
+from engine.ingest.imports import Entry, Import
+from engine.verbs.base import Verbs
+
+
+class ImportNotFound(EngineError):
+    status, type = 404, "import_not_found"
+
+
+class ImportVerbs(Verbs):
+    def import_visits(self, entries: Iterable[Entry], kind: str, source: str, workspace: str | None = None,
+                      fetch: bool = True, skip: str = "", allow: str = "", since: datetime | None = None,
+                      caller: Grant = OPEN, tick: Callable[[int], None] | None = None,
+                      fetch_tick: Callable[[int], None] | None = None,
+                      stop: threading.Event | None = None) -> dict[str, Any]:
+        """Write the entries' pages and visits (titles and URLs searchable at once) and, with `fetch`,
+        fetch every text still to fetch before returning (a run stopped midway goes on where it stopped
+        when run again). `skip`/`allow`: the extension's rules (engine/ingest/rules.py)."""
+        caller.require_write()
+        ws = self.workspace_for(caller, workspace)
+        job = Import(self.corpus, ws, caller, kind, source,
+                     {"since": since.isoformat() if since else None, "fetch": fetch, "skip": skip, "allow": allow})
+        written = job.write(entries, fetch, skip, allow, tick=tick)
+        if fetch:
+            job.tables.requeue_titles(job.import_id, utcnow())
+        fetched = job.fetch(stop=stop, tick=fetch_tick) if fetch else {}
+        return {"import_id": job.import_id, "written": written, "fetched": fetched,
+                "status": self.corpus.imports.summary(job.import_id)}
+
+    def fetch_import(self, import_id: str, caller: Grant = OPEN, tick: Callable[[int], None] | None = None,
+                     stop: threading.Event | None = None) -> dict[str, Any]:
+        """Go on fetching an import's texts (those still queued)."""
+        caller.require_write()
+        status = self.import_status(import_id, caller)
+        job = Import(self.corpus, status["workspace"], caller, status["kind"], status["source"], status["options"])
+        return {"import_id": import_id, "fetched": job.fetch(stop=stop, tick=tick),
+                "status": self.corpus.imports.summary(import_id)}
+
+    def import_status(self, import_id: str, caller: Grant = OPEN) -> dict[str, Any]:
+        """An import's counts per status and its failures and skips with their reasons; an import of a
+        workspace the caller may not read is as absent as one that never was."""
+        found = self.corpus.imports.summary(import_id)
+        if found is None or not caller.may_read(found["workspace"]):
+            raise ImportNotFound(f"no import {import_id!r}", ref=import_id)
+        return found
+
+    def imports(self, caller: Grant = OPEN) -> list[dict[str, Any]]:
+        """The imports of the workspaces the caller may read, newest first."""
+        return [s for s in self.corpus.imports.list(None) if caller.may_read(s["workspace"])]

@@ -1,0 +1,146 @@
+"""Importing a browser's history (issue 72): a history file written by a real Chromium
+(tests/ingest/history/chromium-History, made by make_fixtures.py over history_site.py's pages) is
+read, every visit lands on its page, titles and URLs are found at once, and the texts are fetched
+from a local server that misbehaves as the web does. On both stores."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.app import Engine
+from engine.core.urls import normalize_url
+from engine.ingest.history import HistoryError, read_history
+
+HERE = Path(__file__).resolve().parent / "history"
+sys.path.insert(0, str(HERE))
+from history_site import PAGES, PORT, Site  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = {"allow_private": True, "host_interval_s": 0.05, "connect_timeout_s": 1.0, "read_timeout_s": 1.5,
+        "total_timeout_s": 4.0, "max_bytes": 1_000_000, "workers": 4}
+
+
+def repointed(tmp_path: Path, port: int) -> Path:
+    """The real browser's history, its URLs pointed at this test's server (their port only)."""
+    out = tmp_path / "History"
+    shutil.copy(HERE / "chromium-History", out)
+    with sqlite3.connect(out) as db:
+        db.execute("UPDATE urls SET url = replace(url, ?, ?)", [f":{PORT}/", f":{port}/"])
+    return out
+
+
+@pytest.fixture
+def site():
+    s = Site()
+    yield s
+    s.close()
+
+
+def urls_found(e: Engine, query: str, k: int = 3) -> list[str]:
+    from engine.refind.schema import SearchRequest
+
+    return [p.url for p in e.search(SearchRequest(query=query, k=k)).pages]
+
+
+@pytest.mark.parametrize("store_backend", ["duckdb", "postgres"], indirect=True)
+def test_a_real_chromium_history_imports_then_fetches_and_a_second_run_adds_nothing(make_corpus, tmp_path, site):
+    history = repointed(tmp_path, site.port)
+    entries = read_history(history)
+    by_url = {e.url.removeprefix(site.base): e for e in entries}
+    assert len(by_url["/tides"].visits) == 3 and len(by_url["/nets"].visits) == 2   # every visit, as the browser kept it
+    assert by_url["/tides"].title == "Harbour tide tables" and "file:///etc/hostname" in by_url
+    e = Engine(corpus=make_corpus(imports=FAST))
+    out = e.import_visits(entries, "history", str(history), fetch=False)
+    assert out["written"]["skipped"] == 1   # the file: URL
+    assert out["status"]["counts"]["titles"] == len(entries) - 1
+    tides = e.store.pages_with_url("default", normalize_url(site.base + "/tides"))
+    assert e.page(tides[0])["visit_count"] == 3
+    assert urls_found(e, "Harbour tide tables", 1) == [site.base + "/tides"]   # by its title, before any fetch
+    assert site.requests == []   # --no-fetch fetched nothing
+    # the fetch: texts found by their own words; the web's misbehaviour, each a status with its reason
+    out = e.import_visits(entries, "history", str(history), fetch=True)
+    st = out["status"]
+    assert st["done"] and st["counts"]["queued"] == 0
+    assert urls_found(e, "quillmoss pilot", 1) == [site.base + "/tides"]
+    assert urls_found(e, "plimsnort buoy colours", 1) == [site.base + "/plain.txt"]
+    assert urls_found(e, "corvastle charts harbour office", 2)[0] in (site.base + "/old-charts", site.base + "/moved")
+    reasons = {p["url"].removeprefix(site.base): (p["status"], p["reason"]) for p in st["problems"]}
+    assert reasons["/gulls"][0] == "failed" and "redirect loop" in reasons["/gulls"][1]
+    assert reasons["/big"] == ("skipped", "over 1,000,000 bytes: the read was stopped")
+    assert reasons["/report.pdf"] == ("skipped", "not a page this keeps: application/pdf")
+    assert reasons["/slow"][0] == "failed" and "no answer in time" in reasons["/slow"][1]
+    assert reasons["file:///etc/hostname"][0] == "skipped"
+    assert st["counts"]["fetched"] == 8   # tides nets lamps ferry docs/intro old-charts moved plain.txt
+    assert e.page(tides[0])["visit_count"] == 3   # the text came; the visits did not change
+    assert not any("cookie" in {k.lower() for k in h} for _, h in site.requests)   # none sent (one was set)
+    # again: nothing added, nothing fetched
+    before, served = e.counts()["pages"], len(site.requests)
+    again = e.import_visits(read_history(repointed(tmp_path, site.port)), "history", str(history), fetch=True)
+    assert again["written"]["new_pages"] == 0 and e.counts()["pages"] == before
+    assert e.page(tides[0])["visit_count"] == 3
+    assert again["fetched"] == {"fetched": 0, "failed": 0, "skipped": 0, "present": 0} and len(site.requests) == served
+    assert e.import_status(out["import_id"])["counts"] == st["counts"]
+
+
+def run_import(history: Path, data: Path, *extra: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
+    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu", REFINDERY_IMPORTS__WORKERS="1",
+               REFINDERY_IMPORTS__WRITE_BATCH="1", **{f"REFINDERY_IMPORTS__{k.upper()}": str(v).lower()
+                                                      for k, v in FAST.items() if k != "workers"})
+    if crash_at:
+        env["REFINDERY_TEST_CRASH_AT"] = crash_at
+    return subprocess.run([sys.executable, "-m", "server.cli", "import", "history", str(history), "--no-progress",
+                           *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_killed_midway_the_next_run_goes_on_and_fetches_no_kept_text_again(tmp_path, site):
+    from engine.core.settings import load_settings
+
+    history, data = repointed(tmp_path, site.port), tmp_path / "data"
+    killed = run_import(history, data, "--skip", "*/slow", "--skip", "*/big", crash_at="import:texts-written")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    with Engine(load_settings(data_dir=str(data))) as e:
+        (st,) = e.imports()
+        assert st["counts"]["fetched"] == 0 and st["counts"]["queued"] > 0   # killed before it said so
+        kept = {p: e.page(pid)["body_text"] for p in PAGES
+                for pid in e.store.pages_with_url("default", normalize_url(site.base + p))}
+    written = [p for p, body in kept.items() if PAGES[p][1] in body]
+    assert len(written) == 1   # one text written (write_batch 1) before the kill
+    again = run_import(history, data, "--skip", "*/slow", "--skip", "*/big")
+    assert again.returncode == 0, again.stderr[-2000:]
+    out = json.loads(again.stdout)
+    assert out["status"]["done"] and out["fetched"]["present"] >= 1
+    assert site.served(written[0]) == 1   # its text was kept: not fetched again
+    with Engine(load_settings(data_dir=str(data))) as e:
+        for p, (title, text) in PAGES.items():
+            (pid,) = e.store.pages_with_url("default", normalize_url(site.base + p))
+            body = e.page(pid)["body_text"]
+            assert (text not in body) if p == "/gulls" else (text in body), p   # nothing lost (gulls: a loop now)
+        assert e.counts()["pages"] == 12 - 2   # the skipped two are not pages; no page twice
+
+
+def test_bad_histories_are_a_clear_error(tmp_path):
+    truncated = tmp_path / "History"
+    truncated.write_bytes((HERE / "chromium-History").read_bytes()[:5000])
+    garbage = tmp_path / "places.sqlite"
+    garbage.write_bytes(b"this is not a database at all" * 100)
+    empty = tmp_path / "profile"
+    empty.mkdir()
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x)")
+    for path, words in ((truncated, "is not a browser history"), (garbage, "is not a browser history"),
+                        (empty, "no browser history in it"), (tmp_path / "nothing", "no such file"),
+                        (other, "is not a browser history")):
+        with pytest.raises(HistoryError) as err:
+            read_history(path)
+        assert words in str(err.value), (path, str(err.value))
+    proc = run_import(garbage, tmp_path / "data")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
