@@ -26,6 +26,7 @@ NEEDS_THE_DATA_DIR = {
     "keys open": "it reopens the server's key table",
     "reranker": "it trains on and writes into the data dir",
     "import history": "it writes and fetches with the writer (GET /v1/imports/{id} shows an import's status)",
+    "import bookmarks": "it writes and fetches with the writer (GET /v1/imports/{id} shows an import's status)",
 }
 
 

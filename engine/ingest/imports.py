@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
@@ -20,12 +20,13 @@ from engine.core.access import Grant
 from engine.core.clock import utcnow
 from engine.core.corpus import Corpus
 from engine.core.faults import maybe_crash
-from engine.core.identity import named_workspace, page_id_for
+from engine.core.identity import entity_namespace, named_workspace, page_id_for
 from engine.core.urls import normalize_url
 from engine.ingest.fetch import Fetcher
 from engine.ingest.pipeline import Ingester
 from engine.ingest.prepare import prepare
-from engine.ingest.records import PageInput, VisitInput
+from engine.ingest.entities import EntityUpsert, upsert_entity
+from engine.ingest.records import EntityInput, PageInput, VisitInput
 from engine.ingest.rules import Rules, decide
 
 WRITE_BATCH = 500   # history entries written (their pages and visits) per ingest call
@@ -33,20 +34,24 @@ WRITE_BATCH = 500   # history entries written (their pages and visits) per inges
 
 @dataclass
 class Entry:
-    """One URL of an import: its title and its visits (naive UTC, any order)."""
+    """One URL of an import: its title, its visits (naive UTC, any order) and the entities its page is
+    linked to (a bookmark's folder, "bookmarked"); `first_seen`: when a page with no visit was first
+    known (a bookmark's time added)."""
     url: str
     title: str | None
     visits: list[datetime]
+    entities: list[EntityInput] = field(default_factory=list)
+    first_seen: datetime | None = None
 
 
 def import_id_for(workspace: str, kind: str, source: str) -> str:
     return "imp_" + hashlib.blake2b(f"{workspace}\x00{kind}\x00{source}".encode(), digest_size=10).hexdigest()
 
 
-def placeholder(entry_title: str | None, url: str) -> PageInput:
+def placeholder(entry_title: str | None, url: str, entities: list[EntityInput] | None = None) -> PageInput:
     """The page an imported URL is until its text is fetched: its title and its URL, as text."""
     title = (entry_title or "").strip() or None
-    return PageInput(url=url, title=title, body_text=f"{title}\n{url}" if title else url)
+    return PageInput(url=url, title=title, body_text=f"{title}\n{url}" if title else url, entities=entities or [])
 
 
 class Import:
@@ -59,6 +64,7 @@ class Import:
         self.tables = corpus.imports
         self.settings = corpus.settings.imports
         self.scope = caller.write_scope(None)
+        self._links: dict[tuple[str, str], list[str]] = {}   # (entity's local id, canonical) -> existing pages
 
     # The URLs ------------------------------------------------------------------------------------
     def write(self, entries: Iterable[Entry], fetch: bool, skip: str = "", allow: str = "",
@@ -86,36 +92,52 @@ class Import:
                 counts["skipped"] += 1
                 if e.url not in known:
                     rows.append((e.url, None, e.title, "skipped", why, None))
-                continue
-            batch.append((e, url_norm, page_id_for(self.workspace, url_norm, self.scope)))
+            else:
+                batch.append((e, url_norm, page_id_for(self.workspace, url_norm, self.scope)))
             if len(batch) >= WRITE_BATCH:
                 rows += self._write_batch(ing, batch, known, fetch, counts)
                 batch = []
-                if tick:
-                    tick(WRITE_BATCH)
+            if tick and counts["entries"] % WRITE_BATCH == 0:
+                tick(WRITE_BATCH)
         if batch:
             rows += self._write_batch(ing, batch, known, fetch, counts)
-            if tick:
-                tick(len(batch))
+        if tick and counts["entries"] % WRITE_BATCH:
+            tick(counts["entries"] % WRITE_BATCH)
+        self._link_existing()
         self.tables.add_urls(self.import_id, rows, utcnow())
         return counts
+
+    def _link_existing(self) -> None:
+        """Pages that were there already get the entries' entities as links (their text untouched)."""
+        for (local, canonical), pids in sorted(self._links.items()):
+            pids = sorted(set(pids))
+            for i in range(0, len(pids), 10_000):
+                upsert_entity(self.corpus, EntityUpsert(canonical=canonical, id=local, pages=pids[i:i + 10_000]),
+                              self.workspace, self.scope, self.caller)
+        self._links.clear()
 
     def _write_batch(self, ing: Ingester, batch: list[tuple[Entry, str, str]], known: set[str], fetch: bool,
                      counts: dict[str, int]) -> list[tuple]:
         existing = self.corpus.store.existing_pages([pid for _, _, pid in batch])
         visits, records, rows, seen = [], [], [], set()
         for e, _, pid in batch:
-            holder = placeholder(e.title, e.url)
+            holder = placeholder(e.title, e.url, e.entities)
             marker = prepare(0, "import", holder, self.workspace, self.caller).content_hash
             old = existing.get(pid)
             if old is not None or pid in seen:
                 visits += [VisitInput(url=e.url, seen_at=v, scope=self.scope) for v in e.visits]
-                needs_text = old is not None and old.content_hash == marker
+                for ent in e.entities:
+                    self._links.setdefault((ent.id or ent.canonical, ent.canonical), []).append(pid)
+                # a placeholder of this import or an earlier one (a history's carries no entities)
+                bare = prepare(0, "import", placeholder(e.title, e.url), self.workspace, self.caller).content_hash
+                needs_text = old is not None and old.content_hash in (marker, bare)
+                if needs_text:
+                    marker = old.content_hash   # entity links leave a page's hash as it is
             else:
                 seen.add(pid)
                 counts["new_pages"] += 1
                 records += [holder.model_copy(update={"seen_at": v, "scope": self.scope}) for v in e.visits] or \
-                    [holder.model_copy(update={"scope": self.scope})]
+                    [holder.model_copy(update={"seen_at": e.first_seen, "scope": self.scope})]
                 needs_text = True
             if e.url not in known:
                 status = ("queued" if fetch else "titles") if needs_text else "present"
@@ -171,6 +193,13 @@ class Import:
             self.corpus.flush()
         return done
 
+    def _entities_of(self, page_id: str) -> list[EntityInput]:
+        """The page's entity links, as a record names them (a write replaces a page's links)."""
+        ns = entity_namespace(self.workspace, self.scope) + ":"
+        page = self.corpus.store.page(page_id) or {}
+        return [EntityInput(canonical=e["canonical"], aliases=e["aliases"], id=e["entity_id"].removeprefix(ns))
+                for e in page.get("entities", []) if e["entity_id"].startswith(ns)]
+
     def _write_texts(self, ing: Ingester, fetched: list, todo: dict[str, tuple[str, str | None]],
                      done: dict[str, int]) -> None:
         # each page written as seen at its last visit: its text changes, its visits do not
@@ -184,7 +213,7 @@ class Import:
                 continue
             body = {"html": f.body} if f.content_type != "text/plain" else {"body_text": f.body}
             records.append((f.url, {"url": f.url, "title": title, "seen_at": old.last_seen, "scope": self.scope,
-                                    **body}))
+                                    "entities": self._entities_of(pid), **body}))
         report = ing.ingest(((i, "fetch", r) for i, (_, r) in enumerate(records)), flush=False)
         maybe_crash("import:texts-written")   # test-only: killed between a text's write and its status
         by_index = {o.index: o for o in report.outcomes}

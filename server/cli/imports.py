@@ -1,4 +1,4 @@
-"""`refindery import history|status`: a browser's history in, the pages' texts fetched politely, and
+"""`refindery import history|bookmarks|status`: a browser's history or bookmarks in, the pages' texts fetched politely, and
 where an import stands (engine/verbs/imports.py)."""
 from __future__ import annotations
 
@@ -33,12 +33,17 @@ def cmd_import(args) -> int:
         print("error: not a rule: " + "; ".join(bad), file=sys.stderr)
         return 2
     path = Path(args.path) if args.path else locate(args.browser or "firefox", args.browser_profile)
-    entries = read_history(path, since=args.since)
+    if args.what == "bookmarks":
+        from engine.ingest.bookmarks import read_bookmarks, to_entries
+
+        entries = to_entries(read_bookmarks(path if args.path else path.parent))
+    else:
+        entries = read_history(path, since=args.since)
     with Engine(_settings(args)) as e:
         shown = not args.no_progress
         written = Progress("import: pages and visits", len(entries), enabled=shown)
         fetching = Progress("import: texts fetched", None, enabled=shown)
-        out = e.import_visits(entries, "history", str(path.resolve()), args.workspace, fetch=not args.no_fetch,
+        out = e.import_visits(entries, args.what, str(path.resolve()), args.workspace, fetch=not args.no_fetch,
                               skip=skip, allow=allow, since=args.since, tick=written.update,
                               fetch_tick=fetching.update)
         written.close()
@@ -48,12 +53,14 @@ def cmd_import(args) -> int:
 
 
 def add(sub) -> None:
-    s = sub.add_parser("import", help="import a browser's history: its pages and visits at once, their texts "
-                                      "fetched politely; `import status [ID]` says where an import stands")
-    s.add_argument("what", choices=["history", "status"])
+    s = sub.add_parser("import", help="import a browser's history or bookmarks: their pages (and visits) at once, "
+                                      "their texts fetched politely; `import status [ID]` says where an import stands")
+    s.add_argument("what", choices=["history", "bookmarks", "status"])
     s.add_argument("path", nargs="?", default=None,
                    help="history: the history file (History, places.sqlite, History.db) or a profile folder "
-                        "(default: the browser's, found on this machine); status: an import's id (none: all)")
+                        "(default: the browser's, found on this machine); bookmarks: an exported bookmarks "
+                        "HTML file, Chromium's Bookmarks, Firefox's places.sqlite or a profile folder; "
+                        "status: an import's id (none: all)")
     s.add_argument("--browser", default=None, help="whose history to find when no path is given (default firefox): "
                                                    "chrome, chromium, firefox, brave, edge, vivaldi, opera, safari, ...")
     s.add_argument("--browser-profile", default="*", help="which of the browser's profiles (a folder name)")

@@ -144,3 +144,54 @@ def test_bad_histories_are_a_clear_error(tmp_path):
         assert words in str(err.value), (path, str(err.value))
     proc = run_import(garbage, tmp_path / "data")
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_firefox_history_and_bookmarks_written_by_a_real_firefox_are_read():
+    from engine.ingest.bookmarks import read_bookmarks
+
+    entries = {e.url: e for e in read_history(HERE / "firefox-places.sqlite")}
+    tides = entries[f"http://127.0.0.1:{PORT}/tides"]
+    assert tides.title == "Harbour tide tables" and len(tides.visits) == 3
+    assert len(entries[f"http://127.0.0.1:{PORT}/nets"].visits) == 2
+    from_html = read_bookmarks(HERE / "firefox-bookmarks.html")
+    from_places = read_bookmarks(HERE / "firefox-places.sqlite")
+    assert [(b.url, b.title, b.folder) for b in from_html] == [(b.url, b.title, b.folder) for b in from_places]
+    assert {b.folder for b in from_html} == {"Bookmarks Menu / Mozilla Firefox"} and len(from_html) == 4
+    assert all(b.added is not None for b in from_html)
+
+
+CHROMIUM_BOOKMARKS = {   # the shape of Chromium's Bookmarks file (Chromium writes none for a profile with no bookmark)
+    "checksum": "0", "version": 1, "roots": {
+        "bookmark_bar": {"type": "folder", "name": "Bookmarks bar", "children": [
+            {"type": "url", "name": "Harbour tide tables", "url": "URL/tides", "date_added": "13400000000000000"},
+            {"type": "folder", "name": "Sea", "children": [
+                {"type": "url", "name": "Mending nets", "url": "URL/nets", "date_added": "13400000000000000"}]}]},
+        "other": {"type": "folder", "name": "Other bookmarks", "children": [
+            {"type": "url", "name": "", "url": "URL/lamps", "date_added": "13400000000000000"}]},
+        "synced": {"type": "folder", "name": "Mobile bookmarks", "children": []}}}
+
+
+@pytest.mark.parametrize("store_backend", ["duckdb", "postgres"], indirect=True)
+def test_bookmarks_are_pages_known_as_bookmarked_filtered_by_folder_and_their_texts_fetched(make_corpus, tmp_path, site):
+    from engine.ingest.bookmarks import read_bookmarks, to_entries
+    from engine.refind.schema import SearchRequest
+
+    path = tmp_path / "Bookmarks"
+    path.write_text(json.dumps(CHROMIUM_BOOKMARKS).replace("URL/", site.base + "/"))
+    marks = read_bookmarks(path)
+    assert [(b.url.removeprefix(site.base), b.folder) for b in marks] == [
+        ("/tides", "Bookmarks bar"), ("/nets", "Bookmarks bar / Sea"), ("/lamps", "Other bookmarks")]
+    e = Engine(corpus=make_corpus(imports=FAST))
+    # a page the person already has, with its own text: linked, never overwritten
+    e.ingest([(0, "t", {"url": site.base + "/nets", "body_text": "Brantwick nets, as the extension kept them."})])
+    out = e.import_visits(to_entries(marks), "bookmarks", str(path), fetch=True)
+    assert out["status"]["counts"] | {} == {"queued": 0, "fetched": 2, "present": 1, "titles": 0, "skipped": 0, "failed": 0}
+    assert site.served("/nets") == 0
+
+    def urls(query, **filters):
+        return [p.url.removeprefix(site.base) for p in e.search(SearchRequest(query=query, k=5, filters=filters)).pages]
+    assert sorted(urls("harbour nets lamp", entity=["bookmarked"])) == ["/lamps", "/nets", "/tides"]
+    assert urls("harbour nets lamp", entity=["Bookmarks bar / Sea"]) == ["/nets"]
+    assert urls("quillmoss pilot", entity=["Bookmarks bar"])[:1] == ["/tides"]   # the fetched text, still linked
+    (nets,) = e.store.pages_with_url("default", normalize_url(site.base + "/nets"))
+    assert e.page(nets)["body_text"] == "Brantwick nets, as the extension kept them."
