@@ -80,6 +80,9 @@ class Engine(RefindVerbs, PageVerbs, ImportVerbs, RelationVerbs, EvidenceVerbs, 
         self._embeds: dict[str, dict] = {}          # model -> its background embedding's state
         self._embed_threads: list[threading.Thread] = []
         self._stop_embedding = threading.Event()
+        self._import_threads: dict[str, threading.Thread] = {}   # import id -> the thread fetching its texts
+        self._imports_lock = threading.Lock()
+        self._stop_imports = threading.Event()
         # another replica swapped the embedder: what this one wrote meanwhile gets the new one's vectors
         c.on_switched = lambda model: self.embed_model_in_background(model)
 
@@ -94,6 +97,7 @@ class Engine(RefindVerbs, PageVerbs, ImportVerbs, RelationVerbs, EvidenceVerbs, 
         self._stop_embedding.set()        # a background embedding stops between two batches
         for t in self._embed_threads:
             t.join()
+        self.stop_imports()
         if self.owns_corpus:
             self.corpus.close()
         else:

@@ -25,8 +25,6 @@ NEEDS_THE_DATA_DIR = {
     "relations demo-profiles": "it copies and loads documents under the data dir",
     "keys open": "it reopens the server's key table",
     "reranker": "it trains on and writes into the data dir",
-    "import history": "it writes and fetches with the writer (GET /v1/imports/{id} shows an import's status)",
-    "import bookmarks": "it writes and fetches with the writer (GET /v1/imports/{id} shows an import's status)",
 }
 
 
@@ -229,11 +227,6 @@ def forget(args, owner: Owner) -> int:
         print("error: say what to forget: a URL, --domain D, --last 1h, or --since/--until", file=sys.stderr)
         return 2
     _print(_call(owner, "POST", "/v1/forget", body))
-    return 0
-
-
-def import_status(args, owner: Owner) -> int:
-    _print(_call(owner, "GET", f"/v1/imports/{args.path}" if args.path else "/v1/imports"))
     return 0
 
 

@@ -101,8 +101,8 @@ def _through(args, owner) -> int:
             return 2
     if verb == "mcp":
         return remote.mcp_stdio(owner)
-    if verb == "import status":
-        return remote.import_status(args, owner)
+    if verb.startswith("import "):
+        return imports.through_server(args, owner)
     if verb == "compare":
         return remote.compare(args, owner, _show_compare)
     if verb == "maps":

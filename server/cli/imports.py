@@ -19,11 +19,8 @@ def _rules(inline: list[str], files: list[str]) -> str:
     return "\n".join(lines)
 
 
-def cmd_import(args) -> int:
-    if args.what == "status":
-        with Engine(_settings(args)) as e:
-            _print(e.import_status(args.path) if args.path else e.imports())
-        return 0
+def _read(args):
+    """(entries, source path, skip rules, allow rules) of the file the arguments name; None: said why."""
     from engine.ingest.history import locate, read_history
     from engine.ingest.rules import Rules
 
@@ -31,7 +28,7 @@ def cmd_import(args) -> int:
     bad = list(Rules.parse(skip).errors + Rules.parse(allow).errors)
     if bad:
         print("error: not a rule: " + "; ".join(bad), file=sys.stderr)
-        return 2
+        return None
     path = Path(args.path) if args.path else locate(args.browser or "firefox", args.browser_profile)
     if args.what == "bookmarks":
         from engine.ingest.bookmarks import read_bookmarks, to_entries
@@ -39,16 +36,89 @@ def cmd_import(args) -> int:
         entries = to_entries(read_bookmarks(path if args.path else path.parent))
     else:
         entries = read_history(path, since=args.since)
+    return entries, path.resolve(), skip, allow
+
+
+def cmd_import(args) -> int:
+    if args.what == "status":
+        with Engine(_settings(args)) as e:
+            _print(e.import_status(args.path) if args.path else e.imports())
+        return 0
+    read = _read(args)
+    if read is None:
+        return 2
+    entries, path, skip, allow = read
     with Engine(_settings(args)) as e:
         shown = not args.no_progress
         written = Progress("import: pages and visits", len(entries), enabled=shown)
         fetching = Progress("import: texts fetched", None, enabled=shown)
-        out = e.import_visits(entries, args.what, str(path.resolve()), args.workspace, fetch=not args.no_fetch,
+        out = e.import_visits(entries, args.what, str(path), args.workspace, fetch=not args.no_fetch,
                               skip=skip, allow=allow, since=args.since, tick=written.update,
                               fetch_tick=fetching.update)
         written.close()
         fetching.close()
     _print(out)
+    return 0
+
+
+def through_server(args, owner, poll_s: float = 1.0) -> int:
+    """The same import beside a server that holds the data dir: the file is read here and sent to
+    POST /v1/imports in batches; the server writes them and fetches the texts, and this follows
+    GET /v1/imports/{id} until nothing is queued (Ctrl-C stops following, not the fetch)."""
+    import json
+    import time
+
+    from ..remote import _call
+
+    if args.what == "status":
+        _print(_call(owner, "GET", f"/v1/imports/{args.path}" if args.path else "/v1/imports"))
+        return 0
+    read = _read(args)
+    if read is None:
+        return 2
+    entries, path, skip, allow = read
+    budget = max(64 * 1024, int(_settings(args).server.max_body_bytes * 0.8))
+    head = {"kind": args.what, "source": str(path), "fetch": not args.no_fetch, "skip": skip, "allow": allow,
+            **({"since": args.since.isoformat()} if args.since else {}),
+            **({"workspace": args.workspace} if args.workspace else {})}
+    written: dict[str, int] = {}
+    batch, size, reply = [], 0, None
+
+    def post() -> None:
+        nonlocal batch, size, reply
+        if batch:
+            reply = _call(owner, "POST", "/v1/imports", head | {"entries": batch})
+            for k, v in reply["written"].items():
+                written[k] = written.get(k, 0) + v
+            batch, size = [], 0
+
+    for e in entries:
+        item = {"url": e.url, "title": e.title, "visits": [v.isoformat() for v in e.visits],
+                "entities": [x.model_dump(exclude_none=True) for x in e.entities],
+                **({"first_seen": e.first_seen.isoformat()} if e.first_seen else {})}
+        n = len(json.dumps(item))
+        if batch and (len(batch) >= 5000 or size + n > budget):
+            post()
+        batch.append(item)
+        size += n
+    post()
+    if reply is None:
+        _print({"written": written, "through": owner.describe()})
+        return 0
+    import_id = reply["import_id"]
+    status = reply["status"]
+    try:
+        while not args.no_fetch and not status["done"]:
+            if not args.no_progress:
+                c = status["counts"]
+                print(f"import: {c['queued']} texts to fetch, {c['fetched']} fetched, {c['failed']} failed, "
+                      f"{c['skipped']} skipped", file=sys.stderr, flush=True)
+            time.sleep(poll_s)
+            status = _call(owner, "GET", f"/v1/imports/{import_id}")
+    except KeyboardInterrupt:
+        print(f"import: the server goes on fetching; `refindery import status {import_id}` follows it",
+              file=sys.stderr)
+    _print({"import_id": import_id, "written": written, "status": status, "through": owner.describe()})
     return 0
 
 

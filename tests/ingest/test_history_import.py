@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,77 @@ def test_bookmarks_are_pages_known_as_bookmarked_filtered_by_folder_and_their_te
     assert urls("quillmoss pilot", entity=["Bookmarks bar"])[:1] == ["/tides"]   # the fetched text, still linked
     (nets,) = e.store.pages_with_url("default", normalize_url(site.base + "/nets"))
     assert e.page(nets)["body_text"] == "Brantwick nets, as the extension kept them."
+
+
+def _served_env(data: Path) -> dict:
+    from conftest import MODELS_CACHE
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
+    env.update(REFINDERY_DATA_DIR=str(data), REFINDERY_MODELS__DEVICE="cpu", REFINDERY_MODELS__CACHE_DIR=MODELS_CACHE,
+               **{f"REFINDERY_IMPORTS__{k.upper()}": str(v).lower() for k, v in FAST.items()})
+    return env
+
+
+def test_beside_a_running_server_the_import_goes_through_it_and_the_server_fetches(tmp_path, site):
+    from conftest import serving_on
+
+    history, data, sock = repointed(tmp_path, site.port), tmp_path / "data", tmp_path / "http.sock"
+    env = _served_env(data)
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--uds", str(sock)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        serving_on(sock)
+        while not (data / "server.json").exists() and proc.poll() is None:
+            time.sleep(0.1)
+        cli = [sys.executable, "-m", "server.cli", "import"]
+        r = subprocess.run(cli + ["history", str(history), "--no-progress"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout)
+        assert "through" in out and out["status"]["done"] and out["status"]["counts"]["fetched"] == 8
+        assert site.served("/tides") == 1   # fetched by the server, once
+        r = subprocess.run(cli + ["status", out["import_id"]], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and json.loads(r.stdout)["counts"] == out["status"]["counts"], r.stderr
+        found = serving_on(sock).post("/v1/search", json={"query": "quillmoss pilot", "k": 1}).json()["pages"]
+        assert found[0]["url"] == site.base + "/tides"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_imports_over_http_stay_in_their_walls_and_refuse_bad_input(pool, tmp_path, site):
+    from docs.examples import make_client
+    from engine.core.access import create_key
+
+    client = make_client(tmp_path / "data", pool=pool, server={"rate_limit_per_minute": 0}, imports=FAST)
+    try:
+        keys = client.corpus.keys
+        home = {"Authorization": f"Bearer {create_key(keys, ['home'])['token']}"}
+        other = {"Authorization": f"Bearer {create_key(keys, ['work'])['token']}"}
+        reader = {"Authorization": f"Bearer {create_key(keys, ['home'], read_only=True)['token']}"}
+        capture = {"Authorization": f"Bearer {create_key(keys, ['home'], pages_only=True)['token']}"}
+        body = {"kind": "history", "source": "/home/me/History", "workspace": "home", "entries": [
+            {"url": site.base + "/tides", "title": "Harbour tide tables", "visits": ["2026-11-01T10:00:00Z"]},
+            {"url": site.base + "/nets", "title": "Mending nets", "visits": ["2026-11-02T10:00:00+01:00"]}]}
+        for headers, status in ((reader, 403), (capture, 403), (other, 404)):
+            assert client.post("/v1/imports", headers=headers, json=body).status_code == status
+        for bad in ({**body, "entries": []}, {**body, "kind": "cookies"},
+                    {**body, "entries": [{"url": "x", "visits": ["not a time"]}]}, {**body, "extra": 1}):
+            r = client.post("/v1/imports", headers=home, json=bad)
+            assert r.status_code == 422 and r.json()["detail"]["type"] == "validation_error", r.text
+        r = client.post("/v1/imports", headers=home, json=body)
+        assert r.status_code == 202, r.text
+        import_id = r.json()["import_id"]
+        hits = client.post("/v1/search", headers=home, json={"workspace": "home", "query": "Mending nets"}).json()
+        assert hits["pages"][0]["url"] == site.base + "/nets"   # by its title, on the reply
+        deadline = time.monotonic() + 60
+        while not (st := client.get(f"/v1/imports/{import_id}", headers=home).json())["done"]:
+            assert time.monotonic() < deadline, st
+            time.sleep(0.2)
+        assert st["counts"]["fetched"] == 2 and st["workspace"] == "home"
+        assert client.get(f"/v1/imports/{import_id}", headers=other).status_code == 404   # as if absent
+        assert client.get("/v1/imports", headers=other).json() == {"imports": []}
+        assert [i["import_id"] for i in client.get("/v1/imports", headers=reader).json()["imports"]] == [import_id]
+    finally:
+        client.corpus.close()

@@ -85,6 +85,19 @@ class _Operations:
     def delete_page(self, page_id: str) -> dict:
         return self._call(_Op("DELETE", f"/v1/pages/{_segment(page_id)}"))
 
+    def start_import(self, kind: str, source: str, entries: list[dict], *, fetch: bool = True, skip: str = "",
+                     allow: str = "", workspace: str | None = None) -> dict:
+        """POST /v1/imports: one batch of a history or bookmarks import ({url, title?, visits: [ISO times],
+        entities?, first_seen?} each, at most 5,000): written at once, texts fetched by the server in the
+        background. The same kind and source join one import."""
+        body = {"kind": kind, "source": source, "entries": entries, "fetch": fetch, "skip": skip, "allow": allow,
+                **({"workspace": workspace} if workspace else {})}
+        return self._call(_Op("POST", "/v1/imports", body))
+
+    def import_status(self, import_id: str | None = None) -> dict:
+        """GET /v1/imports/{id}: counts per status and the failures' reasons; no id: every import."""
+        return self._call(_Op("GET", f"/v1/imports/{_segment(import_id)}" if import_id else "/v1/imports"))
+
     def forget(self, url: str | None = None, *, domain: str | None = None, since: Any = None, until: Any = None,
                workspace: str | None = None) -> dict:
         """POST /v1/forget: the pages at a URL, of a domain and its subdomains, or seen between `since`
