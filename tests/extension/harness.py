@@ -77,8 +77,8 @@ class Site:
 class Refindery:
     """`refindery serve --host 127.0.0.1 --port P` over `data`, in a child process."""
 
-    def __init__(self, data: Path, models_cache: str, port: int | None = None):
-        self.data, self.models_cache = data, models_cache
+    def __init__(self, data: Path, models_cache: str, port: int | None = None, env: dict | None = None):
+        self.data, self.models_cache, self.extra_env = data, models_cache, env or {}
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -86,7 +86,7 @@ class Refindery:
     def start(self, timeout_s: float = 120) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REFINDERY_")}
         env.update(REFINDERY_DATA_DIR=str(self.data), REFINDERY_MODELS__DEVICE="cpu",
-                   REFINDERY_MODELS__CACHE_DIR=self.models_cache)
+                   REFINDERY_MODELS__CACHE_DIR=self.models_cache, **self.extra_env)
         self.log = open(self.data.parent / "serve.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1",
                                       "--port", str(self.port)], cwd=ROOT, env=env, stdout=self.log,
