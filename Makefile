@@ -169,7 +169,8 @@ reranker: install
 # benchmark under the default and quality profiles in one run (eval/refind_profiles.py: success@1 in
 # eval/results/refind_quality.md, ingest and search cost in bench/results/profiles.md); and the shortcut
 # replay (eval/refind_shortcuts.py: eval/results/refind_shortcuts.md); and recency among sibling pages
-# whose titles all carry the query's words (eval/refind_siblings.py: eval/results/refind_siblings.md).
+# whose titles all carry the query's words (eval/refind_siblings.py: eval/results/refind_siblings.md);
+# and visit counts among near-equals (eval/refind_visits.py: eval/results/refind_visits.md).
 eval: install models-mpnet
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
@@ -177,6 +178,7 @@ eval: install models-mpnet
 	$(BIN)/python -m eval.refind_profiles --data-root data-profiles --sweep-band
 	$(BIN)/python -m eval.refind_shortcuts --data-dir data-profiles/shortcuts
 	$(BIN)/python -m eval.refind_siblings --data-dir data-profiles/siblings
+	$(BIN)/python -m eval.refind_visits --data-dir data-profiles/visits
 
 # Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
 # (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and

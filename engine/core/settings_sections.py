@@ -166,6 +166,14 @@ class SearchSettings(BaseModel):
                                       "best page left's title carries at least half the query's terms, the pages "
                                       "whose titles carry all of those and whose level is within this of its level "
                                       "join its band (0 is off).", json_schema_extra=REQUEST)
+    recency_visits_days: float = Field(0.0, ge=0, le=3650, description='recency_mode band: how you visited, '
+                                       "among near-equals. Within a band a page is ordered as if last seen this many "
+                                       "days later for each doubling of its visit count (log2; one visit: none). "
+                                       "0 is off.", json_schema_extra=REQUEST)
+    recency_bookmark_days: float = Field(0.0, ge=0, le=3650, description='recency_mode band: a bookmarked page '
+                                         "(linked to the entity `bookmarked`: refindery import bookmarks) is ordered "
+                                         "in its band as if last seen this many days later. 0 is off.",
+                                         json_schema_extra=REQUEST)
     recency_weight: float = Field(0.05, ge=0, le=1, description="recency_mode decay: the part of a page's score "
                                   "recency may take away: factor = 1 - w * (1 - 0.5 ** (age / half-life)); 1 is a "
                                   "full exponential decay.", json_schema_extra=REQUEST)

@@ -3,6 +3,8 @@ added to the fused score (and the reranker's, when it ranked), the rollup, recen
 its pin, and the shortcut that put it first."""
 from __future__ import annotations
 
+import math
+
 from engine.refind.fusion import contributions
 from engine.refind.recency import age_days, recency_on
 from engine.refind.schema import ArmHit, ChunkExplain, PageExplain, Params
@@ -33,6 +35,11 @@ def page_explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m,
                  "band_width": p.recency_band}
         if entry is not None and entry.band is not None:
             decay |= {"band": float(entry.band), "level": entry.level}
+        if p.recency_visits_days > 0 or p.recency_bookmark_days > 0:   # how it was visited, in its band
+            visits = max(1, m.get("visit_count") or 1)
+            marked = "bookmarked" in (m.get("entities") or [])
+            decay |= {"visits": float(visits), "bookmarked": 1.0 if marked else 0.0,
+                      "credit_days": math.log2(visits) * p.recency_visits_days + marked * p.recency_bookmark_days}
     elif recency_on(p.recency_half_life_days, p.recency_mode, p.recency_weight):
         decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
                  "age_days": age_days(m["last_seen"], now),

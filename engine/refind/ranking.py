@@ -75,18 +75,20 @@ class RankedPages:
 def rank_pages(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView,
                now: datetime, half_life_days: float, weight: float, top: int | None = None,
                levels: np.ndarray | None = None, band: float = 0.0,
-               titles: tuple[list[int], int, float] | None = None) -> RankedPages:
+               titles: tuple[list[int], int, float] | None = None,
+               credit_us: np.ndarray | None = None) -> RankedPages:
     """Each rolled-up page times its recency factor (decay_factor on its last_seen; none at a
     half-life or weight of 0), best first, ties by page id. With `top`, only the first `top` pages
     are put in order (a search shows offset + k of them): the pages scoring at least the top-th
     score, ties with it included, are sorted, the rest only counted. With `levels` (each page's arm
     level, fusion.arm_levels) and a half-life, recency orders bands instead (`_banded`; `titles`:
-    title_cover's masks, the query's term count and the title band, for title siblings)."""
+    title_cover's masks, the query's term count and the title band, for title siblings; `credit_us`:
+    each page's visit credit, visit_credit_us, added to its last_seen within a band)."""
     values = rolled.values
     n = len(values)
     cut = top is not None and top < n
     if half_life_days > 0 and levels is not None:
-        return _banded(rolled, chunk_ids, chunk_scores, view, levels, band, top if cut else None, titles)
+        return _banded(rolled, chunk_ids, chunk_scores, view, levels, band, top if cut else None, titles, credit_us)
     if half_life_days > 0 and weight > 0:
         return _decayed(rolled, chunk_ids, chunk_scores, view, now, half_life_days, weight, top if cut else None)
     if cut:
@@ -145,7 +147,8 @@ def _decayed(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vi
 
 
 def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView, levels: np.ndarray,
-            band: float, top: int | None, titles: tuple[list[int], int, float] | None = None) -> RankedPages:
+            band: float, top: int | None, titles: tuple[list[int], int, float] | None = None,
+            credit_us: np.ndarray | None = None) -> RankedPages:
     """rank_pages with recency as the order among equals. In relevance order (value, then page id),
     the best page left and every page left whose level is at least its level - `band` form a band,
     ordered by last_seen (most recent first; then relevance); then the next band from the best page
@@ -154,7 +157,8 @@ def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vie
     `titles` = (each page's title cover of the query's terms as a bit mask, the query's term count,
     the title band): when the best page left's title carries at least half the query's terms, the pages
     left whose titles carry all of those, with a level at least its level - the title band, join its band
-    (title siblings: "postgres alter" and every ALTER page)."""
+    (title siblings: "postgres alter" and every ALTER page). `credit_us`: added to each page's last_seen
+    for its order within a band (how it was visited: visit_credit_us)."""
     values = rolled.values
     n = len(values)
     names = view.page_ids_of(rolled.pages)
@@ -162,6 +166,8 @@ def _banded(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, vie
     place = np.empty(n, dtype=np.int64)
     place[relevance] = np.arange(n)
     seen = view.last_seen_us(rolled.pages)
+    if credit_us is not None:
+        seen = seen + credit_us
     left = np.ones(n, dtype=bool)
     order: list[int] = []
     bands: dict[str, tuple[int, float]] = {}
@@ -218,3 +224,22 @@ def title_cover(query: str, view: HotView, pages: np.ndarray) -> tuple[list[int]
             got = memo[row] = frozenset(index_terms(titles[row] or ""))
         covers.append(sum(b for t, b in bit.items() if t in got))
     return covers, len(terms)
+
+
+_DAY_US = 86_400 * 10**6
+
+
+def visit_credit_us(view: HotView, pages: np.ndarray, visits_days: float, bookmark_days: float) -> np.ndarray | None:
+    """Each page row's credit within a band, in microseconds: `visits_days` per doubling of its visit
+    count (none for one visit), and `bookmark_days` when it is linked to the entity whose local id is
+    `bookmarked` (refindery import bookmarks). None when both are 0."""
+    if visits_days <= 0 and bookmark_days <= 0:
+        return None
+    rows = pages.tolist()
+    counts = np.fromiter((max(1, view.cols["visit_count"][r] or 1) for r in rows), dtype=np.float64, count=len(rows))
+    credit = np.log2(counts) * visits_days
+    if bookmark_days > 0:
+        marked = np.fromiter((any(e.endswith(":bookmarked") for e in view.page_entities[r]) for r in rows),
+                             dtype=bool, count=len(rows))
+        credit = credit + marked * bookmark_days
+    return np.rint(credit * _DAY_US).astype(np.int64)

@@ -101,8 +101,9 @@ class PageExplain(BaseModel):
     decay: dict[str, float] | None = Field(description=(
         "Recency, when on. recency_mode band: half_life_days, age_days, band_width, and band (the page's "
         "recency band, from 1: pages of one band are about as relevant and ordered by last_seen) and level "
-        "(its arm level, which the band compares). recency_mode decay: half_life_days, weight, age_days and "
-        "factor (the score's multiplier)."))
+        "(its arm level, which the band compares); with recency_visits_days or recency_bookmark_days, visits, "
+        "bookmarked (1 or 0) and credit_days (how much later than its last_seen the page is ordered in its band). "
+        "recency_mode decay: half_life_days, weight, age_days and factor (the score's multiplier)."))
     pinned: str | None
     shortcut: str | None = Field(None, description='Why the page came first as a shortcut: "chosen on DATE for '
                                                    'QUERY" (the search whose feedback chose it).')

@@ -33,7 +33,7 @@ from engine.core.querylog import LogEntry
 from engine.refind.candidates import ArmResults, Candidates, Restriction
 from engine.refind.fusion import fuse, merge_catching_up, rrf_arrays
 from engine.refind.pinning import lead_first, pin_intent, pinned_pages
-from engine.refind.ranking import page_levels, rank_pages, title_cover
+from engine.refind.ranking import page_levels, rank_pages, title_cover, visit_credit_us
 from engine.refind.recency import recency_on
 from engine.refind.rollup import rollup_rows
 from engine.refind.hydrate import hydrate
@@ -290,9 +290,11 @@ class SearchService:
         levels = page_levels(p, cands, rolled) if on and p.recency_mode == "band" else None
         titles = ((*title_cover(query, cands.view, rolled.pages), p.recency_title_band)
                   if levels is not None and p.recency_title_band > 0 else None)
+        credit = (visit_credit_us(cands.view, rolled.pages, p.recency_visits_days, p.recency_bookmark_days)
+                  if levels is not None else None)
         return rank_pages(rolled, ids, scores, cands.view, now, p.recency_half_life_days if on else 0.0,
                           p.recency_weight if on else 0.0, top=top, levels=levels, band=p.recency_band,
-                          titles=titles)
+                          titles=titles, credit_us=credit)
 
     def _candidates(self, query: str, model: str, p: Params, restriction: Restriction,
                     sparse: list[tuple[int, float]] | None, snapshot, timer: "StageTimer",

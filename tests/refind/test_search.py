@@ -592,3 +592,33 @@ def test_the_bm25_arm_answers_the_same_whenever_it_starts(corpus):
         clock.sparse(0.1)
         clock.dense(1.0)
     assert clock.sparse_fits_beside_dense()
+
+
+def test_how_pages_were_visited_orders_near_equals_only_when_asked(make_corpus):
+    """recency_visits_days / recency_bookmark_days: within a band, a page visited often, or bookmarked,
+    is ordered as if seen later; a page less relevant is not lifted past the band; off (the default),
+    the most recently seen comes first. explain says each page's credit."""
+    corpus = make_corpus()
+    now = datetime.utcnow()
+    text = "Tide tables for the harbour: high and low water at the quay, spring and neap tides."
+    often = [page("https://v.example/often", text, seen_at=(now - timedelta(days=40 - i)).isoformat())
+             for i in range(8)]                                                            # 8 visits, last 33 days ago
+    ingest(corpus, often + [
+        page("https://v.example/recent", text, seen_at=(now - timedelta(days=1)).isoformat()),
+        page("https://v.example/marked", text, seen_at=(now - timedelta(days=20)).isoformat(),
+             entities=[{"canonical": "bookmarked", "id": "bookmarked"}]),
+        page("https://v.example/other", "A ferry timetable; the harbour's tides are elsewhere.",
+             seen_at=now.isoformat())])
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        def urls(**kw):
+            return [p["url"].rsplit("/", 1)[1] for p in search(c, query="harbour tide tables high low water",
+                                                               recency_half_life_days=30, **kw)["pages"]]
+        assert urls()[:3] == ["recent", "marked", "often"]
+        assert urls(recency_visits_days=15)[:3] == ["often", "recent", "marked"]      # 3 doublings: 45 days later
+        assert urls(recency_bookmark_days=30)[:3] == ["marked", "recent", "often"]
+        assert urls(recency_visits_days=1000, recency_bookmark_days=1000)[3] == "other"   # never past its band
+        hits = search(c, query="harbour tide tables high low water", recency_half_life_days=30,
+                      recency_visits_days=15, explain=True)["pages"]
+        decay = {p["url"].rsplit("/", 1)[1]: p["explain"]["decay"] for p in hits}
+        assert decay["often"]["visits"] == 8 and decay["often"]["credit_days"] == 45
+        assert decay["recent"]["credit_days"] == 0

@@ -87,6 +87,11 @@ def test_every_client_operation_reaches_the_route_it_names_on_a_real_server(pool
             "facts": lambda: rf.facts(workspace_id=ws, entity_id="yusuf_alderane", relation="held_role"),
             "evidence": lambda: rf.evidence("gannets diving", session_id="routes"),
             "read_packet": lambda: rf.read_packet("routes"),
+            "start_import": lambda: rf.start_import("history", "/home/me/History", [
+                {"url": "https://a.example/terns", "title": "Terns", "visits": ["2026-11-01T10:00:00Z"]}],
+                fetch=False),
+            "import_status": rf.import_status,
+            "forget": lambda: rf.forget("https://a.example/nothing-here"),
             "request": lambda: rf.request("GET", "/v1/models"),
             "status": rf.status,
             "health": rf.health,

@@ -83,7 +83,7 @@ def test_forget_by_domain_takes_its_subdomains_and_nothing_else(server):
         ids = [i.page_id for i in up.items]
         out = rf.forget(domain="forget.example")
         assert out["forgotten"] == 2 and sorted(out["page_ids"]) == sorted(ids[:2])
-        assert [h.page_id for h in rf.search("quorvantine ledger", k=10).pages] == [ids[2]]
+        assert [h.page_id for h in rf.search("quorvantine ledger", k=10).pages if h.page_id in ids] == [ids[2]]
         assert rf.forget(domain="forget.example")["forgotten"] == 0
         with pytest.raises(Invalid):
             rf.forget()

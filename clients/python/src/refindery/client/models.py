@@ -56,6 +56,8 @@ class SearchRequest(Request):
     recency_mode: Literal["band", "decay"] | None = None
     recency_band: float | None = None
     recency_title_band: float | None = None
+    recency_visits_days: float | None = None
+    recency_bookmark_days: float | None = None
     recency_weight: float | None = None
     rerank: bool | None = None
     rerank_n: int | None = None
