@@ -287,17 +287,33 @@ async function snapshotOf(tab) {
   }
 }
 
-async function forget(url) {
+/* Forget `what` ("page": the tab's URL, "site": its host and subdomains, "hour": what was seen in the
+   last hour): what still waits in the queue goes too, and the server deletes the rest. */
+async function forget(url, what = "page") {
   const s = await settings();
+  const host = new URL(url).hostname.replace(/^www\./, "");
+  const since = new Date(Date.now() - 3600e3);
+  const gone = (it) => what === "site" ? sameSite(it.url, host) : what === "hour" ? new Date(it.seen_at) >= since
+    : it.url === url;
   await locked(async () => {
-    const queue = (await read("queue", [])).filter((it) => it.url !== url);
+    const queue = (await read("queue", [])).filter((it) => !gone(it));
     const sent = await read("sent", {});
-    delete sent[url];
+    // (after "the last hour" the sent map, which keeps no times, stays: a page read again that the server
+    // no longer has is answered not_found, and then sent whole)
+    for (const u of Object.keys(sent)) if (what === "site" ? sameSite(u, host) : what === "page" && u === url) delete sent[u];
     await api.storage.local.set({ queue, sent });
   });
-  const resp = await request("/v1/forget", { url }, s.captureKey);
+  const body = what === "site" ? { domain: host } : what === "hour" ? { since: since.toISOString() } : { url };
+  const resp = await request("/v1/forget", body, s.captureKey);
   if (!resp.ok) throw new Error(await errorOf(resp));
   return resp.json();
+}
+
+function sameSite(url, host) {
+  try {
+    const h = new URL(url).hostname.replace(/^www\./, "");
+    return h === host || h.endsWith("." + host);
+  } catch { return false; }
 }
 
 async function handle(msg, sender) {
@@ -321,7 +337,7 @@ async function handle(msg, sender) {
     case "forget": {
       const t = await activeTab();
       if (!t?.url) return { forgotten: 0 };
-      try { return await forget(t.url); } catch (e) { return { error: e.message }; }
+      try { return await forget(t.url, msg.what); } catch (e) { return { error: e.message }; }
     }
     case "status": { const st = await badge(); const t = await activeTab(); return { ...st, tab: t?.url ?? null }; }
     case "pause": {

@@ -1,4 +1,4 @@
-/* The popup: the state in words, pause, "keep this page", "forget this page", and a search box whose
+/* The popup: the state in words, pause, "keep this page", "forget" (this page, this site, the last hour), and a search box whose
    chosen result opens and is marked `found`. Everything goes through the background (one place talks
    to the server); page titles and passages are shown as text, never as markup. */
 "use strict";
@@ -30,8 +30,11 @@ $("keep").addEventListener("click", async () => {
   refresh();
 });
 $("forget").addEventListener("click", async () => {
-  const r = await ask({ type: "forget" });
-  say(r.error ? `Not forgotten: ${r.error}` : r.forgotten ? "Forgotten: deleted from the engine." : "Nothing to forget: the engine did not have this page.", Boolean(r.error));
+  const r = await ask({ type: "forget", what: $("forgetWhat").value });
+  const n = r.forgotten || 0;
+  say(r.error ? `Not forgotten: ${r.error}`
+      : n ? `Forgotten: ${n === 1 ? "one page" : `${n} pages`} deleted from the engine.`
+      : "Nothing to forget: the engine had no such page.", Boolean(r.error));
   refresh();
 });
 $("paused").addEventListener("change", async (ev) => { await ask({ type: "pause", paused: ev.target.checked }); refresh(); });

@@ -201,7 +201,7 @@ def test_keep_this_page_works_while_paused_and_forget_this_page_deletes_it(rig):
     popup.locator("#said").filter(has_text="Kept").wait_for()
     assert wait_for(rig, lambda: rig.found(WORDS[12]), what="the page kept by hand") == [url]
     page_id = rig.page(url)["page_id"]
-    popup.locator("#forget").click()
+    popup.locator("#forget").click()   # "this page", the list's first choice
     popup.locator("#said").filter(has_text="Forgotten").wait_for()
     assert rig.found(WORDS[12]) == [] and rig.page(url) is None
     assert rig.admin.get(f"/v1/pages/{page_id}").status_code == 404
@@ -285,6 +285,36 @@ def test_captures_wait_through_a_stopped_server_and_a_browser_restart_and_arrive
     for url in urls:
         assert rig.page(url)["visit_count"] == 1   # each once
     assert b.storage()["state"]["error"] is None
+
+
+def test_forget_the_last_hour_and_this_site_from_the_popup(rig):
+    """The popup's other two forget choices: "this site" (the tab's host and its subdomains) and "the last
+    hour" (every page seen in it; a page seen in January stays)."""
+    rig.admin.post("/v1/pages", json={"pages": [
+        {"url": "https://old.example/kept", "body_text": "A page kept long ago.", "seen_at": "2026-01-05T10:00:00Z"},
+        {"url": "https://docs.old.example/also", "body_text": "Its subdomain.", "seen_at": "2026-01-05T10:00:00Z"},
+        {"url": "https://other.example/kept", "body_text": "Another site.", "seen_at": "2026-01-05T10:00:00Z"}]})
+    url = rig.pages[WORDS[3]]
+    assert rig.page(url) is not None
+    tab = rig.read(url)
+    popup = rig.popup()
+    popup.select_option("#forgetWhat", "hour")
+    popup.locator("#forget").click()
+    popup.locator("#said").filter(has_text="Forgotten").wait_for()
+    assert rig.page(url) is None and rig.page(rig.pages[WORDS[1]]) is None   # every page read in this run
+    assert rig.page("https://old.example/kept") is not None
+    tab.close()
+    tab = rig.browser.ctx.new_page()
+    tab.goto(rig.site.base + "/read/" + WORDS[3])   # the popup's tab is the site's; "this site" is its host
+    gone = rig.admin.post("/v1/pages", json={"pages": [{"url": rig.site.base + "/x", "body_text": "On the test site."}]})
+    assert gone.status_code == 200
+    popup.select_option("#forgetWhat", "site")
+    popup.evaluate("document.getElementById('said').textContent = ''")   # the last answer's words, gone
+    popup.locator("#forget").click()
+    popup.locator("#said").filter(has_text="Forgotten").wait_for()
+    assert rig.page(rig.site.base + "/x") is None and rig.page("https://other.example/kept") is not None
+    popup.close()
+    tab.close()
 
 
 def test_the_extension_talks_to_the_configured_server_only(rig):
