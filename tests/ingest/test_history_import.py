@@ -270,3 +270,40 @@ def test_imports_over_http_stay_in_their_walls_and_refuse_bad_input(pool, tmp_pa
         assert [i["import_id"] for i in client.get("/v1/imports", headers=reader).json()["imports"]] == [import_id]
     finally:
         client.corpus.close()
+
+
+def test_a_history_locked_by_its_running_browser_is_read_through_a_copy(tmp_path):
+    """A running Chromium holds its History with an exclusive lock (locking_mode EXCLUSIVE): nothing else
+    can read it in place; the read copies the file first, and gets what was committed."""
+    path = tmp_path / "History"
+    shutil.copy(HERE / "chromium-History", path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("UPDATE urls SET visit_count = visit_count WHERE id = 1")   # takes the lock, kept until close
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):   # the lock is real
+            sqlite3.connect(path, timeout=0.1).execute("SELECT count(*) FROM urls").fetchall()
+        entries = {e.url.rsplit("/", 1)[1]: e for e in read_history(path)}
+    finally:
+        holder.close()
+    assert entries["tides"].title == "Harbour tide tables" and len(entries["tides"].visits) == 3
+
+
+def test_visits_still_in_the_write_ahead_log_of_a_running_browser_are_read():
+    """Firefox keeps places.sqlite in WAL mode: what it wrote last may be only in places.sqlite-wal while it
+    runs. The copy takes the log with the file (read in place as immutable, those visits would be missed)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "places.sqlite"
+        shutil.copy(HERE / "firefox-places.sqlite", path)
+        browser = sqlite3.connect(path, isolation_level=None)
+        browser.execute("PRAGMA journal_mode = WAL")
+        browser.execute("PRAGMA wal_autocheckpoint = 0")
+        browser.execute("UPDATE moz_places SET title = 'Tide tables, read again' WHERE url LIKE '%/tides'")
+        try:
+            assert (Path(tmp) / "places.sqlite-wal").stat().st_size > 0   # committed, in the log only
+            entries = {e.url.rsplit("/", 1)[1]: e for e in read_history(path)}
+        finally:
+            browser.close()
+    assert entries["tides"].title == "Tide tables, read again"
