@@ -8,6 +8,8 @@ import pytest
 
 from conftest import page
 
+from engine.app import Engine
+
 
 def h(token):
     return {"Authorization": f"Bearer {token}"}
@@ -199,6 +201,7 @@ def test_forget_by_domain_takes_its_subdomains_from_every_index_and_the_query_lo
     assert walls.post("/v1/feedback", headers=h(walls.admin), json={
         "query_id": seen["query_id"], "page_id": ids[0], "kind": "found"}).status_code == 200
     assert all(_logged_rows(walls.corpus, ids[:3])[t] for t in ("log_candidates", "log_results", "feedback"))
+    Engine(corpus=walls.corpus).embed_model("all-minilm-l6-v2-int8")   # a second index to forget from
     # a key of another workspace forgets nothing there
     other = walls.post("/v1/forget", headers=h(walls.capture), json={"domain": "birds.example", "workspace": "work"})
     assert other.status_code == 404, other.text
@@ -216,6 +219,11 @@ def test_forget_by_domain_takes_its_subdomains_from_every_index_and_the_query_lo
     assert _logged_rows(walls.corpus, ids[3:])["log_results"] > 0   # the one kept keeps its rows
     similar = walls.get(f"/v1/pages/{ids[3]}/similar", headers=h(walls.admin)).json()["pages"]
     assert not {p["page_id"] for p in similar} & set(ids[:3])
+    runs = walls.post("/v1/compare", headers=h(walls.admin), json={
+        "workspace": "home", "query": "saltmarsh creek osprey avocet",
+        "models": ["all-minilm-l6-v2", "all-minilm-l6-v2-int8"]}).json()["runs"]
+    assert len(runs) == 2 and all(not {p["page_id"] for p in run["pages"]} & set(ids[:3]) for run in runs), runs
+    assert ids[3] in {p["page_id"] for p in runs[1]["pages"]}   # (the second embedder's index answers)
 
 
 def test_forget_a_time_range_takes_the_pages_seen_in_it(walls):
