@@ -585,7 +585,8 @@ LONGEST_FIRST = [
     "tests/refind/test_catch_up.py",         # ~85 s
     "tests/refind/test_switch.py",           # ~80 s
     "tests/server/test_local_trust.py",      # ~75 s
-    "tests/extension/test_extension.py",     # ~65 s, a browser and a server, restarted once
+    "tests/extension/test_extension.py",     # ~70 s, a browser and a server, restarted once
+    "tests/ingest/test_history_import.py",   # ~60 s, two servers and CLI runs of their own
     "tests/refind/test_compare_log.py",
     "tests/ingest/test_crash_server.py",
     "tests/evidence/test_evidence_workflow.py",

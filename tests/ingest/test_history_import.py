@@ -39,6 +39,9 @@ def repointed(tmp_path: Path, port: int) -> Path:
 
 @pytest.fixture
 def site():
+    from conftest import loopback_up
+
+    loopback_up()   # the offline check (`unshare -n`) starts with its loopback down
     s = Site()
     yield s
     s.close()
