@@ -104,13 +104,13 @@ def run_import(history: Path, data: Path, *extra: str, crash_at: str | None = No
                            *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_killed_midway_the_next_run_goes_on_and_fetches_no_kept_text_again(tmp_path, site):
+def test_killed_midway_the_next_run_goes_on_and_fetches_no_kept_text_again(tmp_path, site, pool):
     from engine.core.settings import load_settings
 
     history, data = repointed(tmp_path, site.port), tmp_path / "data"
     killed = run_import(history, data, "--skip", "*/slow", "--skip", "*/big", crash_at="import:texts-written")
     assert killed.returncode == -9, killed.stderr[-2000:]
-    with Engine(load_settings(data_dir=str(data))) as e:
+    with Engine(load_settings(data_dir=str(data)), pool) as e:
         (st,) = e.imports()
         assert st["counts"]["fetched"] == 0 and st["counts"]["queued"] > 0   # killed before it said so
         kept = {p: e.page(pid)["body_text"] for p in PAGES
@@ -122,7 +122,7 @@ def test_killed_midway_the_next_run_goes_on_and_fetches_no_kept_text_again(tmp_p
     out = json.loads(again.stdout)
     assert out["status"]["done"] and out["fetched"]["present"] >= 1
     assert site.served(written[0]) == 1   # its text was kept: not fetched again
-    with Engine(load_settings(data_dir=str(data))) as e:
+    with Engine(load_settings(data_dir=str(data)), pool) as e:
         for p, (title, text) in PAGES.items():
             (pid,) = e.store.pages_with_url("default", normalize_url(site.base + p))
             body = e.page(pid)["body_text"]
