@@ -11,6 +11,7 @@ so, or kept by the browser extension meanwhile) is not fetched again."""
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,8 +45,11 @@ class Entry:
     first_seen: datetime | None = None
 
 
-def import_id_for(workspace: str, kind: str, source: str) -> str:
-    return "imp_" + hashlib.blake2b(f"{workspace}\x00{kind}\x00{source}".encode(), digest_size=10).hexdigest()
+def import_id_for(workspace: str, scope: str | None, kind: str, source: str) -> str:
+    """One import per workspace, document scope, kind and source: a key of another scope importing the
+    same file makes an import of its own (and never learns of the other one)."""
+    key = json.dumps([workspace, scope, kind, source])
+    return "imp_" + hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
 
 
 def placeholder(entry_title: str | None, url: str, entities: list[EntityInput] | None = None) -> PageInput:
@@ -60,10 +64,11 @@ class Import:
         self.corpus, self.caller = corpus, caller
         self.workspace = named_workspace(workspace)
         self.kind, self.source, self.options = kind, source, options
-        self.import_id = import_id_for(self.workspace, kind, source)
+        self.scope = caller.write_scope(None)
+        self.import_id = import_id_for(self.workspace, self.scope, kind, source)
+        self.options = {**options, "scope": self.scope}
         self.tables = corpus.imports
         self.settings = corpus.settings.imports
-        self.scope = caller.write_scope(None)
         self._links: dict[tuple[str, str], list[str]] = {}   # (entity's local id, canonical) -> existing pages
 
     # The URLs ------------------------------------------------------------------------------------

@@ -87,23 +87,19 @@ class ImportVerbs(Verbs):
         for t in list(self._import_threads.values()):
             t.join(timeout=self.settings.imports.total_timeout_s + 5)
 
-    def fetch_import(self, import_id: str, caller: Grant = OPEN, tick: Callable[[int], None] | None = None,
-                     stop: threading.Event | None = None) -> dict[str, Any]:
-        """Go on fetching an import's texts (those still queued)."""
-        caller.require_write()
-        status = self.import_status(import_id, caller)
-        job = Import(self.corpus, status["workspace"], caller, status["kind"], status["source"], status["options"])
-        return {"import_id": import_id, "fetched": job.fetch(stop=stop, tick=tick),
-                "status": self.corpus.imports.summary(import_id)}
-
     def import_status(self, import_id: str, caller: Grant = OPEN) -> dict[str, Any]:
         """An import's counts per status and its failures and skips with their reasons; an import of a
         workspace the caller may not read is as absent as one that never was."""
         found = self.corpus.imports.summary(import_id)
-        if found is None or not caller.may_read(found["workspace"]):
+        if found is None or not self._visible(found, caller):
             raise ImportNotFound(f"no import {import_id!r}", ref=import_id)
         return found
 
     def imports(self, caller: Grant = OPEN) -> list[dict[str, Any]]:
         """The imports of the workspaces the caller may read, newest first."""
-        return [s for s in self.corpus.imports.list(None) if caller.may_read(s["workspace"])]
+        return [s for s in self.corpus.imports.list(None) if self._visible(s, caller)]
+
+    @staticmethod
+    def _visible(found: dict[str, Any], caller: Grant) -> bool:
+        """Within the caller's workspaces and, for a key with document scopes, its scopes."""
+        return caller.may_read(found["workspace"]) and caller.may_see(found["options"].get("scope"))

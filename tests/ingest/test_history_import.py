@@ -271,6 +271,15 @@ def test_imports_over_http_stay_in_their_walls_and_refuse_bad_input(pool, tmp_pa
         assert client.get(f"/v1/imports/{import_id}", headers=other).status_code == 404   # as if absent
         assert client.get("/v1/imports", headers=other).json() == {"imports": []}
         assert [i["import_id"] for i in client.get("/v1/imports", headers=reader).json()["imports"]] == [import_id]
+        # a key scoped to one document scope: the unscoped import is absent to it, and the same file
+        # imported through it is an import of its own, in its scope
+        scoped = {"Authorization": f"Bearer {create_key(keys, ['home'], scopes=['hr'])['token']}"}
+        assert client.get(f"/v1/imports/{import_id}", headers=scoped).status_code == 404
+        assert client.get("/v1/imports", headers=scoped).json() == {"imports": []}
+        mine = client.post("/v1/imports", headers=scoped, json={**body, "fetch": False}).json()
+        assert mine["import_id"] != import_id and mine["status"]["counts"]["titles"] == 2
+        assert mine["status"]["options"]["scope"] == "hr"
+        assert [i["import_id"] for i in client.get("/v1/imports", headers=scoped).json()["imports"]] == [mine["import_id"]]
     finally:
         client.corpus.close()
 
