@@ -19,6 +19,7 @@ from engine.refind.rerank_pairs import NegativePlan, Pair, feedback_pairs, judgm
 from engine.refind.reranker_training import train_reranker
 from engine.verbs.base import Verbs
 
+SWITCH_RECHECK_S = 5.0   # a pending switch's next look, with no new write (_follow_writes)
 log = logging.getLogger("refindery.engine")
 LIVE_S = 90.0   # a replica that reported within this long counts as live (it reports at least every 30 s)
 
@@ -201,10 +202,15 @@ class OperationsVerbs(Verbs):
                 log.warning("switched the active embedder to %s", model)
             state["state"] = "ready"
             state["caught_up"] = utcnow().isoformat(timespec="seconds")
-            # the next write (a store generation) is the next pass; nothing to do meanwhile
+            # the next write (a store generation) is the next pass; nothing to do meanwhile — but while a
+            # switch to this model waits, a pass again every few seconds too: a write another replica made
+            # before this pass began may not have reached this replica's indexes when the pass ran, and then
+            # no later generation would come to wake it
+            waited = 0.0
             while model in self.settings.background_models and self.store.generation() == generation \
+                    and not (self.settings.switch_target == model and waited >= SWITCH_RECHECK_S) \
                     and not self._stop_embedding.wait(0.5):
-                pass
+                waited += 0.5
         state["follows_writes"] = False
         if self._stop_embedding.is_set():
             state["state"] = "stopped"
