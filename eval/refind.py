@@ -31,7 +31,7 @@ from engine.app import Engine
 from engine.core.urls import normalize_url
 from engine.refind.search import SearchRequest
 
-from eval.refind_queries import EXACT, KINDS, RECENT, SITE, URL, VAGUE
+from eval.refind_queries import EXACT, HUB, KINDS, RECENT, SITE, URL, VAGUE
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "demo" / "pages.jsonl.gz"
@@ -96,7 +96,7 @@ def half(kind: str, query: str) -> str:
 
 
 def _queries(kind: str) -> list[tuple[str, object]]:
-    return {"vague": VAGUE, "exact": EXACT, "url": URL, "site": SITE, "recent": RECENT}[kind]
+    return {"vague": VAGUE, "exact": EXACT, "url": URL, "site": SITE, "recent": RECENT, "hub": HUB}[kind]
 
 
 def _under(url: str, prefix: str) -> bool:

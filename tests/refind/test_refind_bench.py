@@ -115,3 +115,18 @@ def test_the_looser_shortcut_rule_study_lifts_only_a_chosen_page_within_the_top_
     assert g["grid"]["sim 0.4, top 2"] == [2, 1, 1]
     assert g["grid"]["sim 0.4, top 3"] == [2, 1, 0]
     assert g["grid"]["sim 0.5, top 3"] == [1, 1, 1]
+
+
+def test_hub_queries_are_vague_and_name_a_page_that_lists_everything():
+    """Issue 73's kind: vague words for a page that a page listing everything also touches; each names
+    the hub it was written against, one of the hand-labelled HUB_PAGES, and both halves hold some."""
+    from eval.refind_queries import HUB_PAGES, HUB_QUERIES
+
+    pages = refind.corpus()
+    assert HUB_PAGES <= set(pages)
+    for query, url, hub in HUB_QUERIES:
+        assert hub in HUB_PAGES and url not in HUB_PAGES and url != hub, query
+        words = set(index_terms(query)) - SITE_NAMES
+        assert not words & set(index_terms(pages[url]["title"])), query
+    halves = Counter(c["half"] for c in refind.cases(refind.history()) if c["kind"] == "hub")
+    assert halves == {"dev": len(HUB_QUERIES) // 2, "test": len(HUB_QUERIES) - len(HUB_QUERIES) // 2}
