@@ -150,6 +150,20 @@ class SearchSettings(BaseModel):
                            "times weighs (k3+1)·n/(k3+n); 0 counts it once.", json_schema_extra=REQUEST)
     rollup: Literal["max", "sum", "mean_top2"] = Field("max", description="How a page scores from its chunks.",
                                                        json_schema_extra=REQUEST)
+    focus: float = Field(0.2, ge=0, le=10, description="How much of a page is about the query (issue 73): each page's "
+                         "rolled-up value times the share of its chunks among the candidates to this power "
+                         "(focus_form share), so a page that lists everything and matches by one passage of many "
+                         "falls below a page about the query throughout. 0 is off.", json_schema_extra=REQUEST)
+    focus_form: Literal["share", "length"] = Field(
+        "share", description='focus: "share" min(1, (matched chunks + focus_slack) / chunks) ** focus, or "length" '
+                             "chunks ** -focus (engine/refind/focus.py).", json_schema_extra=REQUEST)
+    focus_slack: float = Field(2.0, ge=0, le=1000, description="focus_form share: chunks added to a page's matched "
+                               "ones before the share is taken (a page of at most matched + slack chunks keeps its "
+                               "value).", json_schema_extra=REQUEST)
+    focus_results_page: float = Field(0.5, ge=0, le=1, description="focus on: a search engine's results page "
+                                      "(a search path with a query parameter) has its value multiplied by this too, "
+                                      "so it does not outrank the page it led to. 1 leaves it as any page.",
+                                      json_schema_extra=REQUEST)
     recency_half_life_days: float = Field(0.0, ge=0, le=100_000, description="Recency on last_seen (seed 001: off "
                                           "by default; 30 turns it on): the half-life, in days, of a page's recency "
                                           "factor; 0 is off.", json_schema_extra=REQUEST)

@@ -1,10 +1,12 @@
 """`explain` for one page of a search: each of its chunks' arm ranks and scores and what each arm
-added to the fused score (and the reranker's, when it ranked), the rollup, recency's band or decay,
+added to the fused score (and the reranker's, when it ranked), the rollup, focus (how much of the page
+is about the query), recency's band or decay,
 its pin, and the shortcut that put it first."""
 from __future__ import annotations
 
 import math
 
+from engine.refind.focus import is_results_page
 from engine.refind.fusion import contributions
 from engine.refind.recency import age_days, recency_on
 from engine.refind.schema import ArmHit, ChunkExplain, PageExplain, Params
@@ -44,5 +46,12 @@ def page_explain(cids, cscores, fused_by_id, rerank_scores, p: Params, entry, m,
         decay = {"half_life_days": p.recency_half_life_days, "weight": p.recency_weight,
                  "age_days": age_days(m["last_seen"], now),
                  "factor": entry.factor if entry else 1.0}
+    focused = None
+    if entry is not None and entry.focus is not None:
+        matched, n, factor, before = entry.focus
+        focused = {"form": p.focus_form, "strength": p.focus, "slack": p.focus_slack,
+                   "results_page": p.focus_results_page if is_results_page(m.get("url") or "") else 1.0,
+                   "chunks_matched": float(matched), "chunks": float(n),
+                   "factor": factor, "before": before, "after": entry.rollup}
     return PageExplain(chunks=chunks, rollup={"how": p.rollup, "value": entry.rollup if entry else 0.0},
-                       decay=decay, pinned=pinned, shortcut=shortcut, score=entry.score if entry else 0.0)
+                       focus=focused, decay=decay, pinned=pinned, shortcut=shortcut, score=entry.score if entry else 0.0)

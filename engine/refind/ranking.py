@@ -45,6 +45,7 @@ class ScoredPage:
     chunk_scores: list[float]
     band: int | None = None          # recency band (from 1) and the page's arm level, in band mode
     level: float | None = None
+    focus: tuple[int, int, float, float] | None = None   # focus: chunks matched, chunks, factor, value before
 
 
 @dataclass
@@ -68,8 +69,10 @@ class RankedPages:
         i, score, factor = at
         chunks = self.rolled.chunk_positions(i)
         band, level = self._bands.get(page_id, (None, None))
-        return ScoredPage(page_id, score, float(self.rolled.values[i]), factor,
-                          self.chunk_ids[chunks].tolist(), self.chunk_scores[chunks].tolist(), band, level)
+        r = self.rolled
+        focused = None if r.focus is None else (int(r.counts[i]), int(r.chunks[i]), float(r.focus[i]), float(r.before[i]))
+        return ScoredPage(page_id, score, float(r.values[i]), factor,
+                          self.chunk_ids[chunks].tolist(), self.chunk_scores[chunks].tolist(), band, level, focused)
 
 
 def rank_pages(rolled: Rolled, chunk_ids: np.ndarray, chunk_scores: np.ndarray, view: HotView,

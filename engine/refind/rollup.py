@@ -21,6 +21,10 @@ class Rolled:
     order: np.ndarray        # chunk positions grouped by page (pages ascending), best first in each
     starts: np.ndarray       # where each page's group starts in `order`
     counts: np.ndarray
+    # set by the focus stage (engine/refind/focus.py): each page's factor, its value before, its chunks
+    focus: np.ndarray | None = None
+    before: np.ndarray | None = None
+    chunks: np.ndarray | None = None
 
     def chunk_positions(self, i: int) -> np.ndarray:
         s = int(self.starts[i])

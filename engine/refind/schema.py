@@ -97,7 +97,12 @@ class ChunkExplain(BaseModel):
 
 class PageExplain(BaseModel):
     chunks: list[ChunkExplain]
-    rollup: dict[str, Any]
+    rollup: dict[str, Any] = Field(description="how: the rollup; value: the page's value after it and after focus.")
+    focus: dict[str, float | str] | None = Field(None, description=(
+        "Focus, when on (engine/refind/focus.py): form, strength and slack; chunks_matched (the page's chunks "
+        "among the candidates) and chunks (all its chunks); results_page (the multiplier a search results page "
+        "takes, 1 for any other page); factor (what the rolled-up value was multiplied by, results_page "
+        "included); before and after (the value)."))
     decay: dict[str, float] | None = Field(description=(
         "Recency, when on. recency_mode band: half_life_days, age_days, band_width, and band (the page's "
         "recency band, from 1: pages of one band are about as relevant and ordered by last_seen) and level "

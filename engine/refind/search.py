@@ -1,7 +1,7 @@
 """SearchService.search — the refind pipeline of seed 001, stage by stage:
 
     embed query ─▶ dense top-N ┐
-    bm25 ───────▶ sparse top-N ┴▶ RRF ▶ rerank (optional) ▶ rollup ▶ hydrate · decay · pin ▶ slice
+    bm25 ───────▶ sparse top-N ┴▶ RRF ▶ rerank (optional) ▶ rollup · focus ▶ hydrate · decay · pin ▶ slice
                                                       (a shortcut's page first, after a URL pin)
 
 Filters are pushed into both arms (tantivy filter clauses; a FAISS IDSelector), never applied
@@ -36,6 +36,7 @@ from engine.refind.pinning import lead_first, pin_intent, pinned_pages
 from engine.refind.ranking import page_levels, rank_pages, title_cover, visit_credit_us
 from engine.refind.recency import recency_on
 from engine.refind.rollup import rollup_rows
+from engine.refind.focus import focus
 from engine.refind.hydrate import hydrate
 from engine.refind.rerank import rerank_chunks
 from engine.refind.restriction import restriction
@@ -244,7 +245,8 @@ class SearchService:
                 ids = np.array([c for c, _ in reranked], dtype=np.int64)
                 scores = np.array([s for _, s in reranked], dtype=np.float64)
             with timer("rollup"):
-                rolled = rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup)
+                rolled = focus(rollup_rows(cands.view.chunk_rows(ids), scores, p.rollup), cands.view, p.focus,
+                               p.focus_form, p.focus_slack, p.focus_results_page)
         with timer("hydrate"):
             intent = pin_intent(req.query) if p.pin else None
             found = pinned_pages(self.store, intent, p.workspace, restricted.page_ids,
@@ -324,7 +326,8 @@ class SearchService:
             with timer("hydrate"):
                 rows = snapshot.chunk_rows(ids)   # each chunk's page (-1: written after this request's view)
             with timer("rollup"):
-                rolled = rollup_rows(rows, scores, p.rollup)
+                rolled = focus(rollup_rows(rows, scores, p.rollup), snapshot, p.focus, p.focus_form,
+                               p.focus_slack, p.focus_results_page)
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
             if len(rolled.pages) >= settings.min_candidate_pages or not cut_off or \

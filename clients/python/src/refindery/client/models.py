@@ -52,6 +52,10 @@ class SearchRequest(Request):
     sparse_weight: float | None = None
     bm25_k3: float | None = None
     rollup: Literal["max", "sum", "mean_top2"] | None = None
+    focus: float | None = None
+    focus_form: Literal["share", "length"] | None = None
+    focus_slack: float | None = None
+    focus_results_page: float | None = None
     recency_half_life_days: float | None = None
     recency_mode: Literal["band", "decay"] | None = None
     recency_band: float | None = None
@@ -147,6 +151,7 @@ class ChunkExplain(Reply):
 class PageExplain(Reply):
     chunks: list[ChunkExplain]
     rollup: dict[str, Any]
+    focus: dict[str, float | str] | None = None
     decay: dict[str, float] | None
     pinned: str | None
     shortcut: str | None = None
