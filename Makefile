@@ -137,6 +137,7 @@ bench: install models-mpnet browser
 	$(BIN)/python bench/dense.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/search.py
+	$(BIN)/python bench/focus.py
 	$(BIN)/python bench/rerank.py
 	$(BIN)/python bench/gpu.py
 	$(BIN)/python bench/relations.py
@@ -170,7 +171,9 @@ reranker: install
 # eval/results/refind_quality.md, ingest and search cost in bench/results/profiles.md); and the shortcut
 # replay (eval/refind_shortcuts.py: eval/results/refind_shortcuts.md); and recency among sibling pages
 # whose titles all carry the query's words (eval/refind_siblings.py: eval/results/refind_siblings.md);
-# and visit counts among near-equals (eval/refind_visits.py: eval/results/refind_visits.md).
+# and visit counts among near-equals (eval/refind_visits.py: eval/results/refind_visits.md); and focus, pages
+# that list everything (eval/refind_hubs.py: eval/results/refind_hubs.md; bm25s and txtai beside it when the
+# `bench` extra is installed).
 eval: install models-mpnet
 	$(BIN)/refindery eval ir --data-dir data-ir
 	$(BIN)/refindery eval refind --data-dir data-refind
@@ -179,6 +182,7 @@ eval: install models-mpnet
 	$(BIN)/python -m eval.refind_shortcuts --data-dir data-profiles/shortcuts
 	$(BIN)/python -m eval.refind_siblings --data-dir data-profiles/siblings
 	$(BIN)/python -m eval.refind_visits --data-dir data-profiles/visits
+	$(BIN)/python -m eval.refind_hubs --data-root data-profiles
 
 # Ranking studies over the data dirs `make eval` built: a learned final ranking out of sample
 # (eval/ltr.py), the fusion against its better arm leave one collection out (eval/fusion_loo.py) and

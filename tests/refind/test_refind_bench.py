@@ -130,3 +130,30 @@ def test_hub_queries_are_vague_and_name_a_page_that_lists_everything():
         assert not words & set(index_terms(pages[url]["title"])), query
     halves = Counter(c["half"] for c in refind.cases(refind.history()) if c["kind"] == "hub")
     assert halves == {"dev": len(HUB_QUERIES) // 2, "test": len(HUB_QUERIES) - len(HUB_QUERIES) // 2}
+
+
+def test_the_hub_study_ships_only_a_setting_that_loses_no_kind_on_dev_in_every_profile():
+    """eval/refind_hubs.py's rule: safe = no kind's dev success@1 or MRR@10 below focus off's, in each
+    profile; of those, the best dev success@1 over all kinds (summed over profiles); the test half never
+    enters."""
+    from eval import refind_hubs
+
+    def result(changes: dict[str, dict]) -> dict:
+        flat = {k: {"success@1": 0.5, "success@10": 1.0, "mrr@10": 0.6} for k in (*KINDS, "all")}
+        res = {}
+        for name in refind_hubs.GRID:
+            dev = {k: dict(v) for k, v in flat.items()}
+            for k, v in changes.get(name, {}).items():
+                dev[k].update(v)
+            res[name] = {"dev": dev, "test": {k: {"success@1": 9.0, "success@10": 1.0, "mrr@10": 9.0}
+                                              for k in (*KINDS, "all")}}
+        return {"results": res}
+
+    good, loud = "share 0.2, slack 2", "share 1.0, slack 0"
+    a = result({good: {"all": {"success@1": 0.6}}, loud: {"all": {"success@1": 0.9}, "recent": {"mrr@10": 0.5}}})
+    b = result({good: {"all": {"success@1": 0.55}}, loud: {"all": {"success@1": 0.9}}})
+    d = refind_hubs.decide({"default": a, "quality": b})
+    assert d["shipped"] == good and loud not in d["safe_in_all"] and loud in d["safe"]["quality"]
+    # a loss on either profile's dev half rules a setting out
+    c = result({good: {"hub": {"success@1": 0.4}, "all": {"success@1": 0.6}}})
+    assert refind_hubs.decide({"default": a, "quality": c})["shipped"] != good

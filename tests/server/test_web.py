@@ -275,6 +275,8 @@ def test_explain_toggle_shows_provenance(tab, server):
     assert cells[6] == f"{c['score']:.4f}"
     text = first.inner_text()
     assert f"{x['rollup']['how']} of its chunks" in text and "Recency" in text and "Pinned" in text
+    f = x["focus"]   # on by default: what it multiplied the page's value by, and from what
+    assert f"×{f['factor']:.3f} ({f['chunks_matched']:.0f} of its {f['chunks']:.0f} chunks among the candidates" in text
     shot(tab, "explain")
 
 

@@ -227,6 +227,9 @@ function explainBlock(hit) {
   return h("div", { class: "explain" },
     h("dl", {},
       h("dt", {}, "Rollup"), h("dd", {}, `${x.rollup.how} of its chunks = ${fmt(x.rollup.value)}`),
+      h("dt", {}, "Focus"), h("dd", {}, !x.focus ? "off"   // how much of the page is about the query
+        : `×${fmt(x.focus.factor, 3)} (${x.focus.chunks_matched} of its ${x.focus.chunks} chunks among the candidates` +
+          `${x.focus.results_page < 1 ? ", a search results page" : ""}; ${fmt(x.focus.before)} before)`),
       h("dt", {}, "Recency"), h("dd", {}, decay),
       h("dt", {}, "Pinned"), h("dd", {}, x.pinned ? `yes, exact ${x.pinned} match (placed first)` : "no"),
       ...(x.shortcut ? [h("dt", {}, "Shortcut"), h("dd", {}, `${x.shortcut} (placed first)`)] : []),
