@@ -45,8 +45,11 @@ def test_rerank_fusion_replace_orders_chunks_by_the_cross_encoder(rerank_corpus)
     for ch, e in zip(chunks, expected):
         assert ch["rerank"] == pytest.approx(float(e), abs=1e-5) and 0 < ch["rerank"] < 1
         assert ch["score"] == ch["rerank"]
-    for p in res["pages"]:  # rollup max over the page's reranked chunks (recency is off by default)
-        assert p["explain"]["rollup"]["value"] == pytest.approx(max(ch["rerank"] for ch in p["explain"]["chunks"]))
+    for p in res["pages"]:  # rollup max over the page's reranked chunks (recency is off by default) ...
+        best = max(ch["rerank"] for ch in p["explain"]["chunks"])
+        f = p["explain"]["focus"]   # ... times focus, whose matched chunks are the reranked ones
+        assert f["before"] == pytest.approx(best) and f["chunks_matched"] == len(p["explain"]["chunks"])
+        assert p["explain"]["rollup"]["value"] == pytest.approx(best * f["factor"])
         assert p["explain"]["decay"] is None and p["score"] == pytest.approx(p["explain"]["rollup"]["value"])
         assert p["snippets"][0]["chunk_id"] == max(p["explain"]["chunks"], key=lambda ch: ch["rerank"])["chunk_id"]
     scores = [p["score"] for p in res["pages"]]

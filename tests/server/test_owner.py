@@ -61,8 +61,10 @@ async def mcp_session(data, query: str) -> tuple[set[str], dict]:
         return tools, json.loads(found.content[0].text)
 
 
-def the_verbs(data, tag: str) -> dict:
-    """search, status, evidence, keys create, ingest and mcp, each checked; what they answered."""
+def the_verbs(data, tag: str, every: bool = True) -> dict:
+    """search, status, evidence, keys create, ingest and mcp, each checked; what they answered. Without
+    `every`, search, status and ingest only (each verb's own run without a server is tested with the verb:
+    test_cli.py, test_mcp_transports.py, test_local_trust.py)."""
     out = {}
     r = cli(data, "search", "pretty printing json indent", "-k", "1")
     assert r.returncode == 0, r.stderr
@@ -70,6 +72,22 @@ def the_verbs(data, tag: str) -> dict:
     r = cli(data, "status")
     assert r.returncode == 0, r.stderr
     out["status"] = json.loads(r.stdout)
+    if every:
+        out |= _evidence_and_keys(data, tag)
+    new = {"url": f"https://notes.example/{tag}", "title": f"Zeppelin {tag} notes",
+           "body_text": f"Airships and zeppelins, written down in the {tag} run."}
+    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(new) + "\n")
+    assert r.returncode == 0, r.stderr
+    out["ingest"] = json.loads(r.stdout)
+    assert out["ingest"]["created"] == 1
+    if every:
+        tools, found = anyio.run(mcp_session, data, f"zeppelin airships {tag}")
+        assert {"refind_search", "limma_search", "evidence_search"} <= tools
+        assert found["pages"][0]["url"] == new["url"]          # the page the CLI just ingested, found over MCP
+    return out
+
+
+def _evidence_and_keys(data, tag: str) -> dict:
     r = cli(data, "evidence", "csv dialects and quoting", "--session", f"s-{tag}")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"Evidence written to agent_reports/default/evidence_packet_s-{tag}.md")
@@ -77,17 +95,7 @@ def the_verbs(data, tag: str) -> dict:
     assert os.path.isabs(opened) and "CSV notes" in open(opened, encoding="utf-8").read()
     r = cli(data, "keys", "create", "--workspace", "*", "--name", f"key-{tag}")
     assert r.returncode == 0, r.stderr
-    out["token"] = json.loads(r.stdout)["token"]
-    new = {"url": f"https://notes.example/{tag}", "title": f"Zeppelin {tag} notes",
-           "body_text": f"Airships and zeppelins, written down in the {tag} run."}
-    r = cli(data, "ingest", "-", "--no-progress", stdin=json.dumps(new) + "\n")
-    assert r.returncode == 0, r.stderr
-    out["ingest"] = json.loads(r.stdout)
-    assert out["ingest"]["created"] == 1
-    tools, found = anyio.run(mcp_session, data, f"zeppelin airships {tag}")
-    assert {"refind_search", "limma_search", "evidence_search"} <= tools
-    assert found["pages"][0]["url"] == new["url"]          # the page the CLI just ingested, found over MCP
-    return out
+    return {"token": json.loads(r.stdout)["token"]}
 
 
 def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_path):
@@ -146,7 +154,7 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
 
     assert not (data / "server.json").exists() and not os.path.exists(owner["socket"])   # withdrawn on stop
     assert cli(data, "serve", "--check").returncode == 0
-    got = the_verbs(data, "alone")
+    got = the_verbs(data, "alone", every=False)
     assert "served_by" not in got["status"] and got["status"]["counts"]["pages"] == 3   # before its ingest
     assert "through" not in got["ingest"]
 
