@@ -326,12 +326,14 @@ class SearchService:
             with timer("hydrate"):
                 rows = snapshot.chunk_rows(ids)   # each chunk's page (-1: written after this request's view)
             with timer("rollup"):
-                rolled = focus(rollup_rows(rows, scores, p.rollup), snapshot, p.focus, p.focus_form,
-                               p.focus_slack, p.focus_results_page)
+                rolled = rollup_rows(rows, scores, p.rollup)
             cut_off = ((p.dense_weight > 0 and len(arms.dense) >= depth.dense_top_n) or
                        (p.sparse_weight > 0 and sparse is None and len(arms.sparse) >= depth.sparse_top_n))
             if len(rolled.pages) >= settings.min_candidate_pages or not cut_off or \
                     max(depth.dense_top_n, depth.sparse_top_n) >= settings.max_top_n:
+                if not p.rerank:   # (with rerank on, focus weighs the reranked rollup: _search)
+                    with timer("rollup"):
+                        rolled = focus(rolled, snapshot, p.focus, p.focus_form, p.focus_slack, p.focus_results_page)
                 return Candidates(ids, scores, rows, rolled, arms.dense, arms.sparse, depth, snapshot, args, fused)
             depth = depth.model_copy(update={"dense_top_n": min(depth.dense_top_n * 2, settings.max_top_n),
                                              "sparse_top_n": min(depth.sparse_top_n * 2, settings.max_top_n)})
