@@ -362,8 +362,11 @@ api.storage.onChanged.addListener((changes) => {
 });
 api.alarms.onAlarm.addListener((a) => { if (a.name === "retry") flush().catch(() => {}); });
 api.runtime.onStartup.addListener(() => flushSoon(0));
-api.runtime.onInstalled.addListener((d) => {
-  if (d.reason === "install") api.runtime.openOptionsPage();
+api.runtime.onInstalled.addListener(async (d) => {
+  // A first install asks for the server and the keys. One that finds a key kept does not: a browser that
+  // loads the extension from a folder at each start (--load-extension, a temporary add-on) installs it
+  // again every time, with its storage, and would open the settings page at every start.
+  if (d.reason === "install" && !(await settings()).captureKey) api.runtime.openOptionsPage();
   badge();
 });
 flushSoon(0);   // the worker started (a browser start, a message): whatever waits goes now
