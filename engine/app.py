@@ -19,6 +19,7 @@ from engine.core.querylog import LogEntry
 from engine.core.settings import Settings, load_settings
 from engine.refind.search import SearchService
 from engine.verbs.access import AccessVerbs
+from engine.verbs.backups import BackupVerbs
 from engine.verbs.evidence import EvidenceVerbs
 from engine.verbs.imports import ImportVerbs
 from engine.verbs.operations import OperationsVerbs
@@ -61,7 +62,8 @@ def _store_unavailable() -> type[Exception]:
 StoreUnavailable = _store_unavailable()
 
 
-class Engine(RefindVerbs, PageVerbs, ImportVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, OperationsVerbs):
+class Engine(RefindVerbs, PageVerbs, ImportVerbs, RelationVerbs, EvidenceVerbs, AccessVerbs, OperationsVerbs,
+             BackupVerbs):
     def __init__(self, settings: Settings | None = None, pool=None, repair: bool = True,
                  corpus: Corpus | None = None):
         """`pool` shares already-loaded embedders (tests, bench); `corpus` wraps one already open

@@ -318,6 +318,13 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(16_000_000, ge=1024)
     rate_limit_per_minute: int = Field(600, ge=0)
     rate_limit_burst: int = Field(60, ge=1)
+    # where `POST /v1/backup` writes a backup it is given a name for; empty: the data dir's `backups`
+    backup_dir: str = ""
+    # GET /metrics (Prometheus): "" serves it on the API's address to a key that may administer;
+    # "HOST:PORT" on a listener of its own as well, open to whoever reaches it (bind it to loopback)
+    metrics_listen: str = Field("", pattern=r"^(|[^\s:]+:\d{1,5})$")
+    # one line per request in the server's log: "text", or "json" (one object a line)
+    log_format: Literal["text", "json"] = "text"
     gc_freeze: bool = Field(True, description=(
         "Once the server has started (store view read, model loaded), move every object it holds into "
         "Python's permanent GC generation, so the collector stops re-scanning them during requests."))

@@ -17,7 +17,7 @@ from engine.app import USER_ERRORS, DataDirBusy
 from engine.core.private import tighten_umask
 from engine.core.settings import ConfigFileError
 
-from . import access, imports, operations, pages, relations, search, serving
+from . import access, backups, imports, operations, pages, relations, search, serving
 from .common import _settings
 from .relations import relation_request
 from .search import _evidence_request, _show_compare, _show_evidence, _show_maps, _show_search, dictionary_file, \
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     access.add(sub)                 # keys
     serving.add_mcp(sub)            # mcp
     operations.add_status(sub)      # status
+    backups.add(sub)                # backup, restore, export
     # Command groups other packages register (entry point group "refindery.cli", see pyproject.toml):
     # eval adds `eval` and `reranker`, so this face never imports eval (import-linter's layers).
     for ep in sorted(entry_points(group="refindery.cli"), key=lambda e: e.name):
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Verbs that open the data dir of the settings: while a server owns it they go through the server.
 OWNED = {"ingest", "forget", "import", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
-         "log", "relations", "keys", "mcp", "status"}
+         "log", "relations", "keys", "mcp", "status", "backup"}
 
 
 def _verb(args) -> str:
@@ -101,6 +102,8 @@ def _through(args, owner) -> int:
             return 2
     if verb == "mcp":
         return remote.mcp_stdio(owner)
+    if verb == "backup":
+        return backups.through_server(args, owner)
     if verb.startswith("import "):
         return imports.through_server(args, owner)
     if verb == "compare":

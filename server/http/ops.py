@@ -4,11 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.app import Engine
-from engine.core.access import Grant
+from engine.core.access import Forbidden, Grant
 from engine.core.errors import without_paths
 
+from ..auth import on_owner_socket
 from .deps import current_grant, engine, router
 
 router = router(tags=["ops"])
@@ -32,4 +34,28 @@ def status(e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> di
         out["reranker"]["reason"] = without_paths(out["reranker"]["reason"])
     if "note" in out["query_runtime"]:
         out["query_runtime"]["note"] = without_paths(out["query_runtime"]["note"])
+    return out
+
+
+class BackupRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, max_length=100, description=(
+        "The backup's folder name under [server] backup_dir (default: backup-<UTC time>)."))
+    path: str | None = Field(None, max_length=4096, description=(
+        "A folder to write into: only on the data dir's own socket (`refindery backup DEST`), never with a key."))
+
+
+@router.post("/v1/backup")
+def take_backup(request: Request, body: BackupRequest | None = None, e: Engine = Depends(engine),
+                g: Grant = Depends(current_grant)) -> dict:
+    """A consistent backup of the data dir while it serves (a key that may administer): every table of the
+    store in one snapshot, the data dir's other files, a manifest with counts and SHA-256s. Written into
+    [server] backup_dir under `name`; the reply names it without the server's path."""
+    body = body or BackupRequest()
+    if body.path is not None and not on_owner_socket(request.scope, request.app.state.owner_socket):
+        raise Forbidden("a backup's path is the local operator's to name (refindery backup DEST): "
+                        "over HTTP, give it a name", key_id=g.key_id)
+    out = e.backup(dest=body.path, name=body.name, caller=g)
+    if body.path is None:
+        out["backup"] = out["name"]
     return out
