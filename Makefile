@@ -138,6 +138,7 @@ bench: install models-mpnet browser
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/focus.py
+	$(BIN)/python bench/metrics.py
 	$(BIN)/python bench/rerank.py
 	$(BIN)/python bench/gpu.py
 	$(BIN)/python bench/relations.py

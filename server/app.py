@@ -21,6 +21,7 @@ from .errors import ERROR_RESPONSES, install_error_handlers
 from .generations import Generations, Waiters
 from .http import clusters, evidence, imports, keys, ops, pages, relations, search
 from .mcp import build_mcp
+from .metrics import Metrics, MetricsMiddleware, serve_own
 from .web import mount_web
 
 log = logging.getLogger("refindery.server")
@@ -54,6 +55,16 @@ async def _started(app: FastAPI, settings: Settings | None, embed: list[str] | N
     return engine
 
 
+def _metrics(app: FastAPI) -> Metrics | None:
+    """The app's metrics, made on the first request once its engine is there (the query log then hands
+    them each execution); None while there is no engine, or with [server] metrics off."""
+    m = app.state.metrics
+    if m is None and getattr(app.state, "engine", None) is not None and app.state.engine.settings.server.metrics:
+        m = app.state.metrics = Metrics(lambda: app.state.engine)
+        app.state.engine.querylog.listeners.append(m.observe_execution)
+    return m
+
+
 def create_app(settings: Settings | None = None, corpus: Corpus | None = None, engine: Engine | None = None,
                freeze_heap: bool = False, embed: list[str] | None = None) -> FastAPI:
     """`engine` (or a `corpus` to wrap): serve one already open (the CLI's MCP, tests, examples; its
@@ -73,11 +84,15 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
                 await run_in_threadpool(engine.flush)
 
         task = asyncio.create_task(flusher())
+        listen = engine.settings.server.metrics_listen
+        stop_metrics = serve_own(_metrics(app), listen) if listen and _metrics(app) is not None else None
         try:
             async with app.state.mcp.session_manager.run():   # the streamable-HTTP MCP sessions
                 yield
         finally:
             task.cancel()
+            if stop_metrics is not None:
+                stop_metrics()
             await run_in_threadpool(engine.close)
 
     app = FastAPI(title="Refindery", version="0.1.0", lifespan=lifespan, responses=ERROR_RESPONSES,
@@ -96,6 +111,10 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
     app.add_middleware(KeyAuth, engine_of=lambda: app.state.engine,
                        owner_socket_of=lambda: app.state.owner_socket)
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.engine.settings.server.max_body_bytes)
+    # outermost: every request counted, a refusal of the key check's or the body limit's too
+    app.state.metrics = None   # made with the engine (_metrics): its counts are the engine's
+    app.add_middleware(MetricsMiddleware, metrics_of=lambda: _metrics(app),
+                       templates_of=lambda: [*app.openapi()["paths"], "/metrics", "/mcp"])
     for module in ROUTERS:
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp: the same tools as `refindery mcp` (stdio), on this app.

@@ -188,7 +188,7 @@ class KeyAuth:
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in OPEN_PATHS or not path.startswith(("/v1", "/mcp")):
+        if scope["type"] != "http" or path in OPEN_PATHS or not path.startswith(("/v1", "/mcp", "/metrics")):
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         request_id = f"req_{secrets.token_hex(8)}"

@@ -87,6 +87,9 @@ class QueryLog:
         self.durable = durable
         self._write_lock = threading.Lock()   # one batch at a time on the log's own connection
         self.enabled = enabled
+        # called with every entry recorded, kept or not (the server's metrics, server/metrics.py: the
+        # entries are where a search's stage times are); a listener is quick and never raises
+        self.listeners: list = []
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self._queue: queue.Queue[LogEntry] = queue.Queue(maxsize=queue_size)
@@ -107,6 +110,8 @@ class QueryLog:
 
     # Producer side -------------------------------------------------------------------------------
     def record(self, entry: LogEntry) -> None:
+        for listener in self.listeners:
+            listener(entry)
         if not self.enabled:
             return
         if self.durable and not entry.call_only:

@@ -320,6 +320,8 @@ class ServerSettings(BaseModel):
     rate_limit_burst: int = Field(60, ge=1)
     # where `POST /v1/backup` writes a backup it is given a name for; empty: the data dir's `backups`
     backup_dir: str = ""
+    # count requests and stage times for GET /metrics (off: neither counted nor served)
+    metrics: bool = True
     # GET /metrics (Prometheus): "" serves it on the API's address to a key that may administer;
     # "HOST:PORT" on a listener of its own as well, open to whoever reaches it (bind it to loopback)
     metrics_listen: str = Field("", pattern=r"^(|[^\s:]+:\d{1,5})$")

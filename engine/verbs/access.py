@@ -25,6 +25,12 @@ class AccessVerbs(Verbs):
         access.require_admin(caller)
         return access.revoke_key(self.keys, key_id)
 
+    def require_admin(self, what: str, caller: Grant = OPEN) -> None:
+        """Reading what covers every workspace and the server itself (its metrics): a key that may
+        administer (every workspace, no scope, may write); else 403."""
+        caller.require_everywhere(what)
+        caller.require_write()
+
     def reopen_keys(self) -> None:
         self.keys.reopen()
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.app import Engine
@@ -59,3 +59,13 @@ def take_backup(request: Request, body: BackupRequest | None = None, e: Engine =
     if body.path is None:
         out["backup"] = out["name"]
     return out
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+def metrics(request: Request, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> Response:
+    """The server's metrics in Prometheus' text format (server/metrics.py): a key that may administer.
+    `[server] metrics_listen` serves them on an address of their own as well."""
+    e.require_admin("the server's metrics", g)
+    from ..metrics import CONTENT_TYPE
+    m = getattr(request.app.state, "metrics", None)
+    return Response(m.text() if m is not None else b"", media_type=CONTENT_TYPE)
