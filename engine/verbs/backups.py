@@ -6,8 +6,9 @@ import re
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
-from engine.core import access, backup
+from engine.core import access, backup, export
 from engine.core.access import OPEN, Grant
 from engine.core.errors import InvalidRequest
 from engine.verbs.base import Verbs
@@ -41,3 +42,31 @@ class BackupVerbs(Verbs):
         return {"backup": str(dest), "name": Path(dest).name, "generation": manifest["generation"],
                 "counts": manifest["counts"], "tables": len(manifest["tables"]), "files": len(manifest["files"]),
                 "started_at": manifest["started_at"], "finished_at": manifest["finished_at"]}
+
+    # The way out ---------------------------------------------------------------------------------------
+    def export_pages(self, workspace: str | None = None, caller: Grant = OPEN) -> Iterator[dict]:
+        """A workspace's pages as export lines (engine/core/export.py), those of the caller's scopes only."""
+        ws = self.workspace_for(caller, workspace)
+        return export.page_records(self.store, ws, caller.may_see)
+
+    def export(self, what: str, dest: Path | str, workspace: str | None = None, caller: Grant = OPEN) -> dict:
+        """`pages` (JSONL at dest), `relations` or `log` (a folder of Parquet files): one workspace's, or —
+        for `relations` and `log` with no workspace, a key that may administer — every workspace's."""
+        dest = Path(dest)
+        if what == "pages":
+            n = export.write_pages(self.export_pages(workspace, caller), dest)
+            return {"what": what, "dest": str(dest), "workspace": self.workspace_for(caller, workspace), "pages": n}
+        if what not in ("relations", "log"):
+            raise InvalidRequest(f"export pages, relations or log, not {what!r}", field="what")
+        if workspace is None:
+            access.require_admin(caller)
+        else:
+            workspace = self.workspace_for(caller, workspace)
+            caller.require_unscoped(f"an export of the {what}")
+        if what == "log":
+            self.querylog.flush()
+            tables = export.write_tables(self.store, export.LOG_TABLES, dest, export.log_filter(workspace))
+        else:
+            db = self.relation_store.store
+            tables = export.write_tables(db, export.relation_tables(db), dest, export.relation_filter(workspace))
+        return {"what": what, "dest": str(dest), "workspace": workspace, "tables": tables}

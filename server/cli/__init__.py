@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Verbs that open the data dir of the settings: while a server owns it they go through the server.
 OWNED = {"ingest", "forget", "import", "search", "evidence", "maps", "dictionary", "compare", "feedback", "reindex", "models", "clusters",
-         "log", "relations", "keys", "mcp", "status", "backup"}
+         "log", "relations", "keys", "mcp", "status", "backup", "export"}
 
 
 def _verb(args) -> str:
@@ -104,6 +104,8 @@ def _through(args, owner) -> int:
         return remote.mcp_stdio(owner)
     if verb == "backup":
         return backups.through_server(args, owner)
+    if verb == "export":
+        return backups.export_through_server(args, owner)
     if verb.startswith("import "):
         return imports.through_server(args, owner)
     if verb == "compare":

@@ -36,6 +36,30 @@ def cmd_restore(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    with Engine(_settings(args), repair=False) as e:
+        _print(e.export(args.what, Path(args.dest).resolve(), args.workspace))
+    return 0
+
+
+def export_through_server(args, owner) -> int:
+    """`export` while a server holds the data dir: pages streamed from GET /v1/export/pages and written
+    here; relation tables and the log written by the server where the operator says (the owner's socket)."""
+    from engine.core import export
+
+    from .. import remote
+
+    dest = Path(args.dest).resolve()
+    if args.what != "pages":
+        _print(remote._call(owner, "POST", "/v1/export", {"what": args.what, "path": str(dest),
+                                                         "workspace": args.workspace}))
+        return 0
+    with owner.client() as client:
+        n = export.write_pages(client.export_pages(args.workspace), dest)
+    _print({"what": "pages", "dest": str(dest), "pages": n, "through": owner.describe()})
+    return 0
+
+
 def through_server(args, owner) -> int:
     """`backup DEST` while a server holds the data dir: the server writes it (the owner's socket may
     name a path; a key may not)."""
@@ -61,3 +85,11 @@ def add(sub) -> None:
     s.add_argument("--store-url", default=None, help="a PostgreSQL backup: the empty database to restore into "
                                                      "(else [store] url of the settings)")
     s.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("export", help="the way out in open formats: pages as JSONL (what ingest reads back), the "
+                                      "relation tables or the query log as Parquet, one file per table")
+    s.add_argument("what", choices=["pages", "relations", "log"])
+    s.add_argument("dest", help="pages: a new .jsonl (or .jsonl.gz) file; relations, log: a new or empty folder")
+    s.add_argument("--workspace", default=None, help="one workspace (pages: default the default workspace; "
+                                                     "relations, log: default every workspace)")
+    s.set_defaults(func=cmd_export)

@@ -1,9 +1,12 @@
-"""Health and status."""
+"""Health, status, metrics, backups and the way out (exports)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Literal
 
 from fastapi import Depends, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.app import Engine
@@ -69,3 +72,33 @@ def metrics(request: Request, e: Engine = Depends(engine), g: Grant = Depends(cu
     from ..metrics import CONTENT_TYPE
     m = getattr(request.app.state, "metrics", None)
     return Response(m.text() if m is not None else b"", media_type=CONTENT_TYPE)
+
+
+@router.get("/v1/export/pages", response_class=StreamingResponse,
+            responses={200: {"content": {"application/x-ndjson": {}}}})
+def export_pages(workspace: str | None = None, e: Engine = Depends(engine),
+                 g: Grant = Depends(current_grant)) -> StreamingResponse:
+    """A workspace's pages (default: the key's), one JSON object a line as they are read, those of the key's
+    scopes only: url, title, body_text, seen_at, published, scope, entities (what `refindery ingest` and
+    POST /v1/pages read back), with first_seen, last_seen and visit_count beside them."""
+    records = e.export_pages(workspace, g)   # the workspace checked now: a 404 before the stream starts
+    return StreamingResponse((json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                             media_type="application/x-ndjson")
+
+
+class ExportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    what: Literal["pages", "relations", "log"]
+    path: str = Field(max_length=4096)
+    workspace: str | None = Field(None, max_length=200)
+
+
+@router.post("/v1/export", include_in_schema=False)
+def export_to_path(request: Request, body: ExportRequest, e: Engine = Depends(engine),
+                   g: Grant = Depends(current_grant)) -> dict:
+    """`refindery export` while the server holds the data dir: written where the operator says — on the
+    data dir's own socket only (a key streams pages from GET /v1/export/pages)."""
+    if not on_owner_socket(request.scope, request.app.state.owner_socket):
+        raise Forbidden("an export's path is the local operator's to name (refindery export): over HTTP, "
+                        "GET /v1/export/pages", key_id=g.key_id)
+    return e.export(body.what, body.path, body.workspace, g)

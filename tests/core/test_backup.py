@@ -186,3 +186,41 @@ def test_bad_input_is_a_clear_error_and_leaves_nothing_half_written(tmp_path, sm
     with pytest.raises(backup.RestoreRefused, match="not an empty folder"):
         backup.restore(fresh, load_settings(data_dir=str(used)), pool)
     assert [p.name for p in used.iterdir()] == ["refindery.duckdb"]
+
+
+@pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
+def test_an_export_read_back_by_ingest_gives_the_same_answers_and_the_log_comes_out_as_parquet(make_corpus, tmp_path,
+                                                                                                pool, store_backend):
+    import pyarrow.parquet as pq
+
+    from engine.ingest.records import read_source
+
+    e = Engine(corpus=make_corpus())
+    _ingest(e, demo_records(12))
+    for q in QUERIES[:3]:
+        e.search(SearchRequest(query=q, k=5))
+    out = e.export("pages", tmp_path / "pages.jsonl.gz")
+    assert out["pages"] == 12
+    with pytest.raises(Exception, match="exists"):
+        e.export("pages", tmp_path / "pages.jsonl.gz")   # never over a file
+    other = Engine(load_settings(data_dir=str(tmp_path / "other")), pool)
+    try:
+        report = other.ingest(read_source(str(tmp_path / "pages.jsonl.gz")), progress=False)
+        assert not report.errors and other.counts()["pages"] == 12
+        for q in QUERIES:
+            assert _urls(other, q) == _urls(e, q), q
+        pid = e.search(SearchRequest(query="sqlite", k=1)).pages[0].page_id
+        assert other.store.page(pid)["url"] == e.store.page(pid)["url"]   # the same ids: workspace, URL, scope
+    finally:
+        other.close()
+    log = e.export("log", tmp_path / "log")
+    ran = [*QUERIES[:3], *QUERIES, "sqlite"]   # every search run on this corpus above
+    assert log["tables"]["log_queries"]["rows"] == len(ran)
+    queries = pq.read_table(tmp_path / "log" / "log_queries.parquet").to_pylist()
+    assert sorted(r["query"] for r in queries) == sorted(ran)
+    results = pq.read_table(tmp_path / "log" / "log_results.parquet")
+    assert set(results.column("query_id").to_pylist()) <= {r["query_id"] for r in queries}
+    assert e.export("log", tmp_path / "log-ws", workspace="default")["tables"]["log_queries"]["rows"] == len(ran)
+    assert "log_queries" not in e.export("log", tmp_path / "log-none", workspace="elsewhere")["tables"]
+    with pytest.raises(Exception, match="not an empty folder"):
+        e.export("log", tmp_path / "log")

@@ -8,6 +8,7 @@ wait `retry_after` when the server gives it, else `backoff * 2**attempt` seconds
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterator
@@ -230,6 +231,18 @@ class Client(_Operations):
         pager = _Pager(page_size, limit, params)
         while not pager.done:
             yield from pager.take(self.search(query, **pager.next()))
+
+    def export_pages(self, workspace: str | None = None) -> Iterator[dict]:
+        """GET /v1/export/pages: the workspace's pages (default: the key's) one at a time as they stream, each
+        a dict in the shape `ingest` reads back (url, title, body_text, seen_at, ...) with its visits."""
+        params = {"workspace": workspace} if workspace else None
+        with self._http.stream("GET", "/v1/export/pages", params=params) as response:
+            if response.status_code >= 400:
+                response.read()
+                _reply(_Op("GET", "/v1/export/pages"), response)
+            for line in response.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
 
     def close(self) -> None:
         self._http.close()
