@@ -21,7 +21,8 @@ from .errors import ERROR_RESPONSES, install_error_handlers
 from .generations import Generations, Waiters
 from .http import clusters, evidence, imports, keys, ops, pages, relations, search
 from .mcp import build_mcp
-from .metrics import Metrics, MetricsMiddleware, serve_own
+from .metrics import Metrics, MetricsMiddleware, RouteTemplates, serve_own
+from .request_log import RequestLog
 from .web import mount_web
 
 log = logging.getLogger("refindery.server")
@@ -113,8 +114,9 @@ def create_app(settings: Settings | None = None, corpus: Corpus | None = None, e
     app.add_middleware(BodyLimit, limit_of=lambda: app.state.engine.settings.server.max_body_bytes)
     # outermost: every request counted, a refusal of the key check's or the body limit's too
     app.state.metrics = None   # made with the engine (_metrics): its counts are the engine's
-    app.add_middleware(MetricsMiddleware, metrics_of=lambda: _metrics(app),
-                       templates_of=lambda: [*app.openapi()["paths"], "/metrics", "/mcp"])
+    templates = RouteTemplates(lambda: [*app.openapi()["paths"], "/metrics", "/mcp"])
+    app.add_middleware(MetricsMiddleware, metrics_of=lambda: _metrics(app), template_of=templates)
+    app.add_middleware(RequestLog, template_of=templates)   # outermost: the request's id, and its log line
     for module in ROUTERS:
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp: the same tools as `refindery mcp` (stdio), on this app.

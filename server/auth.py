@@ -191,8 +191,7 @@ class KeyAuth:
         if scope["type"] != "http" or path in OPEN_PATHS or not path.startswith(("/v1", "/mcp", "/metrics")):
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
-        request_id = f"req_{secrets.token_hex(8)}"
-        scope[REQUEST_ID] = request_id
+        request_id = scope.setdefault(REQUEST_ID, f"req_{secrets.token_hex(8)}")   # (the request log's, server/request_log.py)
         outcome = {"status": 500}
 
         async def send_with_id(message):

@@ -113,18 +113,15 @@ class _State:
         yield c
 
 
-class MetricsMiddleware:
-    """Counts every HTTP request by its route's template and status, and times it."""
+class RouteTemplates:
+    """A request's route template: the route it was answered by, or — refused before routing (401, 413,
+    429) — the template its path matches among the app's; "unmatched" when none does. Never the path."""
 
-    def __init__(self, app, metrics_of, templates_of=lambda: ()):
-        self.app = app
-        self.metrics_of = metrics_of
-        # the app's route templates: a request refused before routing (401, 413, 429) is still named by
-        # the template its path matches
+    def __init__(self, templates_of):
         self.templates_of = templates_of
         self._compiled: list | None = None
 
-    def _template(self, scope) -> str:
+    def __call__(self, scope) -> str:
         path = getattr(scope.get("route"), "path", None)
         if path:
             return path
@@ -134,6 +131,15 @@ class MetricsMiddleware:
             self._compiled = [(compile_path(t)[0], t) for t in self.templates_of()]
         at = scope.get("path", "")
         return next((t for regex, t in self._compiled if regex.match(at)), "unmatched")
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request by its route's template and status, and times it."""
+
+    def __init__(self, app, metrics_of, template_of):
+        self.app = app
+        self.metrics_of = metrics_of
+        self.template_of = template_of
 
     async def __call__(self, scope, receive, send):
         metrics = self.metrics_of()
@@ -150,7 +156,7 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, counted)
         finally:
-            route = self._template(scope)
+            route = self.template_of(scope)
             method = scope.get("method", "")
             metrics.requests.labels(method, route, str(status["code"])).inc()
             metrics.latency.labels(method, route).observe(time.perf_counter() - t0)

@@ -41,7 +41,7 @@ def cmd_serve(args) -> int:
         embed.insert(0, settings.models.active)
     app = create_app(settings, freeze_heap=True, embed=embed)
     if args.uds:
-        config = uvicorn.Config(app, uds=args.uds, log_level="info")
+        config = uvicorn.Config(app, uds=args.uds, **_log_options(settings))
     else:
         host = args.host or settings.server.host
         port = settings.server.port if args.port is None else args.port
@@ -50,7 +50,9 @@ def cmd_serve(args) -> int:
                   "write everything. Create one first (refindery keys create --workspace '*'), or serve on "
                   "127.0.0.1.", file=sys.stderr)
             return 2
-        config = uvicorn.Config(app, host=host, port=port, log_level="info")
+        config = uvicorn.Config(app, host=host, port=port, **_log_options(settings))
+    from ..request_log import configure
+    configure(settings.server.log_format)   # (after uvicorn's Config: it has set up its own loggers by then)
     try:
         if args.uds:
             owners.clear_stale(args.uds)
@@ -96,6 +98,13 @@ def _claim(settings) -> int | None:
         print(f"error: {exc}; other refindery commands go through that server once it is up. Stop it to serve "
               "this data dir again.", file=sys.stderr)
         return None
+
+
+def _log_options(settings) -> dict:
+    """uvicorn's logging: its access log off (the app logs one line per request, server/request_log.py);
+    in JSON, none of its own configuration (its records go through the root's JSON handler)."""
+    json_log = settings.server.log_format == "json"
+    return {"log_level": "info", "access_log": False, **({"log_config": None} if json_log else {})}
 
 
 def _announce(owner) -> None:
