@@ -91,11 +91,19 @@ class DuckSnapshot:
 
 @contextlib.contextmanager
 def pg_snapshot(store) -> Iterator["PgSnapshot"]:
+    import psycopg
+
     con = store._connect()   # a connection of its own, outside the pool, for as long as the copy takes
     try:
+        # one transaction, every read in it of the snapshot its first read took (psycopg begins it itself
+        # once autocommit is off: a BEGIN of our own would be a second one, and PostgreSQL ignores it)
+        con.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        con.read_only = True
         con.autocommit = False
-        con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        yield PgSnapshot(con)
+        snap = PgSnapshot(con)
+        if con.execute("SHOW transaction_isolation").fetchone()[0] != "repeatable read":
+            raise StoreError("the backup's PostgreSQL transaction is not REPEATABLE READ: no consistent snapshot")
+        yield snap
     finally:
         with contextlib.suppress(Exception):
             con.rollback()
