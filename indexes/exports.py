@@ -118,3 +118,43 @@ def _pg_batch(schema: pa.Schema, rows: list[tuple]) -> pa.RecordBatch:
             values = [bytes(v) if v is not None else None for v in values]
         cols.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+# ---- a relation workspace, in the shape a relation load reads back ----------------------------------
+def relation_workspaces(db) -> list[tuple[str, str | None, list[str]]]:
+    """(workspace id, name, packs) of every relation workspace, by id."""
+    return [(w, n, list(p or [])) for w, n, p in _rows(db, "SELECT workspace_id, name, packs FROM rel_workspaces "
+                                                           "ORDER BY workspace_id")]
+
+
+def relation_row_tables(db, packs: list[str]) -> dict[str, list[str]]:
+    """Each relation of the packs that has a table: its table, and its slots (a `v_<slot>` column each)."""
+    out = {}
+    for t in table_names(db):
+        pack, sep, relation = t[len("rel_"):].partition("__")
+        if t.startswith("rel_") and sep and pack in packs:
+            out[t] = [c[2:] for c in columns(db, t) if c.startswith("v_")]
+    return out
+
+
+def duck_select(db, sql: str, params: list[Any]) -> Iterator[pa.RecordBatch]:
+    """A query's rows on a DuckDB file, as Arrow batches (a cursor of its own)."""
+    cur = db.new_cursor()
+    try:
+        yield from cur.sql(sql, params=params or None).to_arrow_reader(BATCH_ROWS)
+    finally:
+        cur.close()
+
+
+def relation_rows_sql(table: str, slots: list[str]) -> str:
+    """A relation's rows as a load reads them: the current ones no correction retired, each with its
+    entity, its key in its source and its cells as text, one column a slot."""
+    cells = ", ".join(f"{_q('v_' + s)} AS {_q(s)}" for s in slots)
+    return (f"SELECT entity_id, row_key, {cells} FROM {_q(table)} WHERE workspace_id = ? AND current "
+            "AND retired IS NULL ORDER BY row_key, row_id")
+
+
+ENTITIES_SQL = ("SELECT entity_id, any_value(kind) AS kind, any_value(name) AS name FROM rel_entities "
+                "WHERE workspace_id = ? GROUP BY entity_id ORDER BY entity_id")
+COVERAGE_SQL = ("SELECT DISTINCT entity_id FROM rel_coverage WHERE workspace_id = ? AND relation = ? AND current "
+                "ORDER BY entity_id")

@@ -23,8 +23,6 @@ from engine.core.errors import InvalidRequest
 
 PAGE_BATCH = 500
 LOG_TABLES = ["log_queries", "log_candidates", "log_fused", "log_results", "log_agreement", "log_access", "feedback"]
-# the relation tables' records beside the loaded rows: a judgment read from a document, an audit event
-RELATION_RECORDS = ["criterion_judgments", "audit_events", "criterion_facets"]
 
 
 def _iso(v):
@@ -121,15 +119,51 @@ def log_filter(workspace: str | None):
     return where
 
 
-def relation_filter(workspace: str | None):
-    def where(table: str, cols: list[str]):
-        if workspace is None:
-            return "", []
-        if "workspace_id" in cols:
-            return "workspace_id = ?", [workspace]
-        return None   # (criterion_facets: a criterion's facets, of no workspace)
-    return where
+def _parquet(batches, path: Path) -> int:
+    rows, writer = 0, None
+    try:
+        for batch in batches:
+            if writer is None:
+                writer = pq.ParquetWriter(str(path), batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
 
 
-def relation_tables(db) -> list[str]:
-    return [t for t in exports.table_names(db) if t.startswith("rel_") or t in RELATION_RECORDS]
+def write_relations(db, dest: Path, workspace: str | None) -> dict:
+    """Each relation workspace (or the one named) as a folder `dest/<workspace>` that `relations load`
+    reads back: `entities.parquet` (id, kind, name), one `<relation>.parquet` a relation (entity_id,
+    row_key and one column a slot, the cells as text: the rows no correction retired), one
+    `coverage__<relation>.parquet` a relation (who the sources said they looked at), `load.json` (the
+    load body over that folder) and `workspace.json` (its packs). A document load's rows come out as rows,
+    without their span receipts."""
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InvalidRequest(f"{dest} is not an empty folder: an export goes into a new or empty one", field="dest")
+    found = [w for w in exports.relation_workspaces(db) if workspace is None or w[0] == workspace]
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+    out = {}
+    for ws, name, packs in found:
+        folder = dest / ws
+        folder.mkdir(mode=0o700)
+        entities = _parquet(exports.duck_select(db, exports.ENTITIES_SQL, [ws]), folder / "entities.parquet")
+        relations, coverage, rows = [], [], {}
+        for table, slots in exports.relation_row_tables(db, packs).items():
+            relation = table.split("__", 1)[1]
+            n = _parquet(exports.duck_select(db, exports.relation_rows_sql(table, slots), [ws]), folder / f"{relation}.parquet")
+            covered = _parquet(exports.duck_select(db, exports.COVERAGE_SQL, [ws, relation]),
+                               folder / f"coverage__{relation}.parquet")
+            if n:
+                relations.append({"relation": relation, "table": relation, "entity_column": "entity_id",
+                                  "key_column": "row_key", "slots": {s: s for s in slots}})
+                rows[relation] = n
+            if covered:
+                coverage.append({"relation": relation, "table": f"coverage__{relation}", "entity_column": "entity_id"})
+        spec = {"source": str(folder.resolve()), "format": "parquet", "relations": relations, "coverage": coverage,
+                **({"entities": {"table": "entities", "id_column": "entity_id", "name_column": "name"}} if entities else {})}
+        (folder / "load.json").write_text(json.dumps(spec, indent=2))
+        (folder / "workspace.json").write_text(json.dumps({"workspace_id": ws, "name": name, "packs": packs}, indent=2))
+        out[ws] = {"packs": packs, "entities": entities, "rows": rows}
+    return out

@@ -66,7 +66,5 @@ class BackupVerbs(Verbs):
         if what == "log":
             self.querylog.flush()
             tables = export.write_tables(self.store, export.LOG_TABLES, dest, export.log_filter(workspace))
-        else:
-            db = self.relation_store.store
-            tables = export.write_tables(db, export.relation_tables(db), dest, export.relation_filter(workspace))
-        return {"what": what, "dest": str(dest), "workspace": workspace, "tables": tables}
+            return {"what": what, "dest": str(dest), "workspace": workspace, "tables": tables}
+        return {"what": what, "dest": str(dest), "workspaces": export.write_relations(self.relation_store.store, dest, workspace)}

@@ -226,3 +226,45 @@ def test_an_export_read_back_by_ingest_gives_the_same_answers_and_the_log_comes_
     assert "log_queries" not in e.export("log", tmp_path / "log-none", workspace="elsewhere")["tables"]
     with pytest.raises(Exception, match="not an empty folder"):
         e.export("log", tmp_path / "log")
+
+
+def test_a_relation_workspace_exported_and_loaded_elsewhere_gives_the_same_warrant(make_corpus, tmp_path, pool):
+    from relations_helpers import c, export as warehouse, load_body, role, screening
+
+    from engine.relations.loads import LoadRequest
+    from engine.relations.search import RelationSearchRequest
+    from engine.relations.workspaces import WorkspaceCreate
+
+    e = Engine(corpus=make_corpus())
+    src = warehouse(tmp_path / "warehouse.duckdb", ["ann", "bo", "cy", "dee", "eli"],
+                    roles=[role("ann", function="Sales"), role("bo", function="Sales", geography="France"),
+                           role("cy", function="Finance"), role(None, function="Sales")],
+                    screenings=[screening("ann", outcome="passed"), screening("bo", outcome="failed")],
+                    screened=["ann", "bo", "cy"])
+    ws = e.create_relation_workspace(WorkspaceCreate(workspace_id="crew"))["workspace_id"]
+    e.load(ws, LoadRequest.model_validate(load_body(src)), confined=False)
+    asks = [[c("held_role", "function", "eq", "Sales")],
+            [c("held_role", "function", "eq", "Sales"), c("screening", "outcome", "eq", "passed")],
+            [c("held_role", "geography", "eq", "Germany"), c("screening", "outcome", "eq", "failed", required=False)]]
+
+    def warrants(engine) -> list[tuple]:
+        out = []
+        for constraints in asks:
+            r = engine.relation_search(RelationSearchRequest.model_validate({"workspace_id": "crew",
+                                                                              "constraints": constraints}))
+            r = r if isinstance(r, dict) else r.model_dump(mode="json")
+            out.append((r["counts"], {k: sorted(v) for k, v in r["entities"].items()}))
+        return out
+
+    before = warrants(e)
+    out = e.export("relations", tmp_path / "rel")
+    assert out["workspaces"]["crew"]["rows"] == {"held_role": 4, "screening": 2}
+    spec = json.loads((tmp_path / "rel" / "crew" / "load.json").read_text())
+    packs = json.loads((tmp_path / "rel" / "crew" / "workspace.json").read_text())["packs"]
+    other = Engine(load_settings(data_dir=str(tmp_path / "other")), pool)
+    try:
+        other.create_relation_workspace(WorkspaceCreate(workspace_id="crew", packs=packs))
+        other.load("crew", LoadRequest.model_validate(spec), confined=False)
+        assert warrants(other) == before
+    finally:
+        other.close()

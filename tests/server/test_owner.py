@@ -154,6 +154,12 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
         assert made.status_code == 200 and made.json()["backup"] == "nightly", made.text
         assert (data / "backups" / "nightly" / "manifest.json").is_file()
         assert over_http.post("/v1/backup", json={"name": "../up"}, headers=admin).status_code == 422
+        # an export while it serves: pages streamed to the CLI, the log written by the server where it says
+        r = cli(data, "export", "pages", str(tmp_path / "pages.jsonl"))
+        assert r.returncode == 0 and json.loads(r.stdout)["pages"] == 3, r.stderr
+        assert len((tmp_path / "pages.jsonl").read_text().splitlines()) == 3
+        r = cli(data, "export", "log", str(tmp_path / "log"))
+        assert r.returncode == 0 and "log_queries" in json.loads(r.stdout)["tables"], r.stderr
         # a verb that needs the data dir to itself says so in one line, and what to do
         r = cli(data, "reindex")
         assert r.returncode == 2 and r.stdout == ""

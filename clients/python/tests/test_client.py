@@ -57,6 +57,8 @@ def test_pages_upsert_get_similar_feedback_delete(server):
         assert ok.status == "created" and ok.page_id and bad.status == "error" and bad.error
         page = rf.get_page(ok.page_id)
         assert page.url == "https://client.example/a" and page.title == "Client page"
+        exported = {p["url"]: p for p in rf.export_pages()}   # streamed, one page at a time
+        assert exported["https://client.example/a"]["body_text"].startswith("A page written by the Python client")
         assert rf.similar(ok.page_id, k=3).pages
         resp = rf.search("JSON pretty printing written by the Python client", k=5)
         assert ok.page_id in [h.page_id for h in resp.pages]
@@ -176,6 +178,8 @@ def test_async_client(server):
             paged = [h.page_id async for h in rf.iter_pages(QUERY, page_size=3, limit=4)]
             with pytest.raises(NotFound):
                 await rf.get_page("pg_nothing")
+            assert len([p async for p in rf.export_pages()]) >= len(resp.pages)
+            assert [p async for p in rf.export_pages(workspace="no-such-workspace-here")] == []
             return resp, paged
     resp, paged = asyncio.run(run())
     assert [h.page_id for h in resp.pages] == paged

@@ -279,6 +279,17 @@ class AsyncClient(_Operations):
             for hit in pager.take(await self.search(query, **pager.next())):
                 yield hit
 
+    async def export_pages(self, workspace: str | None = None) -> AsyncIterator[dict]:
+        """GET /v1/export/pages, one page at a time as it streams (`async for`)."""
+        params = {"workspace": workspace} if workspace else None
+        async with self._http.stream("GET", "/v1/export/pages", params=params) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _reply(_Op("GET", "/v1/export/pages"), response)
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
