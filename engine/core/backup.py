@@ -139,7 +139,7 @@ def _write(corpus, dest: Path, started: datetime, on_table: Callable[[str, int],
         indexes = snap.indexes
         pg_schema = getattr(snap, "schema", None)
     files = {}
-    for src in _other_files(corpus.data_dir):
+    for src in _other_files(corpus.data_dir, skip=dest):
         rel = "files/" + src.relative_to(corpus.data_dir).as_posix()
         (dest / rel).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         shutil.copyfile(src, dest / rel)
@@ -166,16 +166,21 @@ def _write(corpus, dest: Path, started: datetime, on_table: Callable[[str, int],
     return manifest
 
 
-def _other_files(data_dir: Path):
-    """The data dir's regular files outside NOT_COPIED (links are not followed)."""
+def _other_files(data_dir: Path, skip: Path):
+    """The data dir's regular files outside NOT_COPIED and outside `skip` (the backup itself, when it is
+    written inside the data dir); links are not followed."""
+    skip = skip.resolve()
     for top in sorted(data_dir.iterdir()):
         if top.name in NOT_COPIED or top.name.endswith(".tmp") or top.is_symlink():
+            continue
+        if top.resolve() == skip:
             continue
         if top.is_file():
             yield top
         elif top.is_dir():
             for root, dirs, names in os.walk(top):
                 dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+                dirs[:] = [d for d in dirs if Path(root, d).resolve() != skip]
                 for n in sorted(names):
                     p = Path(root) / n
                     if p.is_file() and not p.is_symlink():

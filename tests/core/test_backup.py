@@ -268,3 +268,13 @@ def test_a_relation_workspace_exported_and_loaded_elsewhere_gives_the_same_warra
         assert warrants(other) == before
     finally:
         other.close()
+
+
+def test_a_backup_written_inside_the_data_dir_leaves_itself_out(small):
+    (small.corpus.data_dir / "dictionaries").mkdir()
+    (small.corpus.data_dir / "dictionaries" / "terms.txt").write_text("zeppelin: airship\n")
+    dest = small.corpus.data_dir / "dictionaries" / "nightly"
+    small.backup(dest)
+    m = json.loads((dest / "manifest.json").read_text())
+    assert sorted(m["files"]) == ["files/dictionaries/terms.txt", "settings.json"]
+    assert backup.verify(dest)["complete"]
