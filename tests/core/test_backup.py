@@ -144,7 +144,7 @@ def test_a_backup_killed_midway_is_reported_incomplete_and_refused(tmp_path, sma
     assert not new_dir.exists() and not list(tmp_path.glob(".new.restoring-*"))
 
 
-def test_bad_input_is_a_clear_error_and_leaves_nothing_half_written(tmp_path, small, pool):
+def test_bad_input_is_a_clear_error_and_leaves_nothing_half_written(tmp_path, small, pool, capsys):
     full = tmp_path / "full"
     full.mkdir()
     (full / "mine.txt").write_text("not a backup")
@@ -188,6 +188,10 @@ def test_bad_input_is_a_clear_error_and_leaves_nothing_half_written(tmp_path, sm
     with pytest.raises(backup.RestoreRefused, match="not an empty folder"):
         backup.restore(fresh, load_settings(data_dir=str(used)), pool)
     assert [p.name for p in used.iterdir()] == ["refindery.duckdb"]
+    # the command line's restore of a whole backup: a data dir that opens, with the backup's pages
+    from server.cli import main
+    assert main(["restore", str(fresh), "--data-dir", str(tmp_path / "by-cli")]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["pages"] == 4
 
 
 @pytest.mark.parametrize("store_backend", STORE_BACKENDS, indirect=True)
