@@ -586,6 +586,7 @@ LONGEST_FIRST = [
     "tests/refind/test_switch.py",           # ~80 s
     "tests/server/test_local_trust.py",      # ~75 s
     "tests/extension/test_extension.py",     # ~70 s, a browser and a server, restarted once
+    "tests/core/test_backup.py",             # ~70 s, the restore drills on both stores
     "tests/ingest/test_history_import.py",   # ~60 s, two servers and CLI runs of their own
     "tests/refind/test_compare_log.py",
     "tests/ingest/test_crash_server.py",
@@ -595,6 +596,7 @@ LONGEST_FIRST = [
     "tests/relations/test_relations_criteria.py",
     "tests/access/test_hardening_writes.py",
     "tests/relations/test_relations_documents.py",
+    "tests/upgrade/test_upgrade.py",
 ]
 
 
