@@ -87,18 +87,9 @@ def write_tables(db, names: list[str], dest: Path, where: Callable[[str, list[st
         cond = where(name, exports.columns(db, name))
         if cond is None:
             continue
-        rows, writer = 0, None
         path = dest / f"{name}.parquet"
-        try:
-            for batch in exports.batches(db, name, *cond):
-                if writer is None:
-                    writer = pq.ParquetWriter(str(path), batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
+        rows = _parquet(exports.batches(db, name, *cond), path)
+        if rows is None:
             continue   # no row: no file (an empty table's schema is the store's, not the export's)
         out[name] = {"file": path.name, "rows": rows}
     (dest / "export.json").write_text(json.dumps({"tables": out}, indent=2))
@@ -119,7 +110,8 @@ def log_filter(workspace: str | None):
     return where
 
 
-def _parquet(batches, path: Path) -> int:
+def _parquet(batches, path: Path) -> int | None:
+    """The batches into one Parquet file at `path`: its rows, or None when there was no batch (no file)."""
     rows, writer = 0, None
     try:
         for batch in batches:
@@ -130,7 +122,7 @@ def _parquet(batches, path: Path) -> int:
     finally:
         if writer is not None:
             writer.close()
-    return rows
+    return rows if writer is not None else None
 
 
 def write_relations(db, dest: Path, workspace: str | None) -> dict:
