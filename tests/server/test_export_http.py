@@ -37,6 +37,11 @@ def test_a_key_exports_the_pages_inside_its_walls_only(make_corpus, tmp_path):
         outside = c.get("/v1/export/pages", params={"workspace": "other"}, headers=h["team"])
         assert outside.status_code == 404 and outside.json()["detail"]["type"] == "workspace_not_found"
         assert c.get("/v1/export/pages").status_code == 401
+        # a backup holds every workspace's pages and keys: a key of one workspace, or a scoped one, gets 403
+        for who in ("team", "scoped"):
+            r = c.post("/v1/backup", json={"name": f"by-{who}"}, headers=h[who])
+            assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden"
+        assert not (corpus.data_dir / "backups").exists()
         # a key never names a path on the server
         r = c.post("/v1/export", json={"what": "log", "path": str(tmp_path / "log")}, headers=h["admin"])
         assert r.status_code == 403 and not (tmp_path / "log").exists()
