@@ -20,6 +20,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo" / "pages.jsonl.gz"
 
+# Under pytest-xdist each worker's torch and FAISS (and every server or CLI a test starts) would start one
+# OpenMP thread per core: two workers on two cores then run four busy threads on two cores, and each slows
+# the other (two demo ingests side by side: 22.9 s each with a thread per core, 16.3 s with one). The
+# workers share the cores instead; set before anything imports torch, and inherited by subprocesses. An
+# OMP_NUM_THREADS already set is kept.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 
 # Debian's Chromium as the probe of this machine kind starts it (tests/server/test_web.py, tests/extension/):
 # no sandbox as root, and no background connections (this machine's closed network would refuse them,
