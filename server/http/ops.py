@@ -67,7 +67,12 @@ def take_backup(request: Request, body: BackupRequest | None = None, e: Engine =
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 def metrics(request: Request, e: Engine = Depends(engine), g: Grant = Depends(current_grant)) -> Response:
     """The server's metrics in Prometheus' text format (server/metrics.py): a key that may administer.
-    `[server] metrics_listen` serves them on an address of their own as well."""
+    `[server] metrics_listen` serves them on an address of their own as well. Never open on the API's
+    address: an open server (no keys yet) answers 403 here, except on the data dir's own socket."""
+    if g.key_id is None and not on_owner_socket(request.scope, request.app.state.owner_socket):
+        raise Forbidden("an open server (no keys yet) does not serve its metrics on the API's address: give "
+                        "the monitor a key that may administer (refindery keys create --workspace '*'), or serve "
+                        "them on an address of their own ([server] metrics_listen = \"127.0.0.1:9464\")")
     e.require_admin("the server's metrics", g)
     from ..metrics import CONTENT_TYPE
     m = getattr(request.app.state, "metrics", None)

@@ -79,3 +79,19 @@ def test_metrics_count_what_was_asked_and_only_an_administrator_reads_them(serve
     own = httpx.get(f"http://127.0.0.1:{free_port}/metrics", timeout=10)
     assert own.status_code == 200
     assert value(samples(own.text), "refindery_requests_total", method="POST", route="/v1/search", status="200") == 10
+
+
+def test_an_open_server_never_serves_its_metrics_on_the_api_address(make_corpus, free_port):
+    """No keys yet: every route is open on loopback, but /metrics stays closed there (403 naming the two
+    ways in); the address of their own still answers."""
+    corpus = make_corpus(server={"metrics_listen": f"127.0.0.1:{free_port}"})
+    with TestClient(create_app(corpus.settings, corpus)) as c:
+        assert c.post("/v1/search", json={"query": "zeppelin"}).status_code == 200   # open: no key asked
+        r = c.get("/metrics")
+        assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden"
+        assert "metrics_listen" in r.json()["detail"]["title"] and "keys create" in r.json()["detail"]["title"]
+        own = httpx.get(f"http://127.0.0.1:{free_port}/metrics", timeout=10)
+        assert own.status_code == 200
+        assert value(samples(own.text), "refindery_requests_total", method="POST", route="/v1/search",
+                     status="200") == 1
+

@@ -119,6 +119,7 @@ def test_a_running_server_owns_the_data_dir_and_every_verb_goes_through_it(tmp_p
         # the owner's socket carries every grant without a key (its file mode is the check)
         local = httpx.Client(transport=httpx.HTTPTransport(uds=owner["socket"]), base_url="http://localhost:0")
         assert local.get("/v1/status").json()["counts"]["pages"] == 3
+        assert local.get("/metrics").status_code == 200   # its metrics too (never open on the API's address)
         # a model's embedding runs in the server's background; the command follows it to the end
         r = cli(data, "models", "--embed", "all-minilm-l6-v2-int8")
         assert r.returncode == 0, r.stderr
