@@ -38,7 +38,9 @@ def free_port() -> int:
 def served(make_corpus, free_port):
     corpus = make_corpus(server={"metrics_listen": f"127.0.0.1:{free_port}"})
     keys = {"admin": create_key(corpus.keys, ["*"])["token"],
-            "reader": create_key(corpus.keys, ["default"], read_only=True)["token"]}
+            "reader": create_key(corpus.keys, ["default"], read_only=True)["token"],
+            "one_workspace": create_key(corpus.keys, ["default"])["token"],
+            "scoped": create_key(corpus.keys, ["*"], scopes=["alpha"])["token"]}
     with TestClient(create_app(corpus.settings, corpus)) as c:
         c.keys = keys
         yield c
@@ -74,6 +76,9 @@ def test_metrics_count_what_was_asked_and_only_an_administrator_reads_them(serve
     # a key that may not administer: 403; none: 401
     reader = served.get("/metrics", headers={"Authorization": f"Bearer {served.keys['reader']}"})
     assert reader.status_code == 403 and reader.json()["detail"]["type"] == "forbidden"
+    for name in ("one_workspace", "scoped"):   # a key of one workspace, a key of one scope: not the server's
+        r = served.get("/metrics", headers={"Authorization": f"Bearer {served.keys[name]}"})
+        assert r.status_code == 403 and r.json()["detail"]["type"] == "forbidden", name
     assert served.get("/metrics").status_code == 401
     # the address of its own answers without a key, with the same counts
     own = httpx.get(f"http://127.0.0.1:{free_port}/metrics", timeout=10)
